@@ -1,0 +1,3 @@
+module github.com/kordproject/kord
+
+go 1.26.0
