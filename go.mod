@@ -1,3 +1,8 @@
 module github.com/kordproject/kord
 
 go 1.26.0
+
+require (
+	github.com/stretchr/testify v1.12.1 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)
