@@ -96,7 +96,7 @@ func TestLegacyDefaultStartIsRandomPerTopic(t *testing.T) {
 	a, b := NewLegacy(), NewLegacy()
 	same := 0
 	for i := 0; i < 100; i++ {
-		topic := string(rune('a' + i%26)) + string(rune('0'+i/26))
+		topic := string(rune('a'+i%26)) + string(rune('0'+i/26))
 		if a.Partition(topic, nil, 1000, nil) == b.Partition(topic, nil, 1000, nil) {
 			same++
 		}
