@@ -1,0 +1,193 @@
+// Package kafkatest gives tests a Kafka cluster: the in-process kfake cluster
+// always, and the real Apache Kafka broker named by KORD_KAFKA_BROKERS when it
+// is set (scripts/kafka.sh starts one). With KORD_REQUIRE_KAFKA=1 a missing
+// real broker fails the test instead of running on kfake alone, so CI cannot
+// pass without the broker-backed runs.
+//
+// Reading back and admin work use franz-go's kgo client, a client
+// independent of the confluent-kafka-go code under test.
+package kafkatest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kordproject/kord/internal/embedded"
+)
+
+// Cluster is one cluster a test runs against.
+type Cluster struct {
+	Name    string // "kfake" or "kafka"
+	Brokers string
+	// Fake is the in-process cluster, for fault injection; nil on the real
+	// broker.
+	Fake *kfake.Cluster
+}
+
+// Real reports whether c is the real Apache Kafka broker.
+func (c *Cluster) Real() bool { return c.Fake == nil }
+
+// Env names the environment variables kafkatest reads.
+const (
+	EnvBrokers = "KORD_KAFKA_BROKERS"
+	EnvRequire = "KORD_REQUIRE_KAFKA"
+)
+
+// Each runs fn as a subtest against every cluster: "kfake" (a fresh
+// in-process cluster) and "kafka" (the real broker) when KORD_KAFKA_BROKERS is
+// set.
+func Each(t *testing.T, fn func(t *testing.T, c *Cluster)) {
+	t.Helper()
+	t.Run("kfake", func(t *testing.T) { fn(t, Fake(t)) })
+	if c := realOrRequire(t); c != nil {
+		t.Run("kafka", func(t *testing.T) { fn(t, c) })
+	}
+}
+
+// Fake starts a fresh single-broker kfake cluster, closed when t ends.
+func Fake(t testing.TB) *Cluster {
+	t.Helper()
+	e, err := embedded.Start(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return &Cluster{Name: "kfake", Brokers: e.Brokers(), Fake: e.Fake()}
+}
+
+// Broker returns the real broker, failing t when it is required and missing,
+// skipping t otherwise. For tests whose meaning needs real transaction states.
+func Broker(t testing.TB) *Cluster {
+	t.Helper()
+	c := realOrRequire(t)
+	if c == nil {
+		t.Skipf("needs the real Kafka broker: start one with scripts/kafka.sh start and set %s", EnvBrokers)
+	}
+	return c
+}
+
+func realOrRequire(t testing.TB) *Cluster {
+	t.Helper()
+	if b := os.Getenv(EnvBrokers); b != "" {
+		return &Cluster{Name: "kafka", Brokers: b}
+	}
+	if os.Getenv(EnvRequire) == "1" {
+		t.Fatalf("%s=1 but %s is not set: the broker-backed tests could not run", EnvRequire, EnvBrokers)
+	}
+	return nil
+}
+
+var unsafeChars = regexp.MustCompile(`[^a-zA-Z0-9._-]+`)
+
+// TopicName returns a topic name unique to this test and call.
+func TopicName(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := unsafeChars.ReplaceAllString(t.Name(), ".")
+	if len(name) > 150 {
+		name = name[len(name)-150:]
+	}
+	return fmt.Sprintf("kord.%s.%s", strings.Trim(name, "."), hex.EncodeToString(b[:]))
+}
+
+// Client returns a kgo client for c, closed when t ends.
+func (c *Cluster) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(c.Brokers, ",")...)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// CreateTopic creates a topic with a unique name and returns the name. It
+// waits until every partition has a leader.
+func (c *Cluster) CreateTopic(t testing.TB, partitions int32, configs map[string]string) string {
+	t.Helper()
+	topic := TopicName(t)
+	cl := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic = topic
+	rt.NumPartitions = partitions
+	rt.ReplicationFactor = 1
+	for k, v := range configs {
+		rc := kmsg.NewCreateTopicsRequestTopicConfig()
+		rc.Name = k
+		rc.Value = kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, rc)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+	// Wait for leaders: a fresh topic on the real broker may briefly have
+	// none.
+	for {
+		mreq := kmsg.NewPtrMetadataRequest()
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(topic)
+		mreq.Topics = append(mreq.Topics, mt)
+		mresp, err := mreq.RequestWith(ctx, cl)
+		if err == nil && len(mresp.Topics) == 1 && mresp.Topics[0].ErrorCode == 0 && len(mresp.Topics[0].Partitions) == int(partitions) {
+			ok := true
+			for _, p := range mresp.Topics[0].Partitions {
+				ok = ok && p.ErrorCode == 0 && p.Leader >= 0
+			}
+			if ok {
+				return topic
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topic %s: partitions without a leader after 60s (last err %v)", topic, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// ReadAll reads topic from the start until want records arrived or the
+// timeout passed, and returns what it read. readCommitted selects
+// isolation.level=read_committed.
+func (c *Cluster) ReadAll(t testing.TB, topic string, want int, readCommitted bool, timeout time.Duration) []*kgo.Record {
+	t.Helper()
+	opts := []kgo.Opt{kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
+	if readCommitted {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl := c.Client(t, opts...)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			t.Errorf("fetch %s[%d]: %v", topic, p, err)
+		})
+		out = append(out, fs.Records()...)
+	}
+	return out
+}

@@ -1,0 +1,192 @@
+package producer
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/kordproject/kord/partitioner"
+)
+
+// Opt configures a Producer.
+type Opt interface{ apply(*cfg) }
+
+type opt func(*cfg)
+
+func (o opt) apply(c *cfg) { o(c) }
+
+type cfg struct {
+	brokers         []string
+	settings        map[string]string // librdkafka settings by their own names
+	part            partitioner.Partitioner
+	log             *slog.Logger
+	metadataMaxAge  time.Duration
+	metadataTimeout time.Duration
+	closeTimeout    time.Duration
+	allowReordering bool
+	transactionalID string
+}
+
+func defaultCfg() cfg {
+	return cfg{
+		settings:        map[string]string{},
+		log:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+		metadataMaxAge:  5 * time.Minute,
+		metadataTimeout: 10 * time.Second,
+		closeTimeout:    30 * time.Second,
+	}
+}
+
+// Brokers sets the bootstrap servers (librdkafka bootstrap.servers; Java
+// bootstrap.servers). Required, here or through Set.
+func Brokers(addrs ...string) Opt {
+	return opt(func(c *cfg) { c.brokers = append(c.brokers, addrs...) })
+}
+
+// Set passes a librdkafka setting through by its own name (see librdkafka's
+// CONFIGURATION.md), for example Set("linger.ms", "20") or security settings.
+// Settings that would let librdkafka pick partitions, create topics or
+// reorder a key's records are refused by New; see AllowReordering.
+func Set(key, value string) Opt {
+	return opt(func(c *cfg) { c.settings[key] = value })
+}
+
+// Partitioner sets the partitioner that places every record. Default:
+// partitioner.NewLegacy(), which places keyed records as every Java producer
+// since 0.10.2 does and round-robins null-key records over available
+// partitions.
+func Partitioner(p partitioner.Partitioner) Opt {
+	return opt(func(c *cfg) { c.part = p })
+}
+
+// Logger sets where the producer logs, including librdkafka's own log.
+// Default: nothing is logged.
+func Logger(l *slog.Logger) Opt {
+	return opt(func(c *cfg) { c.log = l })
+}
+
+// MetadataMaxAge sets how often topic metadata (partition count and which
+// partitions have a leader) is refreshed when nothing else triggers it.
+// Default 5m, as Java's metadata.max.age.ms. Delivery errors that suggest
+// stale metadata trigger a refresh at once.
+func MetadataMaxAge(d time.Duration) Opt {
+	return opt(func(c *cfg) { c.metadataMaxAge = d })
+}
+
+// MetadataTimeout bounds one metadata request. Default 10s.
+func MetadataTimeout(d time.Duration) Opt {
+	return opt(func(c *cfg) { c.metadataTimeout = d })
+}
+
+// CloseTimeout bounds how long Close waits for outstanding deliveries before
+// it purges them (they then fail, through their callbacks and Close's error).
+// Default 30s.
+func CloseTimeout(d time.Duration) Opt {
+	return opt(func(c *cfg) { c.closeTimeout = d })
+}
+
+// AllowReordering accepts settings that can write one key's records out of
+// order or with gaps (enable.idempotence=false, acks other than all,
+// enable.gapless.guarantee=false). Without it New refuses them.
+func AllowReordering() Opt {
+	return opt(func(c *cfg) { c.allowReordering = true })
+}
+
+// TransactionalID makes the producer transactional (librdkafka and Java
+// transactional.id). Call InitTransactions before the first transaction.
+func TransactionalID(id string) Opt {
+	return opt(func(c *cfg) { c.transactionalID = id })
+}
+
+// forced are settings kord owns. Each maps to the reason a user value is
+// refused.
+var forced = map[string]string{
+	"partitioner":               "kord chooses every partition with its partitioner package; use producer.Partitioner",
+	"partitioner.cb":            "kord chooses every partition with its partitioner package; use producer.Partitioner",
+	"allow.auto.create.topics":  "kord never creates topics; create them before producing",
+	"go.logs.channel.enable":    "kord forwards librdkafka's log to log/slog; use producer.Logger",
+	"go.logs.channel":           "kord forwards librdkafka's log to log/slog; use producer.Logger",
+	"go.delivery.reports":       "kord needs delivery reports to return every failure",
+	"go.delivery.report.fields": "kord sets the delivery report fields it reads",
+	"transactional.id":          "use producer.TransactionalID",
+}
+
+// build validates c and returns the librdkafka settings.
+func (c *cfg) build() (map[string]string, error) {
+	if c.part == nil {
+		c.part = partitioner.NewLegacy()
+	}
+	if c.log == nil {
+		return nil, fmt.Errorf("%w: nil logger", ErrConfig)
+	}
+	if c.metadataMaxAge <= 0 || c.metadataTimeout <= 0 || c.closeTimeout < 0 {
+		return nil, fmt.Errorf("%w: metadata max age and timeout must be positive, close timeout not negative", ErrConfig)
+	}
+	for k := range c.settings {
+		if why, ok := forced[k]; ok {
+			return nil, fmt.Errorf("%w: %s cannot be set: %s", ErrConfig, k, why)
+		}
+	}
+	s := map[string]string{
+		"client.id":          "kord",
+		"enable.idempotence": "true",
+		"acks":               "all",
+	}
+	for k, v := range c.settings {
+		s[k] = v
+	}
+	// librdkafka accepts the gapless guarantee only on an idempotent
+	// producer; a user who turned idempotence off (AllowReordering) gets
+	// neither.
+	if _, set := c.settings["enable.gapless.guarantee"]; !set && s["enable.idempotence"] == "true" {
+		s["enable.gapless.guarantee"] = "true"
+	}
+	if len(c.brokers) > 0 {
+		s["bootstrap.servers"] = strings.Join(c.brokers, ",")
+	}
+	if s["bootstrap.servers"] == "" {
+		return nil, fmt.Errorf("%w: no brokers (producer.Brokers or bootstrap.servers)", ErrConfig)
+	}
+	if !c.allowReordering {
+		if v := s["enable.idempotence"]; v != "true" {
+			return nil, fmt.Errorf("%w: enable.idempotence=%s lets retries reorder or duplicate a key's records (producer.AllowReordering accepts it)", ErrReordering, v)
+		}
+		if v := s["acks"]; v != "all" && v != "-1" {
+			return nil, fmt.Errorf("%w: acks=%s can lose acknowledged records, leaving gaps (producer.AllowReordering accepts it)", ErrReordering, v)
+		}
+		if v := s["enable.gapless.guarantee"]; v != "true" && c.transactionalID == "" {
+			return nil, fmt.Errorf("%w: enable.gapless.guarantee=%s lets later records of a key be written after a failed one (producer.AllowReordering accepts it)", ErrReordering, v)
+		}
+	}
+	if c.transactionalID != "" {
+		s["transactional.id"] = c.transactionalID
+	}
+	s["allow.auto.create.topics"] = "false"
+	return s, nil
+}
+
+// redacted returns settings as "k=v" lines, sorted, with secrets hidden.
+func redacted(s map[string]string) []string {
+	out := make([]string, 0, len(s))
+	for k, v := range s {
+		if isSecret(k) {
+			v = "[redacted]"
+		}
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func isSecret(key string) bool {
+	k := strings.ToLower(key)
+	for _, s := range []string{"password", "secret", "sasl.oauthbearer.config", "ssl.key.pem", "ssl.certificate.pem", "ssl_key", "token", "credential"} {
+		if strings.Contains(k, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,47 @@
+package producer
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrClosed is returned by calls on a closed producer.
+	ErrClosed = errors.New("producer: closed")
+	// ErrUnknownTopic means the topic does not exist. kord never asks the
+	// broker to create topics.
+	ErrUnknownTopic = errors.New("producer: unknown topic")
+	// ErrFailed means an earlier delivery failed in ordered mode: the
+	// producer stopped so that no later record of a key could be written
+	// after a gap. The error that stopped it is wrapped alongside.
+	ErrFailed = errors.New("producer: stopped after a delivery failure")
+	// ErrReordering means a setting would let one key's records be written
+	// out of order; AllowReordering accepts such settings.
+	ErrReordering = errors.New("producer: setting can reorder a key's records")
+	// ErrConfig is a configuration error.
+	ErrConfig = errors.New("producer: invalid configuration")
+)
+
+// Error is a failure tied to one record: its topic, the partition kord chose
+// (or -1 before one was chosen) and the offset when the broker assigned one
+// (or -1).
+type Error struct {
+	Op        string // "serialize key", "serialize value", "metadata", "partition", "produce", "deliver"
+	Topic     string
+	Partition int32
+	Offset    int64
+	Err       error
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("producer: %s: topic %q", e.Op, e.Topic)
+	if e.Partition >= 0 {
+		s += fmt.Sprintf(" partition %d", e.Partition)
+	}
+	if e.Offset >= 0 {
+		s += fmt.Sprintf(" offset %d", e.Offset)
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }

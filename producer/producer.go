@@ -1,0 +1,590 @@
+// Package producer is a typed Kafka producer on confluent-kafka-go that
+// places every record with kord's partitioner package (Java-identical
+// placement) and keeps each key's records in order.
+//
+// # Placement
+//
+// Every record's partition is chosen by a partitioner.Partitioner from live
+// topic metadata (partition count; available = has a leader, ascending ids)
+// and set explicitly on the message, so librdkafka's own partitioner (CRC32 by
+// default) never decides. Metadata is fetched when a topic is first used,
+// refreshed every MetadataMaxAge, and at once after delivery errors that
+// suggest it is stale. Adding partitions to a topic moves keys, as it does in
+// Java.
+//
+// # Order
+//
+// The producer is idempotent (enable.idempotence=true, acks=all) and runs
+// librdkafka with enable.gapless.guarantee=true: if a failure could leave a gap
+// in a partition's sequence (a record failed while later ones of the same
+// partition could still succeed), librdkafka raises a fatal error and fails
+// every queued record instead of writing past the gap. On top of that, in
+// ordered mode (the default) the first failed delivery stops this producer:
+// later Produce calls return ErrFailed wrapping it. So a key's records are
+// written in Produce order, with no record written after one of its
+// predecessors failed. Records of one key must be produced from one
+// goroutine (or otherwise in a fixed order) for that order to mean anything.
+//
+// # Delivery results
+//
+// A failed delivery is never dropped: it reaches the record's callback, or,
+// for records produced without a callback, the next Flush or Close returns
+// it.
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// Record is one record to produce.
+type Record[K, V any] struct {
+	Topic   string
+	Key     K
+	Value   V
+	Headers []Header
+	// Timestamp is the record's timestamp; zero means the time of Produce.
+	Timestamp time.Time
+}
+
+// Header is a record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Delivery is where a record was written.
+type Delivery struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// Producer writes typed records to Kafka. It is safe for concurrent use.
+//
+// New starts three goroutines (delivery reports, librdkafka's log, metadata
+// refresh); Close ends them and waits for them.
+type Producer[K, V any] struct {
+	c    *client
+	keys Serializer[K]
+	vals Serializer[V]
+}
+
+// New returns a producer that serializes keys and values with the given
+// serializers.
+func New[K, V any](keys Serializer[K], values Serializer[V], opts ...Opt) (*Producer[K, V], error) {
+	if keys == nil || values == nil {
+		return nil, fmt.Errorf("%w: nil serializer", ErrConfig)
+	}
+	c, err := newClient(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Producer[K, V]{c: c, keys: keys, vals: values}, nil
+}
+
+// Produce serializes r, chooses its partition and queues it. done, if not nil,
+// is called once with the outcome, on the producer's delivery goroutine, in
+// the order the broker acknowledged the records of each partition; it must
+// not block for long. Produce blocks while librdkafka's queue is full, until
+// ctx is done.
+func (p *Producer[K, V]) Produce(ctx context.Context, r Record[K, V], done func(Delivery, error)) error {
+	key, err := p.keys.Serialize(r.Topic, r.Key)
+	if err != nil {
+		return &Error{Op: "serialize key", Topic: r.Topic, Partition: -1, Offset: -1, Err: err}
+	}
+	val, err := p.vals.Serialize(r.Topic, r.Value)
+	if err != nil {
+		return &Error{Op: "serialize value", Topic: r.Topic, Partition: -1, Offset: -1, Err: err}
+	}
+	return p.c.produce(ctx, r.Topic, key, val, r.Headers, r.Timestamp, done)
+}
+
+// ProduceSync produces r and waits for its delivery.
+func (p *Producer[K, V]) ProduceSync(ctx context.Context, r Record[K, V]) (Delivery, error) {
+	type result struct {
+		d   Delivery
+		err error
+	}
+	ch := make(chan result, 1)
+	if err := p.Produce(ctx, r, func(d Delivery, err error) { ch <- result{d, err} }); err != nil {
+		return Delivery{}, err
+	}
+	select {
+	case res := <-ch:
+		return res.d, res.err
+	case <-ctx.Done():
+		return Delivery{}, fmt.Errorf("producer: waiting for delivery to topic %q: %w (the record may still be written)", r.Topic, context.Cause(ctx))
+	}
+}
+
+// Flush waits until every record produced so far has a delivery result, or
+// ctx is done. It returns the failures of records produced without a
+// callback since the last Flush, and ErrFailed if the producer stopped.
+func (p *Producer[K, V]) Flush(ctx context.Context) error { return p.c.flush(ctx) }
+
+// Close flushes (bounded by CloseTimeout), purges what is still undelivered
+// (those records fail), closes the librdkafka handle and waits for the
+// producer's goroutines. It returns undelivered records' failures not
+// reported to a callback. Calls after the first return nil.
+func (p *Producer[K, V]) Close() error { return p.c.close() }
+
+// Partition returns the partition r would be written to now, without
+// producing it.
+func (p *Producer[K, V]) Partition(ctx context.Context, r Record[K, V]) (int32, error) {
+	key, err := p.keys.Serialize(r.Topic, r.Key)
+	if err != nil {
+		return -1, &Error{Op: "serialize key", Topic: r.Topic, Partition: -1, Offset: -1, Err: err}
+	}
+	return p.c.partition(ctx, r.Topic, key)
+}
+
+// topicMeta is what placement needs of a topic.
+type topicMeta struct {
+	partitions int
+	available  []int32 // ascending
+}
+
+type client struct {
+	cfg cfg
+	kp  *kafka.Producer
+	log *slog.Logger
+
+	// closeMu guards kp against use after Close: producers hold it shared
+	// while they call into librdkafka.
+	closeMu sync.RWMutex
+	closed  bool
+
+	metaMu  sync.RWMutex
+	topics  map[string]*topicMeta
+	fetchMu sync.Mutex // one metadata fetch at a time
+
+	inflight atomic.Int64
+	progMu   sync.Mutex
+	progCh   chan struct{} // closed on the next delivery; nil when nobody waits
+
+	failed     atomic.Pointer[error] // ordered mode: the first delivery failure
+	unrepMu    sync.Mutex
+	unreported []error // failures of records without a callback, not yet returned
+
+	refresh chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// pending is the opaque carried by each message through librdkafka.
+type pending struct {
+	done func(Delivery, error)
+}
+
+func newClient(opts []Opt) (*client, error) {
+	c := &client{cfg: defaultCfg(), topics: map[string]*topicMeta{}, refresh: make(chan struct{}, 1), stop: make(chan struct{})}
+	for _, o := range opts {
+		o.apply(&c.cfg)
+	}
+	settings, err := c.cfg.build()
+	if err != nil {
+		return nil, err
+	}
+	c.log = c.cfg.log
+	cm := kafka.ConfigMap{
+		"go.logs.channel.enable":    true,
+		"go.delivery.reports":       true,
+		"go.delivery.report.fields": "none",
+	}
+	for k, v := range settings {
+		cm[k] = v
+	}
+	kp, err := kafka.NewProducer(&cm)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	c.kp = kp
+	c.log.Info("kord producer started", "config", redacted(settings), "partitioner", fmt.Sprintf("%T", c.cfg.part))
+	c.wg.Add(3)
+	go c.events()
+	go c.logs()
+	go c.refresher()
+	return c, nil
+}
+
+func (c *client) produce(ctx context.Context, topic string, key, val []byte, hdrs []Header, ts time.Time, done func(Delivery, error)) error {
+	if err := c.failure(); err != nil {
+		return err
+	}
+	part, err := c.partition(ctx, topic, key)
+	if err != nil {
+		return err
+	}
+	m := &kafka.Message{
+		TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: part},
+		Key:            key,
+		Value:          val,
+		Timestamp:      ts,
+		Opaque:         &pending{done: done},
+	}
+	if len(hdrs) > 0 {
+		m.Headers = make([]kafka.Header, len(hdrs))
+		for i, h := range hdrs {
+			m.Headers[i] = kafka.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	for {
+		err := c.enqueue(m)
+		if err == nil {
+			return nil
+		}
+		var kerr kafka.Error
+		if !errors.As(err, &kerr) || kerr.Code() != kafka.ErrQueueFull {
+			return err
+		}
+		// librdkafka's queue is full: wait for deliveries to make room.
+		if err := c.waitProgress(ctx, 10*time.Millisecond); err != nil {
+			return &Error{Op: "produce", Topic: topic, Partition: part, Offset: -1, Err: fmt.Errorf("queue full: %w", err)}
+		}
+		if err := c.failure(); err != nil {
+			return err
+		}
+	}
+}
+
+// enqueue hands m to librdkafka under the close guard.
+func (c *client) enqueue(m *kafka.Message) error {
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	if c.closed {
+		return ErrClosed
+	}
+	c.inflight.Add(1)
+	if err := c.kp.Produce(m, nil); err != nil {
+		c.inflight.Add(-1)
+		var kerr kafka.Error
+		if errors.As(err, &kerr) && kerr.Code() == kafka.ErrQueueFull {
+			return err
+		}
+		return &Error{Op: "produce", Topic: *m.TopicPartition.Topic, Partition: m.TopicPartition.Partition, Offset: -1, Err: err}
+	}
+	return nil
+}
+
+func (c *client) partition(ctx context.Context, topic string, key []byte) (int32, error) {
+	tm, err := c.topic(ctx, topic)
+	if err != nil {
+		return -1, err
+	}
+	p := c.cfg.part.Partition(topic, key, tm.partitions, tm.available)
+	if p < 0 || int(p) >= tm.partitions {
+		return -1, &Error{Op: "partition", Topic: topic, Partition: -1, Offset: -1,
+			Err: fmt.Errorf("partitioner %T returned %d for a topic of %d partitions", c.cfg.part, p, tm.partitions)}
+	}
+	return p, nil
+}
+
+func (c *client) failure() error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	if f := c.failed.Load(); f != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, *f)
+	}
+	return nil
+}
+
+func (c *client) isClosed() bool {
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	return c.closed
+}
+
+// events serves delivery reports and client-level errors until librdkafka's
+// event channel closes (in close).
+func (c *client) events() {
+	defer c.wg.Done()
+	for ev := range c.kp.Events() {
+		switch e := ev.(type) {
+		case *kafka.Message:
+			c.delivered(e)
+		case kafka.Error:
+			if e.IsFatal() {
+				c.fail(fmt.Errorf("producer: fatal librdkafka error: %w", e))
+				c.log.Error("kord producer: fatal error", "err", e)
+			} else {
+				c.log.Warn("kord producer: client error", "err", e)
+			}
+		default:
+			c.log.Debug("kord producer: event", "event", ev.String())
+		}
+	}
+}
+
+func (c *client) delivered(m *kafka.Message) {
+	p, _ := m.Opaque.(*pending)
+	tp := m.TopicPartition
+	topic := ""
+	if tp.Topic != nil {
+		topic = *tp.Topic
+	}
+	d := Delivery{Topic: topic, Partition: tp.Partition, Offset: int64(tp.Offset)}
+	var err error
+	if tp.Error != nil {
+		err = &Error{Op: "deliver", Topic: topic, Partition: tp.Partition, Offset: -1, Err: tp.Error}
+		if !c.cfg.allowReordering {
+			c.fail(err)
+		}
+		if stale(tp.Error) {
+			c.triggerRefresh()
+		}
+		if p == nil || p.done == nil {
+			c.unrepMu.Lock()
+			c.unreported = append(c.unreported, err)
+			c.unrepMu.Unlock()
+		}
+	}
+	if p != nil && p.done != nil {
+		p.done(d, err)
+	}
+	c.inflight.Add(-1)
+	c.progMu.Lock()
+	if c.progCh != nil {
+		close(c.progCh)
+		c.progCh = nil
+	}
+	c.progMu.Unlock()
+}
+
+// stale reports whether err suggests the producer's metadata is out of date.
+func stale(err error) bool {
+	var kerr kafka.Error
+	if !errors.As(err, &kerr) {
+		return false
+	}
+	switch kerr.Code() {
+	case kafka.ErrUnknownTopicOrPart, kafka.ErrUnknownPartition, kafka.ErrLeaderNotAvailable,
+		kafka.ErrNotLeaderForPartition, kafka.ErrUnknownTopic:
+		return true
+	}
+	return false
+}
+
+func (c *client) fail(err error) {
+	c.failed.CompareAndSwap(nil, &err)
+}
+
+// waitProgress waits for the next delivery, at most d, or until ctx is done.
+func (c *client) waitProgress(ctx context.Context, d time.Duration) error {
+	c.progMu.Lock()
+	if c.progCh == nil {
+		c.progCh = make(chan struct{})
+	}
+	ch := c.progCh
+	c.progMu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+func (c *client) flush(ctx context.Context) error {
+	for c.inflight.Load() > 0 {
+		if err := c.waitProgress(ctx, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("producer: flush: %d records undelivered: %w", c.inflight.Load(), err)
+		}
+	}
+	c.unrepMu.Lock()
+	errs := c.unreported
+	c.unreported = nil
+	c.unrepMu.Unlock()
+	if f := c.failed.Load(); f != nil && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrFailed, *f))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *client) close() error {
+	c.closeMu.Lock()
+	if c.closed {
+		c.closeMu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.closeMu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.closeTimeout)
+	ferr := c.flush(ctx)
+	cancel()
+	if n := c.inflight.Load(); n > 0 {
+		// Purge what is still queued or in flight; librdkafka reports each
+		// purged record as failed, through the events goroutine.
+		c.log.Warn("kord producer: close timeout, purging undelivered records", "records", n, "timeout", c.cfg.closeTimeout)
+		if err := c.kp.Purge(kafka.PurgeQueue | kafka.PurgeInFlight | kafka.PurgeNonBlocking); err != nil {
+			c.log.Error("kord producer: purge", "err", err)
+		}
+		pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		perr := c.flush(pctx)
+		pcancel()
+		ferr = errors.Join(ferr, perr)
+	}
+	close(c.stop)
+	c.kp.Close() // closes the events and logs channels after librdkafka's poller stops
+	c.wg.Wait()
+	return ferr
+}
+
+// logs forwards librdkafka's log to slog until the log channel closes.
+func (c *client) logs() {
+	defer c.wg.Done()
+	for l := range c.kp.Logs() {
+		c.log.Log(context.Background(), syslogLevel(l.Level), "librdkafka: "+l.Message, "tag", l.Tag, "client", l.Name)
+	}
+}
+
+// syslogLevel maps librdkafka's syslog levels (0 emergency .. 7 debug).
+func syslogLevel(l int) slog.Level {
+	switch {
+	case l <= 3:
+		return slog.LevelError
+	case l == 4:
+		return slog.LevelWarn
+	case l <= 6:
+		return slog.LevelInfo
+	default:
+		return slog.LevelDebug
+	}
+}
+
+// topic returns the cached metadata of topic, fetching it on first use.
+func (c *client) topic(ctx context.Context, topic string) (*topicMeta, error) {
+	c.metaMu.RLock()
+	tm := c.topics[topic]
+	c.metaMu.RUnlock()
+	if tm != nil {
+		return tm, nil
+	}
+	c.fetchMu.Lock()
+	defer c.fetchMu.Unlock()
+	c.metaMu.RLock()
+	tm = c.topics[topic]
+	c.metaMu.RUnlock()
+	if tm != nil {
+		return tm, nil
+	}
+	return c.fetch(ctx, topic)
+}
+
+// fetch reads topic's metadata from the cluster and caches it. Callers hold
+// fetchMu.
+func (c *client) fetch(ctx context.Context, topic string) (*topicMeta, error) {
+	timeout := c.cfg.metadataTimeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = time.Until(dl)
+	}
+	if err := ctx.Err(); err != nil || timeout <= 0 {
+		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Err: context.Cause(ctx)}
+	}
+	c.closeMu.RLock()
+	if c.closed {
+		c.closeMu.RUnlock()
+		return nil, ErrClosed
+	}
+	md, err := c.kp.GetMetadata(&topic, false, int(timeout.Milliseconds()))
+	c.closeMu.RUnlock()
+	if err != nil {
+		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Err: err}
+	}
+	t, ok := md.Topics[topic]
+	if !ok || t.Error.Code() == kafka.ErrUnknownTopicOrPart || t.Error.Code() == kafka.ErrUnknownTopic ||
+		(t.Error.Code() == kafka.ErrNoError && len(t.Partitions) == 0) {
+		c.forget(topic)
+		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Err: ErrUnknownTopic}
+	}
+	if t.Error.Code() != kafka.ErrNoError {
+		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Err: t.Error}
+	}
+	tm := metaOf(t)
+	c.metaMu.Lock()
+	old := c.topics[topic]
+	c.topics[topic] = tm
+	c.metaMu.Unlock()
+	if old != nil && old.partitions != tm.partitions {
+		c.log.Warn("kord producer: partition count changed; keys now map to other partitions", "topic", topic, "was", old.partitions, "now", tm.partitions)
+	}
+	return tm, nil
+}
+
+// metaOf derives placement metadata. A partition is available when it has a
+// leader (Java: Cluster.availablePartitionsForTopic keeps partitions whose
+// leader is not null; a broker reports a leaderless partition with leader -1
+// or LEADER_NOT_AVAILABLE).
+func metaOf(t kafka.TopicMetadata) *topicMeta {
+	ps := append([]kafka.PartitionMetadata(nil), t.Partitions...)
+	sort.Slice(ps, func(i, j int) bool { return ps[i].ID < ps[j].ID })
+	tm := &topicMeta{partitions: len(ps)}
+	for _, p := range ps {
+		if p.Leader >= 0 && p.Error.Code() != kafka.ErrLeaderNotAvailable {
+			tm.available = append(tm.available, p.ID)
+		}
+	}
+	return tm
+}
+
+func (c *client) forget(topic string) {
+	c.metaMu.Lock()
+	delete(c.topics, topic)
+	c.metaMu.Unlock()
+}
+
+func (c *client) triggerRefresh() {
+	select {
+	case c.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// refresher re-reads the metadata of every topic in use every
+// MetadataMaxAge and when triggered, until close.
+func (c *client) refresher() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.metadataMaxAge)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		case <-c.refresh:
+		}
+		c.refreshAll()
+	}
+}
+
+func (c *client) refreshAll() {
+	c.metaMu.RLock()
+	names := make([]string, 0, len(c.topics))
+	for n := range c.topics {
+		names = append(names, n)
+	}
+	c.metaMu.RUnlock()
+	for _, n := range names {
+		c.fetchMu.Lock()
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.metadataTimeout)
+		_, err := c.fetch(ctx, n)
+		cancel()
+		c.fetchMu.Unlock()
+		if err != nil && !errors.Is(err, ErrClosed) {
+			c.log.Warn("kord producer: metadata refresh", "topic", n, "err", err)
+		}
+	}
+}
