@@ -336,13 +336,17 @@ func (c *client) delivered(m *kafka.Message) {
 	var err error
 	if tp.Error != nil {
 		err = &Error{Op: "deliver", Topic: topic, Partition: tp.Partition, Offset: -1, Err: tp.Error}
-		if !c.cfg.allowReordering {
+		txn := c.cfg.transactionalID != ""
+		// In a transaction a failed record makes the transaction fail to
+		// commit (librdkafka requires an abort), which is the gap guard
+		// there; outside one, ordered mode stops the producer.
+		if !c.cfg.allowReordering && !txn {
 			c.fail(err)
 		}
 		if stale(tp.Error) {
 			c.triggerRefresh()
 		}
-		if p == nil || p.done == nil {
+		if (p == nil || p.done == nil) && !(txn && purged(tp.Error)) {
 			c.unrepMu.Lock()
 			c.unreported = append(c.unreported, err)
 			c.unrepMu.Unlock()
@@ -358,6 +362,13 @@ func (c *client) delivered(m *kafka.Message) {
 		c.progCh = nil
 	}
 	c.progMu.Unlock()
+}
+
+// purged reports whether err is librdkafka's report for a record it dropped
+// on purpose: on AbortTransaction, or on Close after the timeout.
+func purged(err error) bool {
+	var kerr kafka.Error
+	return errors.As(err, &kerr) && (kerr.Code() == kafka.ErrPurgeQueue || kerr.Code() == kafka.ErrPurgeInflight)
 }
 
 // stale reports whether err suggests the producer's metadata is out of date.

@@ -1,0 +1,141 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// Transactions, on a producer made with TransactionalID. These are thin,
+// context-aware wrappers over librdkafka's transactional API that add what
+// failed to the error; the checkpoint package builds kord's exactly-once
+// protocol on them (DESIGN.md). librdkafka cannot resume another producer's
+// transaction: InitTransactions completes a commit an earlier incarnation had
+// already sent and aborts anything else, and it fences every older producer
+// with the same transactional.id.
+
+// ErrFenced means another producer with the same transactional.id took over.
+// It is fatal: this producer can do nothing more.
+var ErrFenced = errors.New("producer: fenced by a newer producer with the same transactional.id")
+
+// TxnError is a failed transactional call. Fatal: the producer is unusable
+// (fenced, or librdkafka's state is lost) and must be closed. Abortable: the
+// current transaction must be aborted. Retriable: the same call may be
+// retried, but kord's protocol never retries a call whose outcome is unknown
+// on the same producer (see DESIGN.md on KIP-890).
+type TxnError struct {
+	Op        string
+	ID        string // transactional.id
+	Fatal     bool
+	Abortable bool
+	Retriable bool
+	Err       error
+}
+
+func (e *TxnError) Error() string {
+	kind := ""
+	switch {
+	case e.Fatal:
+		kind = " (fatal)"
+	case e.Abortable:
+		kind = " (abort required)"
+	case e.Retriable:
+		kind = " (retriable)"
+	}
+	return fmt.Sprintf("producer: %s, transactional.id %q%s: %v", e.Op, e.ID, kind, e.Err)
+}
+
+func (e *TxnError) Unwrap() error { return e.Err }
+
+func (c *client) txnErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	te := &TxnError{Op: op, ID: c.cfg.transactionalID, Err: err}
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		te.Fatal = kerr.IsFatal()
+		te.Abortable = kerr.TxnRequiresAbort()
+		te.Retriable = kerr.IsRetriable()
+		switch kerr.Code() {
+		case kafka.ErrFenced, kafka.ErrProducerFenced, kafka.ErrInvalidProducerEpoch:
+			te.Fatal = true
+			te.Err = fmt.Errorf("%w: %w", ErrFenced, err)
+		case kafka.ErrInvalidTransactionTimeout:
+			te.Fatal = true
+			te.Err = fmt.Errorf("transaction.timeout.ms is above the broker's transaction.max.timeout.ms (lower it, or raise the broker's limit): %w", err)
+		}
+	}
+	if te.Fatal {
+		c.fail(te)
+	}
+	return te
+}
+
+// txnGuard runs fn with the librdkafka handle, refusing on a closed or
+// non-transactional producer.
+func (c *client) txnGuard(op string, fn func(kp *kafka.Producer) error) error {
+	if c.cfg.transactionalID == "" {
+		return fmt.Errorf("%w: %s needs producer.TransactionalID", ErrConfig, op)
+	}
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return c.txnErr(op, fn(c.kp))
+}
+
+// InitTransactions registers the transactional.id with the broker, fencing
+// older producers with the same id and completing or aborting what they left
+// open. Bounded by ctx.
+func (p *Producer[K, V]) InitTransactions(ctx context.Context) error {
+	return p.c.txnGuard("init transactions", func(kp *kafka.Producer) error { return kp.InitTransactions(ctx) })
+}
+
+// BeginTransaction starts a transaction; records produced until it is
+// committed or aborted belong to it.
+func (p *Producer[K, V]) BeginTransaction() error {
+	return p.c.txnGuard("begin transaction", func(kp *kafka.Producer) error { return kp.BeginTransaction() })
+}
+
+// Offset is a consumed position to commit with a transaction: the next
+// offset to read, and a metadata string stored with it.
+type Offset struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Metadata  string
+}
+
+// SendOffsetsToTransaction adds consumed positions to the current
+// transaction, committed to group when the transaction commits. The group
+// need not have members: kord's commit group never does, and the commit is
+// made with generation -1 and no member id.
+func (p *Producer[K, V]) SendOffsetsToTransaction(ctx context.Context, group string, offsets []Offset) error {
+	gm, err := kafka.NewTestConsumerGroupMetadata(group)
+	if err != nil {
+		return fmt.Errorf("producer: group metadata for %q: %w", group, err)
+	}
+	tps := make([]kafka.TopicPartition, len(offsets))
+	for i, o := range offsets {
+		topic, md := o.Topic, o.Metadata
+		tps[i] = kafka.TopicPartition{Topic: &topic, Partition: o.Partition, Offset: kafka.Offset(o.Offset), Metadata: &md}
+	}
+	return p.c.txnGuard(fmt.Sprintf("send offsets to transaction (group %q)", group), func(kp *kafka.Producer) error {
+		return kp.SendOffsetsToTransaction(ctx, tps, gm)
+	})
+}
+
+// CommitTransaction flushes the transaction's records and commits it.
+func (p *Producer[K, V]) CommitTransaction(ctx context.Context) error {
+	return p.c.txnGuard("commit transaction", func(kp *kafka.Producer) error { return kp.CommitTransaction(ctx) })
+}
+
+// AbortTransaction aborts the current transaction; its records are never
+// seen by read_committed consumers.
+func (p *Producer[K, V]) AbortTransaction(ctx context.Context) error {
+	return p.c.txnGuard("abort transaction", func(kp *kafka.Producer) error { return kp.AbortTransaction(ctx) })
+}

@@ -1,0 +1,114 @@
+package producer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/producer"
+)
+
+func TestTransactionsCommitAbortAndOffsetMetadata(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		out := c.CreateTopic(t, 3, nil)
+		in := c.CreateTopic(t, 2, nil)
+		group := kafkatest.TopicName(t) + ".commit"
+		p := newBytesProducer(t, c, producer.TransactionalID(kafkatest.TopicName(t)))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, p.InitTransactions(ctx))
+
+		// Aborted: never visible to read_committed.
+		require.NoError(t, p.BeginTransaction())
+		for i := 0; i < 10; i++ {
+			require.NoError(t, p.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: fmt.Sprint(i), Value: []byte("aborted")}, nil))
+		}
+		require.NoError(t, p.AbortTransaction(ctx))
+		require.NoError(t, p.Flush(ctx), "records purged by an abort are not failures to report")
+
+		// Committed with offsets and metadata for a group that has no members.
+		require.NoError(t, p.BeginTransaction())
+		for i := 0; i < 10; i++ {
+			require.NoError(t, p.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: fmt.Sprint(i), Value: []byte("committed")}, nil))
+		}
+		meta := "kord1;run=r1;ckpt=7"
+		require.NoError(t, p.SendOffsetsToTransaction(ctx, group, []producer.Offset{
+			{Topic: in, Partition: 0, Offset: 42, Metadata: meta},
+			{Topic: in, Partition: 1, Offset: 0, Metadata: meta},
+		}))
+		require.NoError(t, p.CommitTransaction(ctx))
+
+		recs := c.ReadAll(t, out, 10, true, 30*time.Second)
+		require.Len(t, recs, 10)
+		for _, r := range recs {
+			require.Equal(t, "committed", string(r.Value))
+		}
+		require.Empty(t, c.ReadAll(t, out, 11, true, 2*time.Second)[10:], "aborted records visible")
+
+		// The commit group's offsets and metadata, read with stable offsets.
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.Group = group
+		req.RequireStable = true
+		rt := kmsg.NewOffsetFetchRequestTopic()
+		rt.Topic = in
+		rt.Partitions = []int32{0, 1}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, c.Client(t))
+		require.NoError(t, err)
+		require.Len(t, resp.Topics, 1)
+		got := map[int32]int64{}
+		for _, p := range resp.Topics[0].Partitions {
+			require.Zero(t, p.ErrorCode)
+			require.Equal(t, meta, *p.Metadata)
+			got[p.Partition] = p.Offset
+		}
+		require.Equal(t, map[int32]int64{0: 42, 1: 0}, got)
+	})
+}
+
+func TestTransactionalCallsNeedTransactionalID(t *testing.T) {
+	c := kafkatest.Fake(t)
+	p := newBytesProducer(t, c)
+	require.ErrorIs(t, p.BeginTransaction(), producer.ErrConfig)
+}
+
+// TestZombieIsFenced: a second producer with the same transactional.id
+// fences the first; the first's next transactional call fails fatally with
+// ErrFenced and it refuses further records.
+func TestZombieIsFenced(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		out := c.CreateTopic(t, 1, nil)
+		id := kafkatest.TopicName(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		old := newBytesProducer(t, c, producer.TransactionalID(id))
+		require.NoError(t, old.InitTransactions(ctx))
+		require.NoError(t, old.BeginTransaction())
+		require.NoError(t, old.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("zombie")}, nil))
+		require.NoError(t, old.Flush(ctx))
+
+		cur := newBytesProducer(t, c, producer.TransactionalID(id))
+		require.NoError(t, cur.InitTransactions(ctx))
+
+		err := old.CommitTransaction(ctx)
+		require.Error(t, err)
+		var te *producer.TxnError
+		require.ErrorAs(t, err, &te)
+		require.True(t, te.Fatal, "%v", err)
+		require.ErrorIs(t, err, producer.ErrFenced)
+		require.Contains(t, err.Error(), id)
+		require.ErrorIs(t, old.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k"}, nil), producer.ErrFailed)
+
+		require.NoError(t, cur.BeginTransaction())
+		require.NoError(t, cur.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("live")}, nil))
+		require.NoError(t, cur.CommitTransaction(ctx))
+		recs := c.ReadAll(t, out, 1, true, 30*time.Second)
+		require.Len(t, recs, 1)
+		require.Equal(t, "live", string(recs[0].Value))
+	})
+}
