@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every test of the project:
+#   gofmt and go vet;
+#   go test -race ./... in kord's module, where each Kafka test runs on the
+#   in-process kfake cluster and on a real Apache Kafka broker;
+#   the tests of the separate bench/peers module.
+# The real broker is the one named by KORD_KAFKA_BROKERS when set; otherwise
+# this script starts one with scripts/kafka.sh (fetched with Maven) and stops
+# it afterwards. KORD_REQUIRE_KAFKA=1 is always set, so the run fails, not
+# skips, when the broker-backed tests cannot run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -z "${KORD_KAFKA_BROKERS:-}" ]; then
+	KORD_KAFKA_DIR="${KORD_KAFKA_DIR:-$(mktemp -d /tmp/kord-kafka-test.XXXXXX)}"
+	export KORD_KAFKA_DIR
+	trap 'scripts/kafka.sh stop >&2' EXIT
+	KORD_KAFKA_BROKERS="$(scripts/kafka.sh start)"
+fi
+export KORD_KAFKA_BROKERS KORD_REQUIRE_KAFKA=1
+echo "test.sh: real Kafka broker at $KORD_KAFKA_BROKERS" >&2
+
+unformatted="$(gofmt -l $(find . -name '*.go' -not -path './partitioner/testdata/*'))"
+if [ -n "$unformatted" ]; then
+	echo "test.sh: not gofmt-formatted:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+go vet ./...
+go test -race -count=1 "$@" ./...
+if [ -f bench/peers/go.mod ]; then
+	(cd bench/peers && go vet ./... && go test -count=1 ./...)
+fi
