@@ -360,3 +360,43 @@ func TestCloseBoundedWhenBrokerUnreachable(t *testing.T) {
 	require.NoError(t, p.Close())
 	require.Less(t, time.Since(start), 5*time.Second)
 }
+
+// TestMetadataRefreshSeesNewPartitions: partitions added to a topic are used
+// after the periodic refresh, and keys then follow the new count, as in Java.
+func TestMetadataRefreshSeesNewPartitions(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		topic := c.CreateTopic(t, 2, nil)
+		p := newBytesProducer(t, c, producer.MetadataMaxAge(100*time.Millisecond))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		key := ""
+		for i := 0; ; i++ {
+			key = "k" + strconv.Itoa(i)
+			if partitioner.KeyPartition([]byte(key), 5) >= 2 {
+				break
+			}
+		}
+		d, err := p.ProduceSync(ctx, producer.Record[string, []byte]{Topic: topic, Key: key, Value: []byte("before")})
+		require.NoError(t, err)
+		require.Equal(t, partitioner.KeyPartition([]byte(key), 2), d.Partition)
+
+		req := kmsg.NewPtrCreatePartitionsRequest()
+		rt := kmsg.NewCreatePartitionsRequestTopic()
+		rt.Topic = topic
+		rt.Count = 5
+		req.Topics = append(req.Topics, rt)
+		req.TimeoutMillis = 30000
+		resp, err := req.RequestWith(ctx, c.Client(t))
+		require.NoError(t, err)
+		require.NoError(t, kerr.ErrorForCode(resp.Topics[0].ErrorCode))
+
+		want := partitioner.KeyPartition([]byte(key), 5)
+		require.Eventually(t, func() bool {
+			got, err := p.Partition(ctx, producer.Record[string, []byte]{Topic: topic, Key: key})
+			return err == nil && got == want
+		}, 30*time.Second, 50*time.Millisecond)
+		d, err = p.ProduceSync(ctx, producer.Record[string, []byte]{Topic: topic, Key: key, Value: []byte("after")})
+		require.NoError(t, err)
+		require.Equal(t, want, d.Partition)
+	})
+}
