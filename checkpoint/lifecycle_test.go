@@ -1,0 +1,150 @@
+package checkpoint
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of transcript tests in testdata/")
+
+// TestLifecycleTranscripts runs the scripts in testdata/lifecycle: each case
+// is a command, a "----" line, and the effects it must return, one per line.
+// go test ./checkpoint -run Transcripts -rewrite regenerates the expectations
+// (review the diff).
+//
+// Commands: new key=value... (interval timeout minpause tolerable tasks
+// committed at), tick at=D, ack ID task=N, task-failed ID at=D, meta-durable
+// ID, meta-failed ID at=D, commit-done ID at=D, commit-failed ID, stop at=D,
+// state. Times are durations from an epoch.
+func TestLifecycleTranscripts(t *testing.T) {
+	files, err := filepath.Glob("testdata/lifecycle/*.txt")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) { runTranscript(t, f) })
+	}
+}
+
+func runTranscript(t *testing.T, path string) {
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var out strings.Builder
+	var l *Lifecycle
+	epoch := time.Unix(1_700_000_000, 0)
+	blocks := strings.Split(strings.TrimRight(string(data), "\n"), "\n\n")
+	for _, b := range blocks {
+		lines := strings.Split(b, "\n")
+		var comments []string
+		for len(lines) > 0 && strings.HasPrefix(lines[0], "#") {
+			comments = append(comments, lines[0])
+			lines = lines[1:]
+		}
+		require.GreaterOrEqual(t, len(lines), 2, "%s: block %q", path, b)
+		cmd := lines[0]
+		require.Equal(t, "----", lines[1], "%s: %q", path, cmd)
+		want := strings.Join(lines[2:], "\n")
+		got := execLifecycle(t, &l, epoch, cmd)
+		if !*rewrite {
+			require.Equal(t, want, got, "%s: %s", path, cmd)
+		}
+		for _, c := range comments {
+			out.WriteString(c + "\n")
+		}
+		out.WriteString(cmd + "\n----\n")
+		if got != "" {
+			out.WriteString(got + "\n")
+		}
+		out.WriteString("\n")
+	}
+	if *rewrite {
+		require.NoError(t, os.WriteFile(path, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644))
+	}
+}
+
+func execLifecycle(t *testing.T, lp **Lifecycle, epoch time.Time, cmd string) string {
+	fields := strings.Fields(cmd)
+	args := map[string]string{}
+	var id uint64
+	for _, f := range fields[1:] {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			args[k] = v
+		} else {
+			n, err := strconv.ParseUint(f, 10, 64)
+			require.NoError(t, err, cmd)
+			id = n
+		}
+	}
+	dur := func(k string) time.Duration {
+		if args[k] == "" {
+			return 0
+		}
+		d, err := time.ParseDuration(args[k])
+		require.NoError(t, err, cmd)
+		return d
+	}
+	num := func(k string) int {
+		if args[k] == "" {
+			return 0
+		}
+		n, err := strconv.Atoi(args[k])
+		require.NoError(t, err, cmd)
+		return n
+	}
+	at := epoch.Add(dur("at"))
+	var effs []Effect
+	l := *lp
+	switch fields[0] {
+	case "new":
+		var err error
+		*lp, err = NewLifecycle(Config{Interval: dur("interval"), Timeout: dur("timeout"), MinPause: dur("minpause"), TolerableFailures: num("tolerable")},
+			num("tasks"), uint64(num("committed")), at)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return ""
+	case "tick":
+		effs = l.Tick(at)
+	case "ack":
+		effs = l.Ack(id, num("task"))
+	case "task-failed":
+		effs = l.TaskFailed(id, at)
+	case "meta-durable":
+		effs = l.MetadataDurable(id)
+	case "meta-failed":
+		effs = l.MetadataFailed(id, at)
+	case "commit-done":
+		effs = l.CommitDone(id, at)
+	case "commit-failed":
+		effs = l.CommitFailed(id)
+	case "stop":
+		effs = l.Stop(at)
+	case "state":
+		cur, ok := l.InFlight()
+		return fmt.Sprintf("committed=%d inflight=%v/%d", l.Committed(), ok, cur)
+	default:
+		t.Fatalf("unknown command %q", cmd)
+	}
+	s := make([]string, len(effs))
+	for i, e := range effs {
+		s[i] = e.String()
+	}
+	return strings.Join(s, "\n")
+}
+
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, Config{}.Validate())
+	require.Error(t, Config{Interval: time.Microsecond}.Validate())
+	require.Error(t, Config{Timeout: time.Millisecond}.Validate())
+	require.Error(t, Config{MinPause: -1}.Validate())
+	require.Error(t, Config{TolerableFailures: -1}.Validate())
+	_, err := NewLifecycle(Config{}, 0, 0, time.Now())
+	require.Error(t, err)
+}
