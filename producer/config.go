@@ -141,7 +141,9 @@ func (c *cfg) build() (map[string]string, error) {
 	// librdkafka accepts the gapless guarantee only on an idempotent
 	// producer; a user who turned idempotence off (AllowReordering) gets
 	// neither.
-	if _, set := c.settings["enable.gapless.guarantee"]; !set && s["enable.idempotence"] == "true" {
+	// A transactional producer needs no gap guard: a failed record fails
+	// the transaction's commit.
+	if _, set := c.settings["enable.gapless.guarantee"]; !set && s["enable.idempotence"] == "true" && c.transactionalID == "" {
 		s["enable.gapless.guarantee"] = "true"
 	}
 	if len(c.brokers) > 0 {

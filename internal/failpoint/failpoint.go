@@ -79,3 +79,21 @@ func Hit(name string) {
 		kill()
 	}
 }
+
+// Active passes the named failpoint like Hit but, instead of killing the
+// process, reports whether it fires now. It simulates faults that are not
+// crashes (a transactional request whose outcome is unknown, say).
+func Active(name string) bool {
+	if !enabled.Load() {
+		return false
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	n, ok := armed[name]
+	if !ok {
+		return false
+	}
+	n--
+	armed[name] = n
+	return n == 0
+}

@@ -1,0 +1,445 @@
+// Package consumer is kord's checkpointing Kafka source, in the manner of
+// Flink's Kafka consumer: partitions are assigned (never a group rebalance),
+// each assigned partition's position is a concrete offset kept by kord and
+// recorded in checkpoints, and offsets reach Kafka only inside the
+// transaction that commits a checkpoint (see package checkpoint). The
+// consumer never commits offsets itself: auto-commit and the offset store
+// are forced off.
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// TopicPartition names a partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+func (tp TopicPartition) String() string { return fmt.Sprintf("%s[%d]", tp.Topic, tp.Partition) }
+
+// Position is a partition and the next offset to read from it.
+type Position struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// Record is one consumed record.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Headers   []kafka.Header
+	Timestamp time.Time
+}
+
+var (
+	// ErrConfig is a configuration error.
+	ErrConfig = errors.New("consumer: invalid configuration")
+	// ErrOutOfRange means a restored or requested offset is not in the
+	// partition's log (below its log start, or past its end). kord never
+	// resets it silently.
+	ErrOutOfRange = errors.New("consumer: offset out of range")
+	// ErrUnknownTopic means the topic does not exist.
+	ErrUnknownTopic = errors.New("consumer: unknown topic")
+)
+
+// OffsetError ties an error to a partition and offset.
+type OffsetError struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Err       error
+}
+
+func (e *OffsetError) Error() string {
+	return fmt.Sprintf("consumer: %s[%d] offset %d: %v", e.Topic, e.Partition, e.Offset, e.Err)
+}
+
+func (e *OffsetError) Unwrap() error { return e.Err }
+
+// Opt configures a Source.
+type Opt func(*cfg)
+
+type cfg struct {
+	brokers  []string
+	group    string
+	settings map[string]string
+	log      *slog.Logger
+	timeout  time.Duration
+}
+
+// Brokers sets the bootstrap servers (librdkafka and Java bootstrap.servers).
+func Brokers(addrs ...string) Opt { return func(c *cfg) { c.brokers = append(c.brokers, addrs...) } }
+
+// Group sets the group id the underlying librdkafka consumer carries
+// (librdkafka requires one). The source never joins it and never commits
+// to it. Default "kord.source".
+func Group(id string) Opt { return func(c *cfg) { c.group = id } }
+
+// Set passes a librdkafka consumer setting through by its own name.
+// enable.auto.commit, enable.auto.offset.store and group.id are kord's.
+func Set(key, value string) Opt { return func(c *cfg) { c.settings[key] = value } }
+
+// Logger sets where the source logs, including librdkafka's log. Default:
+// nothing is logged.
+func Logger(l *slog.Logger) Opt { return func(c *cfg) { c.log = l } }
+
+// RequestTimeout bounds metadata and watermark requests. Default 10s.
+func RequestTimeout(d time.Duration) Opt { return func(c *cfg) { c.timeout = d } }
+
+var forced = map[string]string{
+	"enable.auto.commit":       "offsets reach Kafka only inside the transaction that commits a checkpoint",
+	"enable.auto.offset.store": "offsets reach Kafka only inside the transaction that commits a checkpoint",
+	"group.id":                 "use consumer.Group",
+	"go.logs.channel.enable":   "kord forwards librdkafka's log to log/slog; use consumer.Logger",
+	"enable.partition.eof":     "kord tracks positions itself",
+}
+
+// Source reads assigned partitions from concrete offsets and tracks the next
+// offset of every assigned partition, idle ones included. It is used from
+// one goroutine; Close ends the goroutine it starts (log forwarding).
+type Source struct {
+	cfg cfg
+	c   *kafka.Consumer
+	log *slog.Logger
+
+	pos      map[TopicPartition]int64
+	assigned []TopicPartition
+	wg       sync.WaitGroup
+	closed   bool
+}
+
+// New creates a source. It reads with isolation.level=read_committed unless
+// Set overrides it.
+func New(opts ...Opt) (*Source, error) {
+	c := cfg{group: "kord.source", settings: map[string]string{}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), timeout: 10 * time.Second}
+	for _, o := range opts {
+		o(&c)
+	}
+	for k := range c.settings {
+		if why, ok := forced[k]; ok {
+			return nil, fmt.Errorf("%w: %s cannot be set: %s", ErrConfig, k, why)
+		}
+	}
+	cm := kafka.ConfigMap{
+		"isolation.level":          "read_committed",
+		"auto.offset.reset":        "error",
+		"client.id":                "kord",
+		"allow.auto.create.topics": "false",
+	}
+	for k, v := range c.settings {
+		cm[k] = v
+	}
+	if len(c.brokers) > 0 {
+		cm["bootstrap.servers"] = strings.Join(c.brokers, ",")
+	}
+	if v, _ := cm["bootstrap.servers"].(string); v == "" {
+		return nil, fmt.Errorf("%w: no brokers (consumer.Brokers or bootstrap.servers)", ErrConfig)
+	}
+	cm["group.id"] = c.group
+	cm["enable.auto.commit"] = false
+	cm["enable.auto.offset.store"] = false
+	cm["enable.partition.eof"] = false
+	cm["go.logs.channel.enable"] = true
+	kc, err := kafka.NewConsumer(&cm)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	s := &Source{cfg: c, c: kc, log: c.log, pos: map[TopicPartition]int64{}}
+	s.wg.Add(1)
+	go s.logs()
+	return s, nil
+}
+
+func (s *Source) logs() {
+	defer s.wg.Done()
+	for l := range s.c.Logs() {
+		lvl := slog.LevelDebug
+		switch {
+		case l.Level <= 3:
+			lvl = slog.LevelError
+		case l.Level == 4:
+			lvl = slog.LevelWarn
+		case l.Level <= 6:
+			lvl = slog.LevelInfo
+		}
+		s.log.Log(context.Background(), lvl, "librdkafka: "+l.Message, "tag", l.Tag, "client", l.Name)
+	}
+}
+
+func (s *Source) timeoutMs(ctx context.Context) int {
+	d := s.cfg.timeout
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
+		d = time.Until(dl)
+	}
+	if d < time.Millisecond {
+		d = time.Millisecond
+	}
+	return int(d.Milliseconds())
+}
+
+// Partitions returns the partition ids of topic, ascending.
+func (s *Source) Partitions(ctx context.Context, topic string) ([]int32, error) {
+	md, err := s.c.GetMetadata(&topic, false, s.timeoutMs(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: metadata of topic %q: %w", topic, err)
+	}
+	t, ok := md.Topics[topic]
+	if !ok || t.Error.Code() == kafka.ErrUnknownTopicOrPart || t.Error.Code() == kafka.ErrUnknownTopic || len(t.Partitions) == 0 {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+	}
+	if t.Error.Code() != kafka.ErrNoError {
+		return nil, fmt.Errorf("consumer: metadata of topic %q: %w", topic, t.Error)
+	}
+	ids := make([]int32, 0, len(t.Partitions))
+	for _, p := range t.Partitions {
+		ids = append(ids, p.ID)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids, nil
+}
+
+// Watermarks returns a partition's log start offset and high watermark.
+func (s *Source) Watermarks(ctx context.Context, tp TopicPartition) (low, high int64, err error) {
+	low, high, err = s.c.QueryWatermarkOffsets(tp.Topic, tp.Partition, s.timeoutMs(ctx))
+	if err != nil {
+		return 0, 0, fmt.Errorf("consumer: watermarks of %s: %w", tp, err)
+	}
+	return low, high, nil
+}
+
+// Start is a logical start position, resolved to concrete offsets by
+// Resolve.
+type Start int
+
+const (
+	// Earliest: the log start of each partition.
+	Earliest Start = iota
+	// Latest: the high watermark of each partition (only new records).
+	Latest
+)
+
+// Resolve turns a logical start into concrete offsets for every partition
+// of topic.
+func (s *Source) Resolve(ctx context.Context, topic string, start Start) ([]Position, error) {
+	parts, err := s.Partitions(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Position, 0, len(parts))
+	for _, p := range parts {
+		low, high, err := s.Watermarks(ctx, TopicPartition{topic, p})
+		if err != nil {
+			return nil, err
+		}
+		off := low
+		if start == Latest {
+			off = high
+		}
+		out = append(out, Position{Topic: topic, Partition: p, Offset: off})
+	}
+	return out, nil
+}
+
+// Assign assigns exactly these partitions, each from its concrete offset,
+// after checking that every offset lies within the partition's log (log
+// start ≤ offset ≤ high watermark); an offset outside fails with
+// ErrOutOfRange naming the partition, the offset and the log's range.
+func (s *Source) Assign(ctx context.Context, positions []Position) error {
+	tps := make([]kafka.TopicPartition, 0, len(positions))
+	pos := make(map[TopicPartition]int64, len(positions))
+	assigned := make([]TopicPartition, 0, len(positions))
+	for _, p := range positions {
+		tp := TopicPartition{p.Topic, p.Partition}
+		if _, dup := pos[tp]; dup {
+			return fmt.Errorf("consumer: %s assigned twice", tp)
+		}
+		low, high, err := s.Watermarks(ctx, tp)
+		if err != nil {
+			return err
+		}
+		if p.Offset < low || p.Offset > high {
+			return &OffsetError{Topic: p.Topic, Partition: p.Partition, Offset: p.Offset,
+				Err: fmt.Errorf("%w: the log holds offsets %d to %d", ErrOutOfRange, low, high)}
+		}
+		topic := p.Topic
+		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p.Partition, Offset: kafka.Offset(p.Offset)})
+		pos[tp] = p.Offset
+		assigned = append(assigned, tp)
+	}
+	if err := s.c.Assign(tps); err != nil {
+		return fmt.Errorf("consumer: assign: %w", err)
+	}
+	s.pos, s.assigned = pos, assigned
+	return nil
+}
+
+// Poll returns up to max records, waiting at most wait for the first one.
+// Each returned record advances its partition's position to offset+1.
+// A fetch error fails with the partition named; an offset out of range on a
+// partition fails with ErrOutOfRange (auto.offset.reset is "error": kord
+// never skips or re-reads silently).
+func (s *Source) Poll(ctx context.Context, max int, wait time.Duration) ([]Record, error) {
+	var out []Record
+	timeout := int(wait.Milliseconds())
+	for len(out) < max {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		ev := s.c.Poll(timeout)
+		if ev == nil {
+			return out, nil
+		}
+		timeout = 0
+		switch e := ev.(type) {
+		case *kafka.Message:
+			tp := e.TopicPartition
+			if tp.Error != nil {
+				return out, s.fetchError(tp)
+			}
+			key := TopicPartition{*tp.Topic, tp.Partition}
+			if _, ok := s.pos[key]; !ok {
+				continue // a partition no longer assigned
+			}
+			s.pos[key] = int64(tp.Offset) + 1
+			out = append(out, Record{Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset), Key: e.Key, Value: e.Value, Headers: e.Headers, Timestamp: e.Timestamp})
+		case kafka.Error:
+			if e.IsFatal() || e.Code() == kafka.ErrAutoOffsetReset {
+				return out, fmt.Errorf("consumer: %w", e)
+			}
+			s.log.Warn("kord source: client error", "err", e)
+		}
+	}
+	return out, nil
+}
+
+func (s *Source) fetchError(tp kafka.TopicPartition) error {
+	topic := ""
+	if tp.Topic != nil {
+		topic = *tp.Topic
+	}
+	err := tp.Error
+	var kerr kafka.Error
+	if errors.As(err, &kerr) && (kerr.Code() == kafka.ErrOffsetOutOfRange || kerr.Code() == kafka.ErrAutoOffsetReset) {
+		err = fmt.Errorf("%w: %w", ErrOutOfRange, err)
+	}
+	return &OffsetError{Topic: topic, Partition: tp.Partition, Offset: s.pos[TopicPartition{topic, tp.Partition}], Err: err}
+}
+
+// Positions returns the next offset to read of every assigned partition,
+// in assignment order, idle partitions included.
+func (s *Source) Positions() []Position {
+	out := make([]Position, len(s.assigned))
+	for i, tp := range s.assigned {
+		out[i] = Position{Topic: tp.Topic, Partition: tp.Partition, Offset: s.pos[tp]}
+	}
+	return out
+}
+
+// Close closes the consumer without committing anything and waits for its
+// goroutine.
+func (s *Source) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.c.Close()
+	s.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("consumer: close: %w", err)
+	}
+	return nil
+}
+
+// Committed is a group's committed offset for one partition.
+type Committed struct {
+	Topic     string
+	Partition int32
+	Offset    int64 // -1 when the group has no offset for the partition
+	Metadata  string
+}
+
+// GroupOffsets reads group's committed offsets for partitions, requiring
+// stable offsets: while a transaction that commits offsets for the group is
+// pending, the broker answers UNSTABLE_OFFSET_COMMIT and this waits (until
+// ctx is done) rather than return an offset that may yet change.
+func (s *Source) GroupOffsets(ctx context.Context, group string, partitions []TopicPartition) ([]Committed, error) {
+	a, err := kafka.NewAdminClientFromConsumer(s.c)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: admin client: %w", err)
+	}
+	defer a.Close()
+	req := make([]kafka.TopicPartition, len(partitions))
+	for i, tp := range partitions {
+		topic := tp.Topic
+		req[i] = kafka.TopicPartition{Topic: &topic, Partition: tp.Partition}
+	}
+	for {
+		res, err := a.ListConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: req}}, kafka.SetAdminRequireStableOffsets(true))
+		if err == nil && len(res.ConsumerGroupsTopicPartitions) != 1 {
+			err = fmt.Errorf("%d results", len(res.ConsumerGroupsTopicPartitions))
+		}
+		var out []Committed
+		unstable := false
+		if err == nil {
+			for _, tp := range res.ConsumerGroupsTopicPartitions[0].Partitions {
+				if tp.Error != nil {
+					var kerr kafka.Error
+					if errors.As(tp.Error, &kerr) && kerr.Code() == kafka.ErrUnstableOffsetCommit {
+						unstable = true
+						break
+					}
+					err = fmt.Errorf("%s[%d]: %w", *tp.Topic, tp.Partition, tp.Error)
+					break
+				}
+				c := Committed{Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset)}
+				if tp.Offset < 0 {
+					c.Offset = -1
+				}
+				if tp.Metadata != nil {
+					c.Metadata = *tp.Metadata
+				}
+				out = append(out, c)
+			}
+		}
+		var kerr kafka.Error
+		if err != nil && errors.As(err, &kerr) && kerr.Code() == kafka.ErrUnstableOffsetCommit {
+			unstable, err = true, nil
+		}
+		if err != nil && errors.As(err, &kerr) && kerr.Code() == kafka.ErrGroupIDNotFound {
+			// A group that never committed: Apache Kafka answers with no
+			// offsets, kfake with GROUP_ID_NOT_FOUND. Same meaning.
+			out = out[:0]
+			for _, tp := range partitions {
+				out = append(out, Committed{Topic: tp.Topic, Partition: tp.Partition, Offset: -1})
+			}
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("consumer: offsets of group %q: %w", group, err)
+		}
+		if !unstable {
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("consumer: offsets of group %q: still unstable (a transaction is pending): %w", group, context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
