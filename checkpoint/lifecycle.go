@@ -56,13 +56,13 @@ func (c Config) Validate() error {
 type Reason int
 
 const (
-	ReasonNone             Reason = iota
-	ReasonTimeout                 // not committed within Config.Timeout
-	ReasonTaskFailed              // a task could not snapshot its state
-	ReasonMetadataFailed          // the metadata could not be made durable
-	ReasonCommitFailed            // the Kafka commit failed or its outcome is unknown
-	ReasonTooManyFailures         // more than TolerableFailures aborts in a row
-	ReasonStopping                // the job is stopping
+	ReasonNone            Reason = iota
+	ReasonTimeout                // not committed within Config.Timeout
+	ReasonTaskFailed             // a task could not snapshot its state
+	ReasonMetadataFailed         // the metadata could not be made durable
+	ReasonCommitFailed           // the Kafka commit failed or its outcome is unknown
+	ReasonTooManyFailures        // more than TolerableFailures aborts in a row
+	ReasonStopping               // the job is stopping
 )
 
 var reasonNames = [...]string{"none", "timeout", "task-failed", "metadata-failed", "commit-failed", "too-many-failures", "stopping"}
@@ -139,9 +139,9 @@ func (e Effect) String() string {
 type phase int
 
 const (
-	phaseAcks phase = iota + 1 // barrier injected, waiting for task snapshots
-	phaseMeta                  // writing metadata
-	phaseCommit                // commit sent; outcome pending
+	phaseAcks   phase = iota + 1 // barrier injected, waiting for task snapshots
+	phaseMeta                    // writing metadata
+	phaseCommit                  // commit sent; outcome pending
 )
 
 type inflight struct {

@@ -1,0 +1,142 @@
+package checkpoint_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/kafkatest"
+)
+
+// inproc runs the job in this process until n results are visible, then
+// stops it gracefully.
+func (h *harness) job(dir string) *checkpoint.CountJob {
+	return &checkpoint.CountJob{Name: h.name, Brokers: h.c.Brokers, Input: h.input, Output: h.output, Dir: dir,
+		Checkpoint: checkpoint.Config{Interval: h.interval}, Emit: emit}
+}
+
+func (h *harness) runUntil(j *checkpoint.CountJob, n int) {
+	t := h.t
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- j.Run(ctx) }()
+	recs := h.c.ReadAll(t, h.output, n, true, 60*time.Second)
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, n, len(recs))
+}
+
+// TestRestoreFailsClearly: the checkpoint Kafka recorded as committed is
+// corrupt, or the offsets it restores are no longer in the log: the job
+// stops with an error naming the file or the topic, partition and offset,
+// instead of restoring something else.
+func TestRestoreFailsClearly(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		h := newHarness(t, c, 50)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		require.NoError(t, h.produce(ctx, 500, 100_000))
+		h.runUntil(h.job(h.dir), 500)
+
+		// Corrupt the committed checkpoint's metadata: exactly-once mode stops.
+		bad := t.TempDir()
+		copyDir(t, h.dir, bad)
+		metas := listMeta(t, bad)
+		newest := metas[len(metas)-1]
+		b, err := os.ReadFile(bad + "/" + newest)
+		require.NoError(t, err)
+		b[len(b)/2] ^= 0xff
+		require.NoError(t, os.WriteFile(bad+"/"+newest, b, 0o644))
+		err = h.job(bad).Run(ctx)
+		require.ErrorIs(t, err, checkpoint.ErrCommittedMissing)
+		require.Contains(t, err.Error(), newest)
+
+		// Delete it: same.
+		require.NoError(t, os.Remove(bad+"/"+newest))
+		err = h.job(bad).Run(ctx)
+		require.ErrorIs(t, err, checkpoint.ErrCommittedMissing)
+
+		// More input, then the log start moves past what the checkpoint
+		// restores (retention deleted unread records): fail, never skip.
+		require.NoError(t, h.produce(ctx, 500, 100_000))
+		cl := h.c.Client(t)
+		req := kmsg.NewPtrDeleteRecordsRequest()
+		rt := kmsg.NewDeleteRecordsRequestTopic()
+		rt.Topic = h.input
+		for p := int32(0); p < 6; p++ {
+			rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+			rp.Partition = p
+			rp.Offset = -1 // up to the high watermark
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		req.TimeoutMillis = 30000
+		resp, err := req.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		for _, p := range resp.Topics[0].Partitions {
+			require.NoError(t, kerr.ErrorForCode(p.ErrorCode))
+		}
+		err = h.job(h.dir).Run(ctx)
+		require.ErrorIs(t, err, consumer.ErrOutOfRange)
+		var oe *consumer.OffsetError
+		require.ErrorAs(t, err, &oe)
+		require.Equal(t, h.input, oe.Topic)
+		require.Contains(t, err.Error(), fmt.Sprintf("%s[%d] offset %d", h.input, oe.Partition, oe.Offset))
+	})
+}
+
+func listMeta(t *testing.T, dir string) []string {
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var out []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".meta") {
+			out = append(out, e.Name())
+		}
+	}
+	require.NotEmpty(t, out)
+	return out
+}
+
+// TestTransactionTimeoutOverBrokerMax: a transaction timeout above the
+// broker's transaction.max.timeout.ms fails at start with an error naming
+// that setting (real broker: kfake does not enforce the maximum).
+func TestTransactionTimeoutOverBrokerMax(t *testing.T) {
+	c := kafkatest.Broker(t)
+	h := newHarness(t, c, 5)
+	j := h.job(h.dir)
+	j.ProducerSettings = map[string]string{"transaction.timeout.ms": "3600000"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := j.Run(ctx)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "transaction.max.timeout.ms")
+}
+
+func TestJobUnknownTopicAndValidate(t *testing.T) {
+	c := kafkatest.Fake(t)
+	h := newHarness(t, c, 5)
+	j := h.job(h.dir)
+	j.Input = "no-such-topic"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := j.Run(ctx)
+	require.ErrorIs(t, err, consumer.ErrUnknownTopic)
+	require.Contains(t, err.Error(), "no-such-topic")
+
+	bad := &checkpoint.CountJob{Name: "a;b", Input: "x", Output: "x"}
+	err = bad.Validate()
+	require.Error(t, err)
+	for _, s := range []string{"job name", "no brokers", "both \"x\"", "checkpoint directory", "Emit"} {
+		require.Contains(t, err.Error(), s)
+	}
+}

@@ -1,0 +1,132 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+)
+
+// What recovery found, and what it decided (DESIGN.md, "Start").
+
+var (
+	// ErrCommittedMissing means Kafka recorded checkpoint (run, id) as
+	// committed but it is missing or corrupt on disk. Exactly-once mode
+	// stops; restoring an older checkpoint would emit its output again.
+	ErrCommittedMissing = errors.New("checkpoint: the checkpoint Kafka recorded as committed is missing or corrupt")
+	// ErrAmbiguous means checkpoints exist on disk but Kafka holds no commit
+	// record (group offsets expire after offsets.retention.minutes) and no
+	// valid local committed marker says which one committed.
+	ErrAmbiguous = errors.New("checkpoint: checkpoints exist but neither Kafka nor a valid local marker records which one committed")
+	// ErrOffsetsDiffer means the commit group's offsets are not the
+	// restored checkpoint's offsets.
+	ErrOffsetsDiffer = errors.New("checkpoint: commit group offsets differ from the restored checkpoint's")
+	// ErrRecordsDisagree means the commit group's partitions carry
+	// different commit records.
+	ErrRecordsDisagree = errors.New("checkpoint: commit group partitions carry different commit records")
+)
+
+// Action is what recovery decided.
+type Action int
+
+const (
+	// Fresh: no record and no checkpoint: resolve the start offsets, write
+	// checkpoint 0 and commit a transaction carrying only those offsets.
+	Fresh Action = iota + 1
+	// Restore: restore Decision.Ref.
+	Restore
+)
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Action Action
+	Ref    CheckpointRef
+	// Fallback: Ref is not what Kafka recorded; the operator accepted
+	// duplicates (exactly-once) or the job runs at-least-once.
+	Fallback bool
+	Note     string // what led here, for the log
+}
+
+// RecoveryInput is what Decide looks at.
+type RecoveryInput struct {
+	// Record is the commit record Kafka holds, nil if none.
+	Record *CommitRecord
+	// Local lists the checkpoints on disk, ascending (ListCheckpoints).
+	Local []CheckpointRef
+	// Marker is the local committed marker, nil if none or unreadable.
+	Marker *CheckpointRef
+	// Valid reports whether a checkpoint reads back intact (every file's
+	// size and checksum), and the error naming the file when not.
+	Valid func(CheckpointRef) error
+	// AcceptDuplicates lets exactly-once mode restore an older checkpoint
+	// when the committed one is missing or corrupt; its output after that
+	// checkpoint is then emitted again.
+	AcceptDuplicates bool
+}
+
+// Decide applies DESIGN.md's start rules. It is pure apart from in.Valid.
+func Decide(in RecoveryInput) (Decision, error) {
+	if in.Record != nil {
+		ref := CheckpointRef{Run: in.Record.Run, ID: in.Record.Checkpoint}
+		err := in.Valid(ref)
+		if err == nil {
+			return Decision{Action: Restore, Ref: ref, Note: "Kafka's commit record"}, nil
+		}
+		if !in.AcceptDuplicates {
+			return Decision{}, fmt.Errorf("%w: %s: %w", ErrCommittedMissing, ref, err)
+		}
+		for i := len(in.Local) - 1; i >= 0; i-- {
+			old := in.Local[i]
+			if old.ID < ref.ID && in.Valid(old) == nil {
+				return Decision{Action: Restore, Ref: old, Fallback: true,
+					Note: fmt.Sprintf("committed checkpoint %s unusable (%v); duplicates accepted, restoring older %s", ref, err, old)}, nil
+			}
+		}
+		return Decision{}, fmt.Errorf("%w: %s: %w; and no older valid checkpoint", ErrCommittedMissing, ref, err)
+	}
+	if len(in.Local) == 0 {
+		return Decision{Action: Fresh, Note: "no commit record and no checkpoint: fresh start"}, nil
+	}
+	if in.Marker == nil && onlyFreshStarts(in.Local) {
+		// A crash during a fresh start, before its commit: checkpoint 0
+		// holds no state and no output was ever written before it, so
+		// starting fresh again loses and repeats nothing.
+		return Decision{Action: Fresh, Note: "only uncommitted fresh-start checkpoints on disk: fresh start"}, nil
+	}
+	if in.Marker != nil {
+		if err := in.Valid(*in.Marker); err == nil {
+			return Decision{Action: Restore, Ref: *in.Marker, Note: "no commit record in Kafka (expired?); local committed marker"}, nil
+		} else {
+			return Decision{}, fmt.Errorf("%w: marker names %s: %w", ErrAmbiguous, *in.Marker, err)
+		}
+	}
+	return Decision{}, fmt.Errorf("%w (%d checkpoints, newest %s)", ErrAmbiguous, len(in.Local), in.Local[len(in.Local)-1])
+}
+
+// CommitRecordOf extracts the one commit record from the metadata of a
+// commit group's partitions ("" = no offset). Partitions without an offset
+// are ignored; if none has one, it returns nil.
+func CommitRecordOf(metadata []string) (*CommitRecord, error) {
+	var rec *CommitRecord
+	for _, m := range metadata {
+		if m == "" {
+			continue
+		}
+		r, err := ParseCommitRecord(m)
+		if err != nil {
+			return nil, err
+		}
+		if rec != nil && *rec != r {
+			return nil, fmt.Errorf("%w: %s and %s", ErrRecordsDisagree, rec, r)
+		}
+		rec = &r
+	}
+	return rec, nil
+}
+
+func onlyFreshStarts(refs []CheckpointRef) bool {
+	for _, r := range refs {
+		if r.ID != 0 {
+			return false
+		}
+	}
+	return true
+}

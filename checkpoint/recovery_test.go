@@ -1,0 +1,67 @@
+package checkpoint
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDecide(t *testing.T) {
+	corrupt := errors.New("ckpt-b-3.meta: checksum mismatch")
+	valid := func(bad ...CheckpointRef) func(CheckpointRef) error {
+		return func(r CheckpointRef) error {
+			for _, b := range bad {
+				if b == r {
+					return corrupt
+				}
+			}
+			return nil
+		}
+	}
+	a0, a2, b3 := CheckpointRef{"a", 0}, CheckpointRef{"a", 2}, CheckpointRef{"b", 3}
+	rec := &CommitRecord{Run: "b", Checkpoint: 3}
+	for _, tc := range []struct {
+		name string
+		in   RecoveryInput
+		want Decision
+		err  error
+	}{
+		{"fresh", RecoveryInput{Valid: valid()}, Decision{Action: Fresh}, nil},
+		{"record and valid checkpoint", RecoveryInput{Record: rec, Local: []CheckpointRef{a2, b3}, Valid: valid()}, Decision{Action: Restore, Ref: b3}, nil},
+		{"record, checkpoint corrupt: stop", RecoveryInput{Record: rec, Local: []CheckpointRef{a2, b3}, Valid: valid(b3)}, Decision{}, ErrCommittedMissing},
+		{"record, checkpoint missing: stop", RecoveryInput{Record: rec, Local: []CheckpointRef{a2}, Valid: valid(b3)}, Decision{}, ErrCommittedMissing},
+		{"record, checkpoint corrupt, duplicates accepted", RecoveryInput{Record: rec, Local: []CheckpointRef{a0, a2, b3}, Valid: valid(b3), AcceptDuplicates: true}, Decision{Action: Restore, Ref: a2, Fallback: true}, nil},
+		{"record, nothing older valid", RecoveryInput{Record: rec, Local: []CheckpointRef{a2, b3}, Valid: valid(a2, b3), AcceptDuplicates: true}, Decision{}, ErrCommittedMissing},
+		{"no record, marker valid", RecoveryInput{Local: []CheckpointRef{a2, b3}, Marker: &a2, Valid: valid()}, Decision{Action: Restore, Ref: a2}, nil},
+		{"no record, marker names a corrupt checkpoint", RecoveryInput{Local: []CheckpointRef{a2, b3}, Marker: &b3, Valid: valid(b3)}, Decision{}, ErrAmbiguous},
+		{"no record, no marker", RecoveryInput{Local: []CheckpointRef{a2, b3}, Valid: valid()}, Decision{}, ErrAmbiguous},
+		{"crash during a fresh start", RecoveryInput{Local: []CheckpointRef{a0}, Valid: valid()}, Decision{Action: Fresh}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Decide(tc.in)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			got.Note = ""
+			require.Equal(t, tc.want, got)
+		})
+	}
+	_, err := Decide(RecoveryInput{Record: rec, Local: []CheckpointRef{b3}, Valid: valid(b3)})
+	require.ErrorContains(t, err, "ckpt-b-3.meta: checksum mismatch", "the error names the file")
+}
+
+func TestCommitRecordOf(t *testing.T) {
+	r, err := CommitRecordOf([]string{"", ""})
+	require.NoError(t, err)
+	require.Nil(t, r)
+	r, err = CommitRecordOf([]string{"kord1;run=a;ckpt=2", "", "kord1;run=a;ckpt=2"})
+	require.NoError(t, err)
+	require.Equal(t, &CommitRecord{Run: "a", Checkpoint: 2}, r)
+	_, err = CommitRecordOf([]string{"kord1;run=a;ckpt=2", "kord1;run=a;ckpt=3"})
+	require.ErrorIs(t, err, ErrRecordsDisagree)
+	_, err = CommitRecordOf([]string{"someone else's metadata"})
+	require.ErrorIs(t, err, ErrNotCommitRecord)
+}

@@ -1,0 +1,525 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Store is checkpoint storage shaped like an object store: put an immutable
+// object, get, list, delete, and atomically replace a small pointer object.
+// This implementation keeps objects as files in one directory of an FS,
+// written as temp file, write, fsync, close, rename, fsync directory.
+//
+// A Store holds an exclusive lock on its directory until Close, so one
+// process at a time writes to it. Its methods are safe for concurrent use.
+type Store struct {
+	fs     FS
+	dir    string
+	lock   io.Closer
+	seq    atomic.Uint64
+	closed atomic.Bool
+
+	mu      sync.Mutex
+	putting map[string]bool // names with a Put in progress
+}
+
+// errStoreClosed is returned by operations on a closed Store.
+var errStoreClosed = errors.New("checkpoint: store closed")
+
+// OpenStore opens the checkpoint directory dir on fsys, creating it (and
+// making its entry durable) if needed, takes the lock dir/LOCK, and removes
+// temp files that a crashed writer left. If another process holds the lock,
+// the error names the lock file and satisfies errors.Is(err, ErrLocked).
+func OpenStore(fsys FS, dir string) (*Store, error) {
+	dir = filepath.Clean(dir)
+	if err := fsys.MkdirAll(dir); err != nil {
+		return nil, fmt.Errorf("checkpoint: create directory %s: %w", dir, err)
+	}
+	if err := fsys.SyncDir(filepath.Dir(dir)); err != nil {
+		return nil, fmt.Errorf("checkpoint: sync parent of %s: %w", dir, err)
+	}
+	lockPath := filepath.Join(dir, LockName)
+	lock, err := fsys.Lock(lockPath)
+	if err != nil {
+		if errors.Is(err, ErrLocked) {
+			return nil, fmt.Errorf("checkpoint: directory %s is in use: lock %s is held by another process (or another Store in this one): %w", dir, lockPath, ErrLocked)
+		}
+		return nil, fmt.Errorf("checkpoint: lock %s: %w", lockPath, err)
+	}
+	s := &Store{fs: fsys, dir: dir, lock: lock, putting: map[string]bool{}}
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("checkpoint: list %s: %w", dir, err)
+	}
+	removed := false
+	for _, name := range names {
+		if isTempName(name) {
+			if err := fsys.Remove(s.Path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				lock.Close()
+				return nil, fmt.Errorf("checkpoint: remove leftover temp file %s: %w", s.Path(name), err)
+			}
+			removed = true
+		}
+	}
+	if removed {
+		if err := fsys.SyncDir(dir); err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("checkpoint: sync directory %s: %w", dir, err)
+		}
+	}
+	return s, nil
+}
+
+// Path returns the path of object name, for error messages.
+func (s *Store) Path(name string) string { return filepath.Join(s.dir, name) }
+
+// Dir returns the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Close releases the directory lock. Later calls do nothing.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if err := s.lock.Close(); err != nil {
+		return fmt.Errorf("checkpoint: unlock %s: %w", s.Path(LockName), err)
+	}
+	return nil
+}
+
+func (s *Store) checkName(op, name string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("checkpoint: %s %s: %w", op, s.Path(name), errStoreClosed)
+	}
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`) || name == LockName || isTempName(name) {
+		return fmt.Errorf("checkpoint: %s %q: not a valid object name", op, name)
+	}
+	return nil
+}
+
+// Put stores an immutable object: it writes data to a temp file, fsyncs and
+// closes it, renames it to name and fsyncs the directory. When Put returns
+// nil the object is durable. It refuses to overwrite an existing object.
+func (s *Store) Put(name string, data []byte) error {
+	if err := s.put(name, data); err != nil {
+		return err
+	}
+	return s.syncDir()
+}
+
+// put is Put without the directory fsync; the caller must sync the directory
+// before it relies on the object being durable.
+func (s *Store) put(name string, data []byte) error {
+	if err := s.checkName("put", name); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.putting[name] {
+		s.mu.Unlock()
+		return fmt.Errorf("checkpoint: put %s: another put of this object is in progress", s.Path(name))
+	}
+	s.putting[name] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.putting, name)
+		s.mu.Unlock()
+	}()
+
+	switch exists, err := s.exists(name); {
+	case err != nil:
+		return fmt.Errorf("checkpoint: put %s: %w", s.Path(name), err)
+	case exists:
+		return fmt.Errorf("checkpoint: put %s: object exists and objects are immutable: %w", s.Path(name), fs.ErrExist)
+	}
+	return s.writeAndRename("put", name, data)
+}
+
+func (s *Store) exists(name string) (bool, error) {
+	r, err := s.fs.Open(s.Path(name))
+	if err == nil {
+		r.Close()
+		return true, nil
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return false, err
+}
+
+// writeAndRename writes data to a fresh temp file, fsyncs and closes it and
+// renames it over name. On error it removes the temp file (best effort) and
+// returns an error naming the path that failed.
+func (s *Store) writeAndRename(op, name string, data []byte) error {
+	tmp := s.Path(tempPrefix + name + "." + strconv.FormatUint(s.seq.Add(1), 10))
+	fail := func(what string, err error) error {
+		s.fs.Remove(tmp) // best effort; OpenStore removes leftovers
+		return fmt.Errorf("checkpoint: %s %s: %s %s: %w", op, s.Path(name), what, tmp, err)
+	}
+	f, err := s.fs.Create(tmp)
+	if err != nil {
+		return fail("create", err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fail("write", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fail("fsync", err)
+	}
+	if err := f.Close(); err != nil {
+		return fail("close", err)
+	}
+	if err := s.fs.Rename(tmp, s.Path(name)); err != nil {
+		return fail("rename", err)
+	}
+	return nil
+}
+
+func (s *Store) syncDir() error {
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		return fmt.Errorf("checkpoint: fsync directory %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// Get returns an object's contents. A missing object's error satisfies
+// errors.Is(err, fs.ErrNotExist).
+func (s *Store) Get(name string) ([]byte, error) {
+	if err := s.checkName("get", name); err != nil {
+		return nil, err
+	}
+	b, err := s.fs.ReadFile(s.Path(name))
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: get %s: %w", s.Path(name), err)
+	}
+	return b, nil
+}
+
+// List returns the names of the objects whose names start with prefix,
+// sorted. Temp files and the lock file are not objects.
+func (s *Store) List(prefix string) ([]string, error) {
+	names, err := s.fs.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: list %s: %w", s.dir, err)
+	}
+	out := names[:0]
+	for _, name := range names {
+		if strings.HasPrefix(name, prefix) && name != LockName && !isTempName(name) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// Delete removes an object and fsyncs the directory. Deleting a missing
+// object is not an error.
+func (s *Store) Delete(name string) error {
+	if err := s.remove(name); err != nil {
+		return err
+	}
+	return s.syncDir()
+}
+
+func (s *Store) remove(name string) error {
+	if err := s.checkName("delete", name); err != nil {
+		return err
+	}
+	if err := s.fs.Remove(s.Path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("checkpoint: delete %s: %w", s.Path(name), err)
+	}
+	return nil
+}
+
+// SetPointer atomically replaces the small mutable object name with data:
+// temp file, fsync, rename over name, fsync directory. A crash at any point
+// leaves either the old or the new contents, never a mix.
+func (s *Store) SetPointer(name string, data []byte) error {
+	if err := s.checkName("set pointer", name); err != nil {
+		return err
+	}
+	if err := s.writeAndRename("set pointer", name, data); err != nil {
+		return err
+	}
+	return s.syncDir()
+}
+
+// Pointer returns the contents of pointer object name, and false if it does
+// not exist.
+func (s *Store) Pointer(name string) ([]byte, bool, error) {
+	if err := s.checkName("get pointer", name); err != nil {
+		return nil, false, err
+	}
+	b, err := s.fs.ReadFile(s.Path(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("checkpoint: get pointer %s: %w", s.Path(name), err)
+	}
+	return b, true, nil
+}
+
+// parallelism bounds concurrent file writes and reads of one checkpoint.
+func parallelism(n int) int {
+	return max(1, min(n, runtime.GOMAXPROCS(0), 8))
+}
+
+// forEach runs fn(i) for i in [0, n) on up to parallelism(n) goroutines and
+// returns the error of the lowest failing index. It waits for every call.
+func forEach(n int, fn func(i int) error) error {
+	errs := make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range parallelism(n) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				errs[i] = fn(i)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteCheckpoint writes checkpoint (m.Run, m.ID) durably: every state file
+// in files (keyed by name, each a StateFileName of this checkpoint) first, in
+// parallel, then one directory fsync, then the metadata. The checkpoint is
+// durable exactly when its metadata object is, so a crash before that leaves
+// only files without metadata, which ListCheckpoints ignores and Retain
+// removes. WriteCheckpoint sets m.Files (sorted by name) and m.Version.
+func WriteCheckpoint(s *Store, m *Metadata, files map[string][]byte) error {
+	if err := ValidateRun(m.Run); err != nil {
+		return err
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	refs := make([]FileRef, len(names))
+	for i, name := range names {
+		n, ok := ParseName(name)
+		if !ok || n.Kind != KindState || n.Run != m.Run || n.ID != m.ID {
+			return fmt.Errorf("checkpoint: write checkpoint %s: %q is not a state file name of this checkpoint", m.Ref(), name)
+		}
+		data := files[name]
+		refs[i] = FileRef{Name: name, Size: int64(len(data)), CRC32C: Checksum(data), Operator: n.Operator, KeyGroup: n.KeyGroup}
+	}
+	m.Files = refs
+	m.Version = FormatVersion
+	if _, err := EncodeMetadata(m); err != nil { // validate before writing anything
+		return err
+	}
+	if err := forEach(len(names), func(i int) error { return s.put(names[i], files[names[i]]) }); err != nil {
+		return err
+	}
+	if len(names) > 0 {
+		if err := s.syncDir(); err != nil {
+			return err
+		}
+	}
+	return PutMetadata(s, m)
+}
+
+// ReadCheckpoint reads checkpoint (run, id) and every state file, verifying
+// each file's size and CRC32C against the metadata. A missing metadata object
+// is ErrMissing; a corrupt or missing state file or corrupt metadata is a
+// *CorruptError naming the path, with expected and actual size or checksum.
+func ReadCheckpoint(s *Store, run string, id uint64) (*Metadata, map[string][]byte, error) {
+	metaName := MetaName(run, id)
+	metaPath := s.Path(metaName)
+	b, err := s.Get(metaName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, fmt.Errorf("%w: checkpoint %s/%d: no metadata %s", ErrMissing, run, id, metaPath)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := DecodeMetadata(metaPath, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.Run != run || m.ID != id {
+		return nil, nil, corruptf(metaPath, "metadata is of checkpoint %s, want %s/%d", m.Ref(), run, id)
+	}
+	data := make([][]byte, len(m.Files))
+	err = forEach(len(m.Files), func(i int) error {
+		f := m.Files[i]
+		path := s.Path(f.Name)
+		b, err := s.Get(f.Name)
+		if errors.Is(err, fs.ErrNotExist) {
+			return &CorruptError{Path: path, Reason: fmt.Sprintf("missing state file of checkpoint %s (expected size %d, crc32c %08x)", m.Ref(), f.Size, f.CRC32C), Err: err}
+		}
+		if err != nil {
+			return err
+		}
+		if int64(len(b)) != f.Size {
+			return corruptf(path, "size mismatch: expected %d bytes, actual %d (crc32c expected %08x, actual %08x)", f.Size, len(b), f.CRC32C, Checksum(b))
+		}
+		if c := Checksum(b); c != f.CRC32C {
+			return corruptf(path, "checksum mismatch: expected crc32c %08x, actual %08x", f.CRC32C, c)
+		}
+		data[i] = b
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	files := make(map[string][]byte, len(m.Files))
+	for i, f := range m.Files {
+		files[f.Name] = data[i]
+	}
+	return m, files, nil
+}
+
+// ListCheckpoints returns every checkpoint that has a metadata object, sorted
+// by ID, then run. It does not read or verify the metadata.
+func ListCheckpoints(s *Store) ([]CheckpointRef, error) {
+	names, err := s.List(namePrefix)
+	if err != nil {
+		return nil, err
+	}
+	var refs []CheckpointRef
+	for _, name := range names {
+		if n, ok := ParseName(name); ok && n.Kind == KindMeta {
+			refs = append(refs, CheckpointRef{Run: n.Run, ID: n.ID})
+		}
+	}
+	slices.SortFunc(refs, CheckpointRef.compare)
+	return refs, nil
+}
+
+// SetCommitted durably records ref as the newest committed checkpoint in
+// the local COMMITTED marker (checksummed, replaced atomically).
+func SetCommitted(s *Store, ref CheckpointRef) error {
+	b, err := encodeCommitted(ref)
+	if err != nil {
+		return fmt.Errorf("checkpoint: set committed %s: %w", s.Path(CommittedName), err)
+	}
+	return s.SetPointer(CommittedName, b)
+}
+
+// ReadCommitted returns the checkpoint recorded by the local COMMITTED marker,
+// and false if there is none. A corrupt marker is a *CorruptError naming its
+// path.
+func ReadCommitted(s *Store) (CheckpointRef, bool, error) {
+	b, ok, err := s.Pointer(CommittedName)
+	if err != nil || !ok {
+		return CheckpointRef{}, false, err
+	}
+	ref, err := decodeCommitted(s.Path(CommittedName), b)
+	if err != nil {
+		return CheckpointRef{}, false, err
+	}
+	return ref, true, nil
+}
+
+// Retain deletes old checkpoints, keeping committed and the newest keep-1
+// checkpoints older than it (keep >= 1). "Older" is a smaller ID, or the same
+// ID from another run (a zombie's or an abandoned attempt). Checkpoints with
+// a larger ID than committed may be in flight and are never touched; neither
+// is committed. Each deleted checkpoint loses its metadata first, then its
+// files, so a crash midway leaves files without metadata, which the next
+// Retain removes along with every other such leftover not newer than
+// committed. Retain fails, deleting nothing, if committed has no metadata.
+func Retain(s *Store, committed CheckpointRef, keep int) error {
+	if keep < 1 {
+		return fmt.Errorf("checkpoint: retain: keep %d, want at least 1", keep)
+	}
+	names, err := s.List(namePrefix)
+	if err != nil {
+		return err
+	}
+	type ckpt struct {
+		meta  string
+		files []string
+	}
+	all := map[CheckpointRef]*ckpt{}
+	for _, name := range names {
+		n, ok := ParseName(name)
+		if !ok || (n.Kind != KindMeta && n.Kind != KindState) {
+			continue
+		}
+		ref := CheckpointRef{Run: n.Run, ID: n.ID}
+		c := all[ref]
+		if c == nil {
+			c = &ckpt{}
+			all[ref] = c
+		}
+		if n.Kind == KindMeta {
+			c.meta = name
+		} else {
+			c.files = append(c.files, name)
+		}
+	}
+	if c := all[committed]; c == nil || c.meta == "" {
+		return fmt.Errorf("checkpoint: retain: committed checkpoint %s has no metadata %s; deleting nothing",
+			committed, s.Path(MetaName(committed.Run, committed.ID)))
+	}
+	var older []CheckpointRef // complete checkpoints older than committed
+	var doomed []CheckpointRef
+	for ref, c := range all {
+		if ref == committed || ref.ID > committed.ID {
+			continue
+		}
+		if c.meta == "" {
+			doomed = append(doomed, ref) // leftover of a half-written checkpoint
+		} else {
+			older = append(older, ref)
+		}
+	}
+	slices.SortFunc(older, func(a, b CheckpointRef) int { return b.compare(a) }) // newest first
+	if len(older) > keep-1 {
+		doomed = append(doomed, older[keep-1:]...)
+	}
+	slices.SortFunc(doomed, CheckpointRef.compare)
+	for _, ref := range doomed {
+		c := all[ref]
+		if c.meta != "" {
+			if err := s.Delete(c.meta); err != nil {
+				return err
+			}
+		}
+		for _, f := range c.files {
+			if err := s.remove(f); err != nil {
+				return err
+			}
+		}
+	}
+	if len(doomed) > 0 {
+		return s.syncDir()
+	}
+	return nil
+}
+
+// PutMetadata encodes m (EncodeMetadata) and puts it durably as checkpoint
+// (m.Run, m.ID)'s metadata object. Call it after every state file in m.Files
+// is durable (Put): the checkpoint is durable exactly when this returns nil.
+func PutMetadata(s *Store, m *Metadata) error {
+	b, err := EncodeMetadata(m)
+	if err != nil {
+		return err
+	}
+	return s.Put(MetaName(m.Run, m.ID), b)
+}
