@@ -1,0 +1,74 @@
+package consumer_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/producer"
+)
+
+func TestConfigRefusesOffsetCommits(t *testing.T) {
+	for _, k := range []string{"enable.auto.commit", "enable.auto.offset.store", "group.id"} {
+		_, err := consumer.New(consumer.Brokers("127.0.0.1:1"), consumer.Set(k, "true"))
+		require.ErrorIs(t, err, consumer.ErrConfig, k)
+		require.ErrorContains(t, err, k)
+	}
+	_, err := consumer.New()
+	require.ErrorIs(t, err, consumer.ErrConfig)
+}
+
+func TestSourcePositionsAndRanges(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		topic := c.CreateTopic(t, 3, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers), producer.Partitioner(partitioner.Func(func(string, []byte, int, []int32) int32 { return 0 })))
+		require.NoError(t, err)
+		for i := 0; i < 10; i++ {
+			require.NoError(t, p.Produce(ctx, producer.Record[string, string]{Topic: topic, Key: "k", Value: strconv.Itoa(i)}, nil))
+		}
+		require.NoError(t, p.Close())
+
+		s, err := consumer.New(consumer.Brokers(c.Brokers))
+		require.NoError(t, err)
+		defer s.Close()
+		start, err := s.Resolve(ctx, topic, consumer.Earliest)
+		require.NoError(t, err)
+		require.Equal(t, []consumer.Position{{topic, 0, 0}, {topic, 1, 0}, {topic, 2, 0}}, start)
+		end, err := s.Resolve(ctx, topic, consumer.Latest)
+		require.NoError(t, err)
+		require.Equal(t, []consumer.Position{{topic, 0, 10}, {topic, 1, 0}, {topic, 2, 0}}, end)
+
+		// Past the end: refused, naming the partition and offset.
+		err = s.Assign(ctx, []consumer.Position{{topic, 0, 11}})
+		require.ErrorIs(t, err, consumer.ErrOutOfRange)
+		require.ErrorContains(t, err, topic+"[0] offset 11")
+
+		require.NoError(t, s.Assign(ctx, []consumer.Position{{topic, 0, 4}, {topic, 1, 0}, {topic, 2, 0}}))
+		var got []string
+		for len(got) < 6 {
+			recs, err := s.Poll(ctx, 100, 100*time.Millisecond)
+			require.NoError(t, err)
+			for _, r := range recs {
+				got = append(got, string(r.Value))
+			}
+		}
+		require.Equal(t, []string{"4", "5", "6", "7", "8", "9"}, got)
+		// Idle partitions keep their concrete position.
+		require.Equal(t, []consumer.Position{{topic, 0, 10}, {topic, 1, 0}, {topic, 2, 0}}, s.Positions())
+
+		offs, err := s.GroupOffsets(ctx, kafkatest.TopicName(t), []consumer.TopicPartition{{topic, 0}, {topic, 1}})
+		require.NoError(t, err)
+		require.Equal(t, []consumer.Committed{{Topic: topic, Partition: 0, Offset: -1}, {Topic: topic, Partition: 1, Offset: -1}}, offs)
+
+		_, err = s.Partitions(ctx, "no-such-topic-"+topic)
+		require.ErrorIs(t, err, consumer.ErrUnknownTopic)
+	})
+}
