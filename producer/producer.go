@@ -16,11 +16,16 @@
 //
 // The producer is idempotent (enable.idempotence=true, acks=all) and runs
 // librdkafka with enable.gapless.guarantee=true: if a failure could leave a gap
-// in a partition's sequence (a record failed while later ones of the same
+// in a partition's sequence (a batch failed while later ones of the same
 // partition could still succeed), librdkafka raises a fatal error and fails
 // every queued record instead of writing past the gap. On top of that, in
 // ordered mode (the default) the first failed delivery stops this producer:
-// later Produce calls return ErrFailed wrapping it. So a key's records are
+// records still queued in librdkafka are purged (they fail, through their
+// callbacks or Flush), and later Produce calls return ErrFailed wrapping it.
+// One window remains, as librdkafka documents: a record that fails by
+// message.timeout.ms is not covered by the gapless guarantee, so records
+// already in flight behind it may still be written. Set message.timeout.ms
+// to 0 (never time out) where no gap is acceptable. So a key's records are
 // written in Produce order, with no record written after one of its
 // predecessors failed. Records of one key must be produced from one
 // goroutine (or otherwise in a fixed order) for that order to mean anything.
@@ -341,7 +346,16 @@ func (c *client) delivered(m *kafka.Message) {
 		// commit (librdkafka requires an abort), which is the gap guard
 		// there; outside one, ordered mode stops the producer.
 		if !c.cfg.allowReordering && !txn {
-			c.fail(err)
+			if c.fail(err) {
+				// Records still queued behind the failed one would be
+				// written after the gap: fail them instead. (Records
+				// already in flight cannot be recalled; librdkafka's
+				// gapless guarantee raises a fatal error for a failed
+				// batch, but not for records failing by message.timeout.ms.)
+				if perr := c.kp.Purge(kafka.PurgeQueue | kafka.PurgeNonBlocking); perr != nil {
+					c.log.Error("kord producer: purge after delivery failure", "err", perr)
+				}
+			}
 		}
 		if stale(tp.Error) {
 			c.triggerRefresh()
@@ -385,8 +399,9 @@ func stale(err error) bool {
 	return false
 }
 
-func (c *client) fail(err error) {
-	c.failed.CompareAndSwap(nil, &err)
+// fail records the producer's first failure and reports whether this was it.
+func (c *client) fail(err error) bool {
+	return c.failed.CompareAndSwap(nil, &err)
 }
 
 // waitProgress waits for the next delivery, at most d, or until ctx is done.
