@@ -54,12 +54,28 @@ func (c *client) txnErr(op string, err error) error {
 		return nil
 	}
 	te := &TxnError{Op: op, ID: c.cfg.transactionalID, Err: err}
+	// After a fatal error (fencing, say, seen first by a produce request)
+	// librdkafka answers later calls with a generic "erroneous state":
+	// report the fatal error that caused it.
+	if fe := c.kp.GetFatalError(); fe != nil {
+		var fk kafka.Error
+		if errors.As(fe, &fk) && !errors.Is(err, fe) {
+			err = fmt.Errorf("%w (producer failed earlier: %w)", err, fk)
+			te.Err = err
+		}
+	}
 	var kerr kafka.Error
 	if errors.As(err, &kerr) {
 		te.Fatal = kerr.IsFatal()
 		te.Abortable = kerr.TxnRequiresAbort()
 		te.Retriable = kerr.IsRetriable()
-		switch kerr.Code() {
+		code := kerr.Code()
+		var fk kafka.Error
+		if fe := c.kp.GetFatalError(); fe != nil && errors.As(fe, &fk) {
+			te.Fatal = true
+			code = fk.Code()
+		}
+		switch code {
 		case kafka.ErrFenced, kafka.ErrProducerFenced, kafka.ErrInvalidProducerEpoch:
 			te.Fatal = true
 			te.Err = fmt.Errorf("%w: %w", ErrFenced, err)
