@@ -3,6 +3,7 @@ module github.com/kordproject/kord
 go 1.26.0
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/confluentinc/confluent-kafka-go/v2 v2.11.1
 	github.com/linkedin/goavro/v2 v2.15.0
 	github.com/stretchr/testify v1.12.1

@@ -1,0 +1,160 @@
+package keyed_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/keyed"
+)
+
+// genSource generates user-behavior events on the fly: the event at
+// (partition, offset) is a pure function of them, so the source is
+// replayable like a Kafka topic without holding millions of events.
+type genSource struct {
+	parts   int
+	perPart int64
+	users   []string
+}
+
+type behavior struct {
+	User   string
+	Action uint8
+}
+
+func newGenSource(parts int, perPart int64, users int) *genSource {
+	g := &genSource{parts: parts, perPart: perPart, users: make([]string, users)}
+	for i := range g.users {
+		g.users[i] = fmt.Sprintf("%08x-0000-4000-8000-%012x", i*2654435761, i)
+	}
+	return g
+}
+
+func (g *genSource) Topic() string { return "behavior" }
+func (g *genSource) Partitions(context.Context) ([]int32, error) {
+	out := make([]int32, g.parts)
+	for i := range out {
+		out[i] = int32(i)
+	}
+	return out, nil
+}
+func (g *genSource) Start(_ context.Context, ps []int32) ([]keyed.Position, error) {
+	out := make([]keyed.Position, len(ps))
+	for i, p := range ps {
+		out[i] = keyed.Position{Partition: p}
+	}
+	return out, nil
+}
+func (g *genSource) Reader(context.Context) (keyed.Reader[behavior], error) {
+	return &genReader{g: g}, nil
+}
+
+type genReader struct {
+	g   *genSource
+	pos []keyed.Position
+	buf []keyed.SourceRecord[behavior]
+}
+
+func (r *genReader) Assign(_ context.Context, ps []keyed.Position) error {
+	r.pos = append([]keyed.Position(nil), ps...)
+	return nil
+}
+
+func (r *genReader) Poll(_ context.Context, max int, _ time.Duration) ([]keyed.SourceRecord[behavior], bool, error) {
+	out := make([]keyed.SourceRecord[behavior], 0, max)
+	done := true
+	for i := range r.pos {
+		p := &r.pos[i]
+		for p.Offset < r.g.perPart && len(out) < max {
+			x := uint64(p.Offset)*0x9e3779b97f4a7c15 + uint64(p.Partition)*0xbf58476d1ce4e5b9
+			u := r.g.users[x%uint64(len(r.g.users))]
+			out = append(out, keyed.SourceRecord[behavior]{Partition: p.Partition, Offset: p.Offset, Value: behavior{User: u, Action: uint8(x >> 60)}})
+			p.Offset++
+		}
+		if p.Offset < r.g.perPart {
+			done = false
+		}
+	}
+	return out, done, nil
+}
+func (r *genReader) Close() error { return nil }
+
+// countOp counts events per user in a ValueState[int64].
+type countOp struct{ n *keyed.ValueState[int64] }
+
+func (c *countOp) Open(b *keyed.Backend) (err error) {
+	c.n, err = keyed.Value(b, "count", keyed.Int64())
+	return err
+}
+
+func (c *countOp) Process(_ []byte, _ behavior, out *keyed.Collector[int64]) error {
+	n, _ := c.n.Get()
+	c.n.Set(n + 1)
+	out.Emit(n + 1)
+	return nil
+}
+
+// discard counts what it is given and commits nothing anywhere.
+type discard struct {
+	n   atomic.Int64
+	rec atomic.Pointer[checkpoint.CheckpointRef]
+}
+
+func (d *discard) Write(uint64, int64) error { d.n.Add(1); return nil }
+func (d *discard) Commit(_ context.Context, ref checkpoint.CheckpointRef) error {
+	d.rec.Store(&ref)
+	return nil
+}
+func (d *discard) Recorded(context.Context) (*checkpoint.CheckpointRef, error) {
+	return d.rec.Load(), nil
+}
+func (d *discard) Reset() error { return nil }
+
+// BenchmarkPipeline: generator over 100,000 users -> keyBy user -> keyed
+// counter (ValueState) -> discarding sink, parallelism 2, exactly-once.
+// "checkpoint=1s" takes a checkpoint every second (on disk, in
+// b.TempDir()); "checkpoint=off" takes only the final one.
+func BenchmarkPipeline(b *testing.B) {
+	const events = 4_000_000
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration
+	}{{"checkpoint=1s", time.Second}, {"checkpoint=off", time.Hour}} {
+		b.Run(tc.name, func(b *testing.B) {
+			var total int64
+			for b.Loop() {
+				g := newGenSource(4, events/4, 100_000)
+				j := keyed.NewJob("bench", keyed.Config{Dir: b.TempDir(), Checkpoint: checkpoint.Config{Interval: tc.interval}})
+				s := keyed.FromSource(j, "behavior", 2, keyed.Source[behavior](g))
+				k := keyed.KeyBy(func(e behavior) []byte { return []byte(e.User) }, s)
+				out := keyed.Process(k, "count", 2, func() keyed.Operator[behavior, int64] { return &countOp{} })
+				sink := &discard{}
+				keyed.ToSink(out, "sink", keyed.Sink[int64](sink))
+				if err := j.Run(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				if sink.n.Load() != events {
+					b.Fatalf("sink saw %d events, want %d", sink.n.Load(), events)
+				}
+				total += events
+			}
+			b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(total), "ns/event")
+		})
+	}
+}
+
+func percentile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(a, b int) bool { return s[a] < s[b] })
+	return s[int(q*float64(len(s)-1))]
+}
+
+var _ = percentile

@@ -1,0 +1,149 @@
+package keyed
+
+import (
+	"context"
+	"time"
+)
+
+// element is one record in flight between tasks, with its key and key
+// group computed once, at the source task.
+type element[T any] struct {
+	v   T
+	key []byte
+	kg  int32
+}
+
+// message is what travels on a channel between two tasks: a batch of
+// records, then optionally a barrier, or the end of input. A barrier is
+// always sent after every record before it (it never overtakes one), in
+// its own message or at the end of the batch it follows.
+type message[T any] struct {
+	from    int // the upstream task's index among the inbox's upstreams
+	elems   []element[T]
+	barrier uint64
+	end     bool
+}
+
+// inbox is a task's one inbound queue. Each upstream holds credits: it may
+// have at most Credits messages outstanding to this task, and gets one back
+// when this task has processed (not merely received) one of its messages.
+// A task that blocks an input during alignment keeps that input's messages
+// aside, so the input's upstream runs out of credits and stops, while the
+// other inputs flow: one blocked input backpressures only its own upstream.
+// The queue's capacity covers every credit, so a send never blocks once a
+// credit is held.
+type inbox[T any] struct {
+	ch      chan message[T]
+	credits []chan struct{}
+}
+
+func newInbox[T any](upstreams, credits int) *inbox[T] {
+	in := &inbox[T]{ch: make(chan message[T], upstreams*credits), credits: make([]chan struct{}, upstreams)}
+	for u := range in.credits {
+		in.credits[u] = make(chan struct{}, credits)
+		for range credits {
+			in.credits[u] <- struct{}{}
+		}
+	}
+	return in
+}
+
+// send delivers m from upstream u once u holds a credit.
+func (in *inbox[T]) send(ctx context.Context, u int, m message[T]) error {
+	select {
+	case <-in.credits[u]:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	m.from = u
+	in.ch <- m
+	return nil
+}
+
+// done returns upstream u's credit for a processed message.
+func (in *inbox[T]) done(u int) { in.credits[u] <- struct{}{} }
+
+// outbox batches one task's output per downstream task.
+type outbox[T any] struct {
+	dst       []*inbox[T]
+	from      []int // this task's upstream index at each dst
+	bufs      [][]element[T]
+	batch     int
+	lastFlush time.Time
+}
+
+func newOutbox[T any](dst []*inbox[T], from []int, batch int) *outbox[T] {
+	o := &outbox[T]{dst: dst, from: from, bufs: make([][]element[T], len(dst)), batch: batch, lastFlush: time.Now()}
+	for i := range o.bufs {
+		o.bufs[i] = make([]element[T], 0, batch)
+	}
+	return o
+}
+
+func (o *outbox[T]) add(ctx context.Context, d int, e element[T]) error {
+	o.bufs[d] = append(o.bufs[d], e)
+	if len(o.bufs[d]) >= o.batch {
+		return o.flush(ctx, d)
+	}
+	return nil
+}
+
+func (o *outbox[T]) flush(ctx context.Context, d int) error {
+	if len(o.bufs[d]) == 0 {
+		return nil
+	}
+	m := message[T]{elems: o.bufs[d]}
+	o.bufs[d] = make([]element[T], 0, o.batch)
+	return o.dst[d].send(ctx, o.from[d], m)
+}
+
+func (o *outbox[T]) flushAll(ctx context.Context) error {
+	o.lastFlush = time.Now()
+	for d := range o.bufs {
+		if err := o.flush(ctx, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flushDue flushes partial batches older than timeout.
+func (o *outbox[T]) flushDue(ctx context.Context, timeout time.Duration) error {
+	if time.Since(o.lastFlush) < timeout {
+		return nil
+	}
+	return o.flushAll(ctx)
+}
+
+// broadcast sends each downstream its pending records followed by the
+// barrier or end in m.
+func (o *outbox[T]) broadcast(ctx context.Context, barrier uint64, end bool) error {
+	o.lastFlush = time.Now()
+	for d := range o.dst {
+		m := message[T]{elems: o.bufs[d], barrier: barrier, end: end}
+		if len(o.bufs[d]) > 0 {
+			o.bufs[d] = make([]element[T], 0, o.batch)
+		} else {
+			m.elems = nil
+		}
+		if err := o.dst[d].send(ctx, o.from[d], m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Collector sends an operator's results downstream.
+type Collector[O any] struct {
+	ctx context.Context
+	out *outbox[O]
+	err error
+}
+
+// Emit sends v on. It blocks while downstream is backpressured.
+func (c *Collector[O]) Emit(v O) {
+	if c.err != nil {
+		return
+	}
+	c.err = c.out.add(c.ctx, 0, element[O]{v: v})
+}

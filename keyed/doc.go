@@ -1,0 +1,45 @@
+// Package keyed is kord's keyed state: key groups, per-key state scoped to
+// the record being processed, and its snapshots.
+//
+// # Key groups
+//
+// Every key belongs to one of maxParallelism key groups, and every key group
+// to exactly one of the parallelism instances of a keyed operator, which owns
+// a contiguous KeyGroupRange (Flink's KeyGroupRangeAssignment formulas). Two
+// modes share this layout:
+//
+//   - keyBy(extractor): KeyGroup(key, maxParallelism) = xxhash64(key) %
+//     maxParallelism, our own hash of the key bytes (Flink applies murmur to
+//     a Java hashCode; kord does not). Records are shuffled to
+//     OperatorIndex(keyGroup, maxParallelism, parallelism).
+//   - keyed by the record key, already partitioned: the key group is the
+//     Kafka partition the record was read from and maxParallelism is the
+//     topic's partition count (PartitionedMaxParallelism,
+//     PartitionKeyGroup), so no shuffle is needed (Flink's
+//     reinterpretAsKeyedStream).
+//
+// # State
+//
+// A Backend holds every keyed state of one operator instance for its
+// key-group range. The runtime calls SetCurrentKey before it calls the user
+// function; ValueState, ListState and MapState then read and write the
+// current key's state. A Backend is used by one goroutine, the operator's.
+//
+// # Snapshots
+//
+// Backend.Snapshot, called at the barrier, is O(states × key groups): it
+// freezes the current per-key-group tables and returns. The first write to a
+// frozen key group afterwards copies that group's table (copy-on-write at
+// key-group granularity), so Snapshot.Encode can run on another goroutine
+// while processing goes on. Encode writes one checkpoint.EncodeKeyGroup file
+// per (state, key group) with entries, named by checkpoint.StateFileName
+// with "<operator>.<state>" in the operator slot. Backend.Restore reads the
+// files of a checkpoint taken at any parallelism with the same
+// maxParallelism and keeps the key groups of its own range: that is
+// rescaling. Release a snapshot once encoded: until every snapshot is
+// released, writes keep copying the key groups they touch first.
+//
+// Values are held as Go values and shared with snapshots, so a stored value
+// is never modified in place: a value holding pointers, slices or maps must
+// be replaced (Set, Put, Update), not mutated.
+package keyed

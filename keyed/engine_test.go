@@ -1,0 +1,117 @@
+package keyed_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/partitioner"
+)
+
+type event struct {
+	UUID string
+	Seq  int64
+}
+
+type result struct {
+	UUID  string
+	Seq   int64
+	Count int64
+}
+
+// counter counts each key's events and checks they arrive in order.
+type counter struct {
+	count *keyed.ValueState[int64]
+}
+
+func (c *counter) Open(b *keyed.Backend) (err error) {
+	c.count, err = keyed.Value(b, "count", keyed.Int64())
+	return err
+}
+
+func (c *counter) Process(key []byte, e event, out *keyed.Collector[result]) error {
+	n, _ := c.count.Get()
+	if e.Seq != n {
+		return fmt.Errorf("key %s: event seq %d after %d events: out of order", e.UUID, e.Seq, n)
+	}
+	c.count.Set(n + 1)
+	out.Emit(result{UUID: e.UUID, Seq: e.Seq, Count: n + 1})
+	return nil
+}
+
+// input fills a bounded memory source with n events over keys uuids,
+// each key on its Java-exact partition, numbered per key.
+func input(seed uint64, partitions, keys, n int) (*keyed.MemorySource[event], map[string]int64) {
+	r := rand.New(rand.NewPCG(seed, 99))
+	src := keyed.NewMemorySource[event]("events", partitions, true)
+	uuids := make([]string, keys)
+	for i := range uuids {
+		uuids[i] = fmt.Sprintf("%08x-%04x-4%03x-a%03x-%012x", r.Uint32(), r.Uint32()&0xffff, r.Uint32()&0xfff, r.Uint32()&0xfff, r.Uint64()&0xffffffffffff)
+	}
+	seq := map[string]int64{}
+	for i := 0; i < n; i++ {
+		u := uuids[r.IntN(keys)]
+		src.Append(partitioner.KeyPartition([]byte(u), partitions), []byte(u), event{UUID: u, Seq: seq[u]})
+		seq[u]++
+	}
+	return src, seq
+}
+
+// checkOutput asserts each key's committed results are exactly its events
+// in order, with counts that match.
+func checkOutput(t testing.TB, out []result, want map[string]int64) {
+	t.Helper()
+	next := map[string]int64{}
+	for _, r := range out {
+		if r.Seq != next[r.UUID] {
+			t.Fatalf("key %s: committed result for seq %d, want %d (duplicate, loss or reorder)", r.UUID, r.Seq, next[r.UUID])
+		}
+		if r.Count != r.Seq+1 {
+			t.Fatalf("key %s seq %d: count %d", r.UUID, r.Seq, r.Count)
+		}
+		next[r.UUID] = r.Seq + 1
+	}
+	for k, n := range want {
+		if next[k] != n {
+			t.Fatalf("key %s: %d results committed, want %d", k, next[k], n)
+		}
+	}
+	require.Len(t, next, len(want))
+}
+
+func newJob(t testing.TB, cfg keyed.Config, src *keyed.MemorySource[event], sink *keyed.MemorySink[result], byPartition bool, srcP, opP int) *keyed.Job {
+	j := keyed.NewJob("users", cfg)
+	s := keyed.FromSource(j, "events", srcP, keyed.Source[event](src))
+	var k *keyed.KeyedStream[event]
+	if byPartition {
+		k = keyed.ByPartition(s)
+	} else {
+		k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+	}
+	out := keyed.Process(k, "count", opP, func() keyed.Operator[event, result] { return &counter{} })
+	keyed.ToSink(out, "results", keyed.Sink[result](sink))
+	require.NoError(t, j.Validate())
+	return j
+}
+
+func TestRunBounded(t *testing.T) {
+	for _, byPartition := range []bool{false, true} {
+		t.Run(fmt.Sprintf("byPartition=%v", byPartition), func(t *testing.T) {
+			src, want := input(1, 6, 300, 20_000)
+			sink := keyed.NewMemorySink[result]()
+			fs := checkpoint.NewMemFS()
+			j := newJob(t, keyed.Config{FS: fs, Dir: "/ckpt", Checkpoint: checkpoint.Config{Interval: 20 * time.Millisecond}}, src, sink, byPartition, 3, 2)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			require.NoError(t, j.Run(ctx))
+			checkOutput(t, sink.Committed(), want)
+			require.Greater(t, sink.Commits(), 1)
+		})
+	}
+}

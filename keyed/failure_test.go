@@ -1,0 +1,221 @@
+package keyed_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/keyed"
+)
+
+// faultyCounter is counter with a fault plan: the nth event processed
+// (across all tasks) fails with an error or a panic, once.
+type faultyCounter struct {
+	counter
+	plan *opFault
+}
+
+type opFault struct {
+	at    int64 // fail when processed reaches at; 0 = never
+	panic bool
+	seen  atomic.Int64
+	fired atomic.Bool
+}
+
+func (f *faultyCounter) Process(key []byte, e event, out *keyed.Collector[result]) error {
+	if f.plan != nil && f.plan.at > 0 && f.plan.seen.Add(1) == f.plan.at && f.plan.fired.CompareAndSwap(false, true) {
+		if f.plan.panic {
+			panic(fmt.Sprintf("injected panic at event %d", f.plan.at))
+		}
+		return errors.New("injected operator error")
+	}
+	return f.counter.Process(key, e, out)
+}
+
+// crashAt makes Config.Hook crash the job at the nth hit of point.
+func crashAt(point string, nth int) func(string) error {
+	var hits atomic.Int64
+	return func(p string) error {
+		if p == point && hits.Add(1) == int64(nth) {
+			return errors.New("injected crash")
+		}
+		return nil
+	}
+}
+
+var crashPoints = []string{checkpoint.FailAfterSnapshots, checkpoint.FailAfterMetadata, checkpoint.FailBeforeCommit,
+	checkpoint.FailAfterCommit, checkpoint.FailAfterMarker, checkpoint.FailDuringRestore, keyed.FailDuringSnapshotWrite}
+
+func seededRuns() int {
+	if s := os.Getenv("KORD_SEEDED_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err == nil {
+			return n
+		}
+	}
+	if testing.Short() || raceEnabled {
+		return 150
+	}
+	return 1000
+}
+
+// TestSeededFailures runs the keyed counting job over many seeded inputs,
+// each with a random schedule of failures: operator errors and panics
+// (restarted in process), crashes at every checkpoint step (the process
+// dies: the next incarnation gets the crash-consistent file system, with
+// unsynced writes lost, and a random new parallelism), commit failures and
+// injected storage errors. After recovery each key's committed output must
+// be exactly its events in order, with matching counts.
+// KORD_SEEDED_RUNS sets the number of runs (long mode: 10000).
+func TestSeededFailures(t *testing.T) {
+	runs := seededRuns()
+	events := 10_000
+	if s := os.Getenv("KORD_SEEDED_EVENTS"); s != "" {
+		events, _ = strconv.Atoi(s)
+	}
+	for seed := 0; seed < runs; seed++ {
+		seedRun(t, uint64(seed), events)
+		if t.Failed() {
+			t.Fatalf("seed %d failed", seed)
+		}
+	}
+}
+
+func seedRun(t *testing.T, seed uint64, events int) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	parts := 1 + r.IntN(8)
+	byPartition := r.IntN(2) == 0
+	src, want := input(seed, parts, 20+r.IntN(400), events)
+	sink := keyed.NewMemorySink[result]()
+	mem := checkpoint.NewMemFS()
+	maxOp := 4
+	if byPartition {
+		maxOp = min(maxOp, parts)
+	}
+	plan := &opFault{}
+	switch r.IntN(3) {
+	case 0:
+		plan.at = int64(1 + r.IntN(events))
+	case 1:
+		plan.at, plan.panic = int64(1+r.IntN(events)), true
+	}
+	crashes := r.IntN(4)
+	var commitFails atomic.Int64
+	commitFailAt := int64(0)
+	if r.IntN(4) == 0 {
+		commitFailAt = int64(1 + r.IntN(5))
+	}
+	sink.FailCommit = func(checkpoint.CheckpointRef) error {
+		if commitFails.Add(1) == commitFailAt {
+			return errors.New("injected commit failure")
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for incarnation := 0; ; incarnation++ {
+		require.Less(t, incarnation, 20, "seed %d: too many incarnations", seed)
+		cfg := keyed.Config{
+			FS: checkpoint.FS(mem), Dir: "/ckpt",
+			Checkpoint: checkpoint.Config{Interval: time.Duration(1+r.IntN(10)) * time.Millisecond},
+			Restart:    keyed.FixedDelay(10, 0),
+			BatchSize:  1 + r.IntN(64), Credits: 1 + r.IntN(4),
+		}
+		if os.Getenv("KORD_DEBUG") != "" {
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+		if !byPartition && r.IntN(2) == 0 {
+			cfg.MaxParallelism = 0 // adopt
+		}
+		if crashes > 0 {
+			crashes--
+			pt, nth := crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(3)
+			cfg.Hook = crashAt(pt, nth)
+			t.Logf("incarnation %d: crash at %s #%d", incarnation, pt, nth)
+		}
+		if r.IntN(8) == 0 {
+			var n atomic.Int64
+			failAt := int64(1 + r.IntN(40))
+			cfg.FS = checkpoint.NewErrorFS(mem, func(op checkpoint.Op, name string) error {
+				if op == checkpoint.OpSync && n.Add(1) == failAt {
+					return errors.New("injected fsync error")
+				}
+				return nil
+			})
+		}
+		j := keyed.NewJob("users", cfg)
+		srcP := 1 + r.IntN(3)
+		t.Logf("incarnation %d: srcP=%d batch=%d credits=%d interval=%v", incarnation, srcP, cfg.BatchSize, cfg.Credits, cfg.Checkpoint.Interval)
+		s := keyed.FromSource(j, "events", srcP, keyed.Source[event](src))
+		var k *keyed.KeyedStream[event]
+		if byPartition {
+			k = keyed.ByPartition(s)
+		} else {
+			k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+		}
+		out := keyed.Process(k, "count", 1+r.IntN(maxOp), func() keyed.Operator[event, result] { return &faultyCounter{plan: plan} })
+		keyed.ToSink(out, "results", keyed.Sink[result](sink))
+		err := j.Run(ctx)
+		t.Logf("incarnation %d: byPartition=%v parts=%d plan=%+v commitFailAt=%d: %v", incarnation, byPartition, parts, plan.at, commitFailAt, err)
+		if errors.Is(err, keyed.ErrCrashed) {
+			mem = mem.CrashClone() // the process died: only what was durable survives
+			continue
+		}
+		require.NoError(t, err, "seed %d incarnation %d", seed, incarnation)
+		break
+	}
+	checkOutput(t, sink.Committed(), want)
+}
+
+// TestNoDeadlockTinyCapacities: many tasks, one-record batches, one credit
+// per channel, checkpoints every millisecond: alignment blocks inputs all
+// the time and the job must still finish.
+func TestNoDeadlockTinyCapacities(t *testing.T) {
+	src, want := input(3, 8, 500, 20_000)
+	sink := keyed.NewMemorySink[result]()
+	cfg := keyed.Config{FS: checkpoint.NewMemFS(), Dir: "/c", Checkpoint: checkpoint.Config{Interval: time.Millisecond}, BatchSize: 1, Credits: 1}
+	j := newJob(t, cfg, src, sink, false, 8, 8)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, j.Run(ctx))
+	checkOutput(t, sink.Committed(), want)
+	require.Greater(t, sink.Commits(), 2)
+}
+
+// TestNoGoroutineLeft: after Run returns, none of the job's goroutines is
+// left, whether it ended normally, by a crash or by exhausting restarts.
+func TestNoGoroutineLeft(t *testing.T) {
+	src, _ := input(4, 4, 50, 5_000)
+	for _, cfg := range []keyed.Config{
+		{Checkpoint: checkpoint.Config{Interval: 2 * time.Millisecond}},
+		{Checkpoint: checkpoint.Config{Interval: 2 * time.Millisecond}, Hook: crashAt(checkpoint.FailAfterMetadata, 2)},
+	} {
+		cfg.FS, cfg.Dir = checkpoint.NewMemFS(), "/c"
+		j := newJob(t, cfg, src, keyed.NewMemorySink[result](), false, 2, 3)
+		_ = j.Run(context.Background())
+	}
+	j := keyed.NewJob("users", keyed.Config{FS: checkpoint.NewMemFS(), Dir: "/c", Restart: keyed.FixedDelay(2, 0)})
+	s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
+	out := keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 2, func() keyed.Operator[event, result] {
+		return &faultyCounter{plan: &opFault{at: 1}}
+	})
+	keyed.ToSink(out, "results", keyed.Sink[result](keyed.NewMemorySink[result]()))
+	require.Error(t, j.Run(context.Background()), "an operator that always fails exhausts the restarts")
+	require.Eventually(t, func() bool {
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		return !strings.Contains(string(buf[:n]), "kord/keyed.")
+	}, 5*time.Second, 10*time.Millisecond, "goroutines of package keyed left after Run")
+}

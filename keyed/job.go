@@ -1,0 +1,319 @@
+package keyed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/kordproject/kord/checkpoint"
+)
+
+// Config configures a Job.
+type Config struct {
+	// MaxParallelism is the number of key groups in keyBy mode (Flink
+	// maxParallelism). 0: adopt the checkpoint's on restore, else
+	// DefaultMaxParallelism. An explicit value that differs from the
+	// checkpoint's is refused. In partition mode it is the partition count.
+	MaxParallelism int
+	// Mode is checkpoint.ExactlyOnce (aligned barriers; default) or
+	// checkpoint.AtLeastOnce (barriers tracked, never blocking).
+	Mode checkpoint.Mode
+	// Checkpoint sets interval, timeout, min pause and tolerable failures.
+	Checkpoint checkpoint.Config
+	// FS and Dir locate the checkpoints (FS defaults to checkpoint.OSFS()).
+	FS  checkpoint.FS
+	Dir string
+	// Restart is the restart strategy on task failure. Default: no restart.
+	Restart Restart
+	// BatchSize is the most records sent between tasks in one message.
+	// Default 512.
+	BatchSize int
+	// BufferTimeout bounds how long a record waits in a partial batch
+	// (Flink execution.buffer-timeout). Default 5ms.
+	BufferTimeout time.Duration
+	// Credits is how many messages an upstream task may have outstanding
+	// to one downstream task: a blocked input backpressures only its own
+	// upstream. Default 4.
+	Credits int
+	// AcceptDuplicates lets exactly-once mode restore an older checkpoint
+	// when the one recorded as committed is missing or corrupt.
+	AcceptDuplicates bool
+	// Logger receives the job's log. Default: nothing is logged.
+	Logger *slog.Logger
+	// Hook, if set, is called at named points (the checkpoint.Fail*
+	// names); an error returned makes the job stop at once as if the process
+	// had crashed there (no final checkpoint, nothing cleaned up). For
+	// failure-injection tests.
+	Hook func(point string) error
+}
+
+// Restart is a restart strategy: after a task fails, every task restarts
+// from the last committed checkpoint, after Delay(attempt), at most
+// Attempts times in a row (a committed checkpoint resets the count).
+type Restart struct {
+	Attempts int
+	// Delay returns the wait before attempt n (1-based).
+	Delay func(attempt int) time.Duration
+}
+
+// FixedDelay restarts up to attempts times, d apart (Flink fixed-delay).
+func FixedDelay(attempts int, d time.Duration) Restart {
+	return Restart{Attempts: attempts, Delay: func(int) time.Duration { return d }}
+}
+
+// ExponentialBackoff restarts up to attempts times, waiting initial,
+// 2*initial, ... capped at max (Flink exponential-delay).
+func ExponentialBackoff(attempts int, initial, max time.Duration) Restart {
+	return Restart{Attempts: attempts, Delay: func(n int) time.Duration {
+		d := initial
+		for i := 1; i < n && d < max; i++ {
+			d *= 2
+		}
+		if d > max {
+			d = max
+		}
+		return d
+	}}
+}
+
+func (c Config) withDefaults() Config {
+	if c.Mode == 0 {
+		c.Mode = checkpoint.ExactlyOnce
+	}
+	if c.FS == nil {
+		c.FS = checkpoint.OSFS()
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 512
+	}
+	if c.BufferTimeout <= 0 {
+		c.BufferTimeout = 5 * time.Millisecond
+	}
+	if c.Credits <= 0 {
+		c.Credits = 4
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+// Job is a dataflow declared before it runs: sources, one keyed operator
+// stage and one sink. Declare it with FromSource, KeyBy or ByPartition,
+// Process and ToSink; Validate reports every declaration error; Run runs
+// it. A Job holds no global state; Run may be called again after it
+// returns.
+type Job struct {
+	name string
+	cfg  Config
+
+	sources []sourceNode
+	op      opNode
+	sink    sinkNode
+	errs    []error
+}
+
+// NewJob starts declaring a job. name is stable across restarts: it names
+// the checkpoints' operators.
+func NewJob(name string, cfg Config) *Job {
+	j := &Job{name: name, cfg: cfg.withDefaults()}
+	if err := checkpoint.ValidateOperator(name); err != nil {
+		j.errs = append(j.errs, fmt.Errorf("keyed: job name: %w", err))
+	}
+	return j
+}
+
+// Validate reports the declaration's errors.
+func (j *Job) Validate() error {
+	errs := append([]error(nil), j.errs...)
+	if len(j.sources) == 0 {
+		errs = append(errs, errors.New("keyed: job has no source"))
+	}
+	if j.op == nil {
+		errs = append(errs, errors.New("keyed: job has no keyed operator (Process)"))
+	}
+	if j.sink == nil {
+		errs = append(errs, errors.New("keyed: job has no sink (ToSink)"))
+	}
+	if j.cfg.Dir == "" {
+		errs = append(errs, errors.New("keyed: no checkpoint directory (Config.Dir)"))
+	}
+	if j.cfg.Mode != checkpoint.ExactlyOnce && j.cfg.Mode != checkpoint.AtLeastOnce {
+		errs = append(errs, fmt.Errorf("keyed: unknown mode %v", j.cfg.Mode))
+	}
+	if err := j.cfg.Checkpoint.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if j.cfg.MaxParallelism != 0 {
+		if err := ValidateParallelism(1, j.cfg.MaxParallelism); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if j.op != nil {
+		if err := j.op.validate(j.cfg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Position is a source partition and the next offset to read.
+type Position struct {
+	Partition int32
+	Offset    int64
+}
+
+// SourceRecord is one record of a partitioned, replayable source.
+type SourceRecord[T any] struct {
+	Partition int32
+	Offset    int64
+	// Key is the record key: the key used in partition mode (ByPartition).
+	Key   []byte
+	Value T
+}
+
+// Source is a partitioned, replayable source: its records are addressed by
+// partition and offset, and reading from an offset again yields the same
+// records (a Kafka topic, or MemorySource).
+type Source[T any] interface {
+	// Topic names the source in checkpoints (a Kafka topic name).
+	Topic() string
+	// Partitions lists the partitions, ascending.
+	Partitions(ctx context.Context) ([]int32, error)
+	// Start resolves, for a fresh start, each partition's first offset.
+	Start(ctx context.Context, partitions []int32) ([]Position, error)
+	// Reader opens a reader for one source task.
+	Reader(ctx context.Context) (Reader[T], error)
+}
+
+// Reader reads the partitions assigned to one source task.
+type Reader[T any] interface {
+	// Assign sets the partitions to read, each from its offset.
+	Assign(ctx context.Context, positions []Position) error
+	// Poll returns up to max records, waiting at most wait for the first.
+	// done reports that every assigned partition has ended (a bounded
+	// source; Kafka never ends).
+	Poll(ctx context.Context, max int, wait time.Duration) (recs []SourceRecord[T], done bool, err error)
+	Close() error
+}
+
+// Operator is a keyed operator: Process is called for each record with the
+// keyed state scoped to the record's key. One instance exists per parallel
+// task; it is used by one goroutine.
+type Operator[T, O any] interface {
+	// Open registers the operator's state on b (keyed.Value, List, Map).
+	Open(b *Backend) error
+	// Process handles one record of key; out.Emit sends results on.
+	Process(key []byte, v T, out *Collector[O]) error
+}
+
+// Sink receives the keyed operator's output. The engine calls Write from
+// one sink task; Commit from the checkpoint coordinator, in checkpoint
+// order, once the checkpoint is durable.
+type Sink[T any] interface {
+	// Write adds v to the output of checkpoint epoch: it must stay invisible
+	// (exactly-once) until Commit(c) for some c ≥ epoch.
+	Write(epoch uint64, v T) error
+	// Commit makes visible the output of every epoch ≤ id and records, in
+	// the same atomic step, that checkpoint ref committed.
+	Commit(ctx context.Context, ref checkpoint.CheckpointRef) error
+	// Recorded returns the checkpoint the sink's system recorded as
+	// committed, nil if none: recovery restores exactly that one.
+	Recorded(ctx context.Context) (*checkpoint.CheckpointRef, error)
+	// Reset drops output not committed (called before a restart).
+	Reset() error
+}
+
+// Stream is a stream of records from a source.
+type Stream[T any] struct {
+	j    *Job
+	node *sourceOf[T]
+}
+
+// KeyedStream is a stream partitioned by key.
+type KeyedStream[T any] struct {
+	j           *Job
+	srcs        []*sourceOf[T]
+	key         func(T) []byte // keyBy mode
+	byPartition bool
+}
+
+// Output is a keyed operator's output stream.
+type Output[O any] struct {
+	j  *Job
+	op outputNode[O]
+}
+
+// FromSource adds a source read by parallelism tasks. In keyBy mode its
+// partitions go to tasks round-robin by position (partition i of the
+// sorted list to task i % parallelism); in partition mode each task gets a
+// contiguous range of partitions, the same ranges as the keyed operator's
+// key groups, so that with equal parallelism each source task feeds exactly
+// one operator task (no shuffle).
+func FromSource[T any](j *Job, name string, parallelism int, s Source[T]) *Stream[T] {
+	n := &sourceOf[T]{name: name, parallelism: parallelism, src: s}
+	if err := checkpoint.ValidateOperator(name); err != nil {
+		j.errs = append(j.errs, fmt.Errorf("keyed: source name: %w", err))
+	}
+	if parallelism < 1 {
+		j.errs = append(j.errs, fmt.Errorf("keyed: source %q: parallelism %d", name, parallelism))
+	}
+	j.sources = append(j.sources, n)
+	return &Stream[T]{j: j, node: n}
+}
+
+// KeyBy keys streams by key(record): key group = xxhash64(key) %
+// maxParallelism, records shuffled to the task owning the key group.
+// Several streams are unioned; their barriers are aligned.
+func KeyBy[T any](key func(T) []byte, streams ...*Stream[T]) *KeyedStream[T] {
+	if len(streams) == 0 {
+		panic("keyed: KeyBy of no stream")
+	}
+	k := &KeyedStream[T]{j: streams[0].j, key: key}
+	for _, s := range streams {
+		k.srcs = append(k.srcs, s.node)
+	}
+	return k
+}
+
+// ByPartition keys a stream by its records' key, for input already
+// partitioned by that key (events produced with kord's Java-exact
+// partitioner): the key group is the source partition and nothing is
+// shuffled (Flink reinterpretAsKeyedStream).
+func ByPartition[T any](s *Stream[T]) *KeyedStream[T] {
+	return &KeyedStream[T]{j: s.j, srcs: []*sourceOf[T]{s.node}, byPartition: true}
+}
+
+// Process adds the keyed operator stage: parallelism tasks, each with an
+// Operator from newOp and keyed state for its key-group range.
+func Process[T, O any](k *KeyedStream[T], name string, parallelism int, newOp func() Operator[T, O]) *Output[O] {
+	j := k.j
+	if j.op != nil {
+		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: only one keyed operator stage per job is supported", name))
+	}
+	if err := checkpoint.ValidateOperator(name); err != nil {
+		j.errs = append(j.errs, fmt.Errorf("keyed: operator name: %w", err))
+	}
+	if parallelism < 1 {
+		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: parallelism %d", name, parallelism))
+	}
+	if k.byPartition && len(k.srcs) != 1 {
+		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: partition mode takes one source", name))
+	}
+	op := &opOf[T, O]{name: name, parallelism: parallelism, newOp: newOp, in: k}
+	j.op = op
+	return &Output[O]{j: j, op: op}
+}
+
+// ToSink sends the operator's output to s, through one sink task that
+// aligns barriers across all operator tasks.
+func ToSink[O any](o *Output[O], name string, s Sink[O]) {
+	j := o.j
+	if j.sink != nil {
+		j.errs = append(j.errs, fmt.Errorf("keyed: sink %q: only one sink per job is supported", name))
+	}
+	j.sink = &sinkOf[O]{name: name, sink: s, op: o.op}
+}

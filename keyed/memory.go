@@ -1,0 +1,229 @@
+package keyed
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/kordproject/kord/checkpoint"
+)
+
+// MemorySource is an in-memory, replayable, partitioned source: records
+// are addressed by partition and offset like a Kafka topic's. Bounded
+// sources end when every partition is read to its end; unbounded ones wait
+// for Append. Safe for concurrent use.
+type MemorySource[T any] struct {
+	topic   string
+	bounded bool
+	mu      sync.RWMutex
+	parts   [][]SourceRecord[T]
+	grew    chan struct{} // closed and replaced on Append
+}
+
+// NewMemorySource returns a source of partitions empty partitions.
+func NewMemorySource[T any](topic string, partitions int, bounded bool) *MemorySource[T] {
+	return &MemorySource[T]{topic: topic, bounded: bounded, parts: make([][]SourceRecord[T], partitions), grew: make(chan struct{})}
+}
+
+// Append adds a record to a partition and returns its offset.
+func (s *MemorySource[T]) Append(partition int32, key []byte, v T) int64 {
+	s.mu.Lock()
+	off := int64(len(s.parts[partition]))
+	s.parts[partition] = append(s.parts[partition], SourceRecord[T]{Partition: partition, Offset: off, Key: key, Value: v})
+	close(s.grew)
+	s.grew = make(chan struct{})
+	s.mu.Unlock()
+	return off
+}
+
+// Len returns the number of records in a partition.
+func (s *MemorySource[T]) Len(partition int32) int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return int64(len(s.parts[partition]))
+}
+
+// Topic implements Source.
+func (s *MemorySource[T]) Topic() string { return s.topic }
+
+// Partitions implements Source.
+func (s *MemorySource[T]) Partitions(context.Context) ([]int32, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]int32, len(s.parts))
+	for i := range out {
+		out[i] = int32(i)
+	}
+	return out, nil
+}
+
+// Start implements Source: every partition from offset 0.
+func (s *MemorySource[T]) Start(_ context.Context, partitions []int32) ([]Position, error) {
+	out := make([]Position, len(partitions))
+	for i, p := range partitions {
+		out[i] = Position{Partition: p}
+	}
+	return out, nil
+}
+
+// Reader implements Source.
+func (s *MemorySource[T]) Reader(context.Context) (Reader[T], error) {
+	return &memoryReader[T]{s: s}, nil
+}
+
+type memoryReader[T any] struct {
+	s    *MemorySource[T]
+	pos  []Position
+	next int
+}
+
+func (r *memoryReader[T]) Assign(_ context.Context, positions []Position) error {
+	r.s.mu.RLock()
+	defer r.s.mu.RUnlock()
+	for _, p := range positions {
+		if int(p.Partition) >= len(r.s.parts) || p.Partition < 0 {
+			return fmt.Errorf("keyed: memory source %q: no partition %d", r.s.topic, p.Partition)
+		}
+		if p.Offset < 0 || p.Offset > int64(len(r.s.parts[p.Partition])) {
+			return fmt.Errorf("keyed: memory source %q: partition %d offset %d out of range [0, %d]", r.s.topic, p.Partition, p.Offset, len(r.s.parts[p.Partition]))
+		}
+	}
+	r.pos = append([]Position(nil), positions...)
+	return nil
+}
+
+func (r *memoryReader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]SourceRecord[T], bool, error) {
+	for {
+		r.s.mu.RLock()
+		var out []SourceRecord[T]
+		for i := 0; i < len(r.pos) && len(out) < max; i++ {
+			k := (r.next + i) % len(r.pos)
+			p := &r.pos[k]
+			recs := r.s.parts[p.Partition]
+			n := min(int64(len(recs))-p.Offset, int64(max-len(out)), 64)
+			if n > 0 {
+				out = append(out, recs[p.Offset:p.Offset+n]...)
+				p.Offset += n
+			}
+		}
+		atEnd := true
+		for _, p := range r.pos {
+			if p.Offset < int64(len(r.s.parts[p.Partition])) {
+				atEnd = false
+			}
+		}
+		if len(r.pos) > 0 {
+			r.next = (r.next + 1) % len(r.pos)
+		}
+		grew := r.s.grew
+		r.s.mu.RUnlock()
+		if len(out) > 0 || wait <= 0 {
+			return out, atEnd && r.s.bounded, nil
+		}
+		if r.s.bounded && atEnd {
+			return nil, true, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-grew:
+			t.Stop()
+			wait = 0
+		case <-t.C:
+			return nil, false, nil
+		case <-ctx.Done():
+			t.Stop()
+			return nil, false, nil
+		}
+	}
+}
+
+func (r *memoryReader[T]) Close() error { return nil }
+
+// MemorySink keeps output in memory and makes it visible only when the
+// checkpoint that carries it commits, like a read_committed reader of a
+// transactional topic: output not committed is lost on Reset (a restart).
+// It records the committed checkpoint as Kafka's commit group does. Safe
+// for concurrent use.
+type MemorySink[T any] struct {
+	mu        sync.Mutex
+	pending   map[uint64][]T
+	committed []T
+	record    *checkpoint.CheckpointRef
+	commits   int
+	// FailCommit, if set, is called before each commit; an error fails it
+	// (with nothing committed).
+	FailCommit func(ref checkpoint.CheckpointRef) error
+}
+
+// NewMemorySink returns an empty sink.
+func NewMemorySink[T any]() *MemorySink[T] { return &MemorySink[T]{pending: map[uint64][]T{}} }
+
+// Write implements Sink.
+func (s *MemorySink[T]) Write(epoch uint64, v T) error {
+	s.mu.Lock()
+	s.pending[epoch] = append(s.pending[epoch], v)
+	s.mu.Unlock()
+	return nil
+}
+
+// Commit implements Sink: the output of every epoch ≤ ref.ID becomes
+// visible, in epoch order, and ref is recorded.
+func (s *MemorySink[T]) Commit(_ context.Context, ref checkpoint.CheckpointRef) error {
+	if s.FailCommit != nil {
+		if err := s.FailCommit(ref); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var epochs []uint64
+	for e := range s.pending {
+		if e <= ref.ID {
+			epochs = append(epochs, e)
+		}
+	}
+	sort.Slice(epochs, func(a, b int) bool { return epochs[a] < epochs[b] })
+	for _, e := range epochs {
+		s.committed = append(s.committed, s.pending[e]...)
+		delete(s.pending, e)
+	}
+	r := ref
+	s.record = &r
+	s.commits++
+	return nil
+}
+
+// Recorded implements Sink.
+func (s *MemorySink[T]) Recorded(context.Context) (*checkpoint.CheckpointRef, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.record == nil {
+		return nil, nil
+	}
+	r := *s.record
+	return &r, nil
+}
+
+// Reset implements Sink: uncommitted output is dropped.
+func (s *MemorySink[T]) Reset() error {
+	s.mu.Lock()
+	s.pending = map[uint64][]T{}
+	s.mu.Unlock()
+	return nil
+}
+
+// Committed returns the committed output, in commit order.
+func (s *MemorySink[T]) Committed() []T {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]T(nil), s.committed...)
+}
+
+// Commits returns how many commits succeeded.
+func (s *MemorySink[T]) Commits() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.commits
+}

@@ -1,0 +1,534 @@
+package keyed
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/kordproject/kord/checkpoint"
+)
+
+// FailDuringSnapshotWrite is the failure point between a task's state
+// files (Config.Hook).
+const FailDuringSnapshotWrite = "during-snapshot-write"
+
+type sourceOf[T any] struct {
+	name        string
+	parallelism int
+	src         Source[T]
+}
+
+func (s *sourceOf[T]) sourceName() string { return s.name }
+func (s *sourceOf[T]) topic() string      { return s.src.Topic() }
+
+type opOf[T, O any] struct {
+	name        string
+	parallelism int
+	newOp       func() Operator[T, O]
+	in          *KeyedStream[T]
+}
+
+func (o *opOf[T, O]) opName() string { return o.name }
+
+func (o *opOf[T, O]) validate(cfg Config) error {
+	topics := map[string]bool{}
+	for _, s := range o.in.srcs {
+		if s.src == nil {
+			return fmt.Errorf("keyed: source %q is nil", s.name)
+		}
+		if topics[s.src.Topic()] {
+			return fmt.Errorf("keyed: two sources read topic %q", s.src.Topic())
+		}
+		topics[s.src.Topic()] = true
+	}
+	if o.in.byPartition && cfg.MaxParallelism != 0 {
+		return fmt.Errorf("keyed: operator %q: partition mode takes its max parallelism from the partition count; leave Config.MaxParallelism 0", o.name)
+	}
+	if !o.in.byPartition && o.in.key == nil {
+		return fmt.Errorf("keyed: operator %q: nil key function", o.name)
+	}
+	if o.newOp == nil {
+		return fmt.Errorf("keyed: operator %q: nil operator constructor", o.name)
+	}
+	return nil
+}
+
+type sinkOf[O any] struct {
+	name string
+	sink Sink[O]
+	op   outputNode[O]
+}
+
+func (s *sinkOf[O]) reset() error { return s.sink.Reset() }
+func (s *sinkOf[O]) recorded(ctx context.Context) (*checkpoint.CheckpointRef, error) {
+	return s.sink.Recorded(ctx)
+}
+func (s *sinkOf[O]) commit(ctx context.Context, ref checkpoint.CheckpointRef) error {
+	return s.sink.Commit(ctx, ref)
+}
+
+// srcAssign is one source task's partitions and positions.
+type srcAssign struct {
+	node      int
+	positions []Position
+}
+
+func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
+	ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+	defer cancel()
+	j := r.j
+	cfg := r.cfg
+
+	// Partitions and positions of every source.
+	type srcInfo struct {
+		parts []int32
+		pos   map[int32]int64
+	}
+	infos := make([]srcInfo, len(o.in.srcs))
+	var offsets []checkpoint.PartitionOffset
+	for i, s := range o.in.srcs {
+		parts, err := s.src.Partitions(ctx)
+		if err != nil {
+			return fmt.Errorf("keyed: source %q: %w", s.name, err)
+		}
+		sort.Slice(parts, func(a, b int) bool { return parts[a] < parts[b] })
+		pos := map[int32]int64{}
+		known := rs.positions[s.src.Topic()]
+		var missing []int32
+		for _, p := range parts {
+			if off, ok := known[p]; ok {
+				pos[p] = off
+			} else {
+				missing = append(missing, p)
+			}
+		}
+		if len(missing) > 0 {
+			start, err := s.src.Start(ctx, missing)
+			if err != nil {
+				return fmt.Errorf("keyed: source %q: start offsets: %w", s.name, err)
+			}
+			for _, p := range start {
+				pos[p.Partition] = p.Offset
+			}
+		}
+		for _, p := range parts {
+			offsets = append(offsets, checkpoint.PartitionOffset{Topic: s.src.Topic(), Partition: p, Offset: pos[p]})
+		}
+		infos[i] = srcInfo{parts: parts, pos: pos}
+	}
+
+	// Key groups.
+	if o.in.byPartition {
+		n := len(infos[0].parts)
+		for i, p := range infos[0].parts {
+			if p != int32(i) {
+				return fmt.Errorf("keyed: source %q: partition mode needs partitions 0..n-1, found %v", o.in.srcs[0].name, infos[0].parts)
+			}
+		}
+		if !rs.fresh && rs.maxP != n {
+			return fmt.Errorf("keyed: source %q has %d partitions, checkpoint %s was taken with %d: partition mode cannot follow a change of partition count",
+				o.in.srcs[0].name, n, rs.meta.Ref(), rs.maxP)
+		}
+		rs.maxP = n
+	} else if rs.fresh {
+		rs.maxP = cfg.MaxParallelism
+		if rs.maxP == 0 {
+			rs.maxP = DefaultMaxParallelism
+		}
+	}
+	maxP := rs.maxP
+	if err := ValidateParallelism(o.parallelism, maxP); err != nil {
+		return fmt.Errorf("keyed: operator %q: %w", o.name, err)
+	}
+	if rs.fresh {
+		if err := r.freshStart(ctx, rs, offsets); err != nil {
+			return err
+		}
+	}
+
+	// Tasks: sources, then operator instances, then the sink.
+	upstreams := 0
+	for _, s := range o.in.srcs {
+		upstreams += s.parallelism
+	}
+	opIn := make([]*inbox[T], o.parallelism)
+	for d := range opIn {
+		opIn[d] = newInbox[T](upstreams, cfg.Credits)
+	}
+	sinkIn := newInbox[O](o.parallelism, cfg.Credits)
+
+	u := 0
+	for i, s := range o.in.srcs {
+		assign := make([][]Position, s.parallelism)
+		for k, p := range infos[i].parts {
+			t := k % s.parallelism
+			if o.in.byPartition {
+				t = OperatorIndex(int(p), maxP, s.parallelism)
+			}
+			assign[t] = append(assign[t], Position{Partition: p, Offset: infos[i].pos[p]})
+		}
+		for t := 0; t < s.parallelism; t++ {
+			task := r.addTask(fmt.Sprintf("%s[%d]", s.name, t))
+			from := make([]int, o.parallelism)
+			for d := range from {
+				from[d] = u
+			}
+			out := newOutbox(opIn, from, cfg.BatchSize)
+			reader, err := s.src.Reader(ctx)
+			if err != nil {
+				return fmt.Errorf("keyed: source %q: %w", s.name, err)
+			}
+			if err := reader.Assign(ctx, assign[t]); err != nil {
+				reader.Close()
+				return fmt.Errorf("keyed: source %q task %d: %w", s.name, t, err)
+			}
+			trig := make(chan trigger, 1)
+			r.triggers = append(r.triggers, trig)
+			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t],
+				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism}
+			r.goTask(task, st.run)
+			u++
+		}
+	}
+	for d := 0; d < o.parallelism; d++ {
+		task := r.addTask(fmt.Sprintf("%s[%d]", o.name, d))
+		rng := RangeFor(d, maxP, o.parallelism)
+		var bopts []Opt
+		if !o.in.byPartition {
+			bopts = append(bopts, KeyGroupFunc(func(key []byte) int { return KeyGroup(key, maxP) }))
+		}
+		b, err := NewBackend(o.name, maxP, rng, bopts...)
+		if err != nil {
+			return err
+		}
+		op := o.newOp()
+		if err := op.Open(b); err != nil {
+			return fmt.Errorf("keyed: operator %q task %d: open: %w", o.name, d, err)
+		}
+		if !rs.fresh {
+			if err := b.Restore(rs.meta, rs.files); err != nil {
+				return fmt.Errorf("keyed: operator %q task %d: restore %s: %w", o.name, d, rs.meta.Ref(), err)
+			}
+		}
+		al, err := checkpoint.NewAligner(cfg.Mode, upstreams)
+		if err != nil {
+			return err
+		}
+		cancels := make(chan uint64, 16)
+		r.cancels = append(r.cancels, cancels)
+		out := newOutbox([]*inbox[O]{sinkIn}, []int{d}, cfg.BatchSize)
+		ot := &opTask[T, O]{r: r, task: task, in: opIn[d], al: al, cancels: cancels, op: op, b: b, out: out}
+		r.goTask(task, ot.run)
+	}
+	{
+		task := r.addTask(fmt.Sprintf("%s[0]", j.sink.(*sinkOf[O]).name))
+		al, err := checkpoint.NewAligner(cfg.Mode, o.parallelism)
+		if err != nil {
+			return err
+		}
+		cancels := make(chan uint64, 16)
+		r.cancels = append(r.cancels, cancels)
+		epoch := uint64(1)
+		if rs.meta != nil {
+			epoch = rs.meta.ID + 1
+		}
+		kt := &sinkTask[O]{r: r, task: task, in: sinkIn, al: al, cancels: cancels, sink: j.sink.(*sinkOf[O]).sink, epoch: epoch}
+		r.goTask(task, kt.run)
+	}
+	return nil
+}
+
+// sourceTask reads its partitions and routes records to operator tasks;
+// it injects barriers when triggered.
+type sourceTask[T any] struct {
+	r           *run
+	task        int
+	topic       string
+	reader      Reader[T]
+	out         *outbox[T]
+	trig        chan trigger
+	positions   []Position
+	byPartition bool
+	key         func(T) []byte
+	maxP, p     int
+}
+
+func (s *sourceTask[T]) run() error {
+	defer s.reader.Close()
+	ctx := s.r.ctx
+	pos := make(map[int32]int64, len(s.positions))
+	for _, p := range s.positions {
+		pos[p.Partition] = p.Offset
+	}
+	batch := s.r.cfg.BatchSize
+	timeout := s.r.cfg.BufferTimeout
+	exhausted := false
+	for {
+		var t trigger
+		got := false
+		if exhausted {
+			select {
+			case t = <-s.trig:
+				got = true
+			case <-ctx.Done():
+				return nil
+			}
+		} else {
+			select {
+			case t = <-s.trig:
+				got = true
+			case <-ctx.Done():
+				return nil
+			default:
+			}
+		}
+		if got {
+			// The barrier: offsets are the next to read after the last
+			// record routed before it.
+			offs := make([]checkpoint.PartitionOffset, 0, len(s.positions))
+			for _, p := range s.positions {
+				offs = append(offs, checkpoint.PartitionOffset{Topic: s.topic, Partition: p.Partition, Offset: pos[p.Partition]})
+			}
+			if err := s.out.broadcast(ctx, t.id, false); err != nil {
+				return err
+			}
+			s.r.ack(ack{task: s.task, id: t.id, offsets: offs})
+			if t.final {
+				return s.out.broadcast(ctx, 0, true)
+			}
+			continue
+		}
+		recs, done, err := s.reader.Poll(ctx, batch, timeout)
+		if err != nil {
+			return err
+		}
+		for i := range recs {
+			rec := &recs[i]
+			var key []byte
+			var kg, d int
+			if s.byPartition {
+				key, kg = rec.Key, int(rec.Partition)
+			} else {
+				key = s.key(rec.Value)
+				kg = KeyGroup(key, s.maxP)
+			}
+			d = OperatorIndex(kg, s.maxP, s.p)
+			if err := s.out.add(ctx, d, element[T]{v: rec.Value, key: key, kg: int32(kg)}); err != nil {
+				return err
+			}
+			pos[rec.Partition] = rec.Offset + 1
+		}
+		if err := s.out.flushDue(ctx, timeout); err != nil {
+			return err
+		}
+		if done && !exhausted {
+			exhausted = true
+			if err := s.out.flushAll(ctx); err != nil {
+				return err
+			}
+			select {
+			case s.r.exhausted <- s.task:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	}
+}
+
+// opTask runs one operator instance.
+type opTask[T, O any] struct {
+	r       *run
+	task    int
+	in      *inbox[T]
+	al      *checkpoint.Aligner
+	cancels chan uint64
+	op      Operator[T, O]
+	b       *Backend
+	out     *outbox[O]
+}
+
+func (t *opTask[T, O]) run() error {
+	ctx := t.r.ctx
+	col := &Collector[O]{ctx: ctx, out: t.out}
+	stash := make([][]message[T], len(t.in.credits))
+	timeout := t.r.cfg.BufferTimeout
+	tick := time.NewTicker(timeout)
+	defer tick.Stop()
+	for {
+		var m message[T]
+		got := false
+		for u := range stash {
+			if len(stash[u]) > 0 && !t.al.Blocked(u) {
+				m, stash[u] = stash[u][0], stash[u][1:]
+				got = true
+				break
+			}
+		}
+		if !got {
+			select {
+			case m = <-t.in.ch:
+				if t.al.Blocked(m.from) {
+					stash[m.from] = append(stash[m.from], m)
+					continue
+				}
+			case <-tick.C:
+				if err := t.out.flushDue(ctx, timeout); err != nil {
+					return err
+				}
+				continue
+			case id := <-t.cancels:
+				if done, err := t.apply(ctx, t.al.Cancel(id, time.Now())); done || err != nil {
+					return err
+				}
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		for i := range m.elems {
+			e := &m.elems[i]
+			t.b.SetCurrentKey(e.key, int(e.kg))
+			if err := t.op.Process(e.key, e.v, col); err != nil {
+				return fmt.Errorf("key %q: %w", e.key, err)
+			}
+			if col.err != nil {
+				return col.err
+			}
+		}
+		var effs []checkpoint.AlignEffect
+		if m.barrier > 0 {
+			effs = t.al.Barrier(m.from, m.barrier, time.Now())
+		}
+		if m.end {
+			effs = append(effs, t.al.EndOfInput(m.from, time.Now())...)
+		}
+		t.in.done(m.from)
+		if done, err := t.apply(ctx, effs); done || err != nil {
+			return err
+		}
+		if err := t.out.flushDue(ctx, timeout); err != nil {
+			return err
+		}
+	}
+}
+
+func (t *opTask[T, O]) apply(ctx context.Context, effs []checkpoint.AlignEffect) (done bool, err error) {
+	for _, e := range effs {
+		switch e.Kind {
+		case checkpoint.AlignSnapshot:
+			t.r.align.add(e.Alignment)
+			if err := t.out.broadcast(ctx, e.ID, false); err != nil {
+				return false, err
+			}
+			snap := t.b.Snapshot()
+			refs := t.b.OperatorRefs()
+			t.r.bg.Add(1)
+			go func(id uint64) {
+				defer t.r.bg.Done()
+				files, err := t.writeSnapshot(snap, id)
+				t.r.ack(ack{task: t.task, id: id, files: files, refs: refs, err: err})
+			}(e.ID)
+		case checkpoint.AlignAllFinished:
+			return true, t.out.broadcast(ctx, 0, true)
+		case checkpoint.AlignError:
+			return false, e.Err()
+		}
+	}
+	return false, nil
+}
+
+// writeSnapshot encodes the snapshot and writes its files durably.
+func (t *opTask[T, O]) writeSnapshot(snap *Snapshot, id uint64) ([]checkpoint.FileRef, error) {
+	defer snap.Release()
+	files, err := snap.Encode(t.r.runID, id, 1)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	refs := make([]checkpoint.FileRef, 0, len(files))
+	for i, n := range names {
+		if i > 0 {
+			if err := t.r.hook(FailDuringSnapshotWrite); err != nil {
+				return nil, err
+			}
+		}
+		if err := t.r.store.Put(n, files[n]); err != nil {
+			return nil, err
+		}
+		pn, _ := checkpoint.ParseName(n)
+		refs = append(refs, checkpoint.FileRef{Name: n, Size: int64(len(files[n])), CRC32C: checkpoint.Checksum(files[n]), Operator: pn.Operator, KeyGroup: pn.KeyGroup})
+	}
+	return refs, nil
+}
+
+// sinkTask aligns the operator tasks' outputs and writes them to the sink,
+// each record under the checkpoint that will carry it.
+type sinkTask[O any] struct {
+	r       *run
+	task    int
+	in      *inbox[O]
+	al      *checkpoint.Aligner
+	cancels chan uint64
+	sink    Sink[O]
+	epoch   uint64
+}
+
+func (t *sinkTask[O]) run() error {
+	ctx := t.r.ctx
+	stash := make([][]message[O], len(t.in.credits))
+	for {
+		var m message[O]
+		got := false
+		for u := range stash {
+			if len(stash[u]) > 0 && !t.al.Blocked(u) {
+				m, stash[u] = stash[u][0], stash[u][1:]
+				got = true
+				break
+			}
+		}
+		if !got {
+			select {
+			case m = <-t.in.ch:
+				if t.al.Blocked(m.from) {
+					stash[m.from] = append(stash[m.from], m)
+					continue
+				}
+			case id := <-t.cancels:
+				t.al.Cancel(id, time.Now())
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		for i := range m.elems {
+			if err := t.sink.Write(t.epoch, m.elems[i].v); err != nil {
+				return err
+			}
+		}
+		var effs []checkpoint.AlignEffect
+		if m.barrier > 0 {
+			effs = t.al.Barrier(m.from, m.barrier, time.Now())
+		}
+		if m.end {
+			effs = append(effs, t.al.EndOfInput(m.from, time.Now())...)
+		}
+		t.in.done(m.from)
+		for _, e := range effs {
+			switch e.Kind {
+			case checkpoint.AlignSnapshot:
+				t.r.align.add(e.Alignment)
+				t.epoch = e.ID + 1
+				t.r.ack(ack{task: t.task, id: e.ID})
+			case checkpoint.AlignAllFinished:
+				return nil
+			case checkpoint.AlignError:
+				return e.Err()
+			}
+		}
+	}
+}

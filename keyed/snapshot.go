@@ -1,0 +1,331 @@
+package keyed
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kordproject/kord/checkpoint"
+)
+
+// Snapshot is the keyed state of a Backend at one instant, taken by
+// Backend.Snapshot at a barrier. It holds the backend's tables as they
+// were; the backend copies a table before its next write to it. Encode it
+// (on any goroutine, while the backend goes on), then Release it.
+type Snapshot struct {
+	operator string
+	maxP     int
+	r        KeyGroupRange
+	infos    []StateInfo
+	states   []frozenState // nil once released
+
+	b        *Backend
+	mu       sync.Mutex // held by Encode, so that Release waits for it
+	released atomic.Bool
+}
+
+// frozenState is one state's tables at the snapshot.
+type frozenState interface {
+	info() StateInfo
+	numGroups() int
+	groupLen(g int) int
+	// entries returns group g's entries, built in w's buffers (valid until
+	// the next call with w).
+	entries(g int, w *workspace) ([]checkpoint.Entry, error)
+}
+
+type frozen[T any] struct {
+	inf    StateInfo
+	start  int
+	groups []*table[T]
+	enc    encodeFunc[T]
+}
+
+func (f *frozen[T]) info() StateInfo { return f.inf }
+func (f *frozen[T]) numGroups() int  { return len(f.groups) }
+
+func (f *frozen[T]) groupLen(g int) int {
+	if t := f.groups[g]; t != nil {
+		return len(t.idx)
+	}
+	return 0
+}
+
+// workspace is one encoding worker's reusable buffers.
+type workspace struct {
+	buf, scratch []byte
+	offs         []int
+	entries      []checkpoint.Entry
+}
+
+func (f *frozen[T]) entries(g int, w *workspace) ([]checkpoint.Entry, error) {
+	t := f.groups[g]
+	n := len(t.idx)
+	// Keys and values go into one buffer; entries slice it once it has
+	// stopped growing.
+	buf, offs, scratch := w.buf[:0], w.offs[:0], w.scratch
+	var err error
+	for k, i := range t.idx {
+		offs = append(offs, len(buf))
+		buf = append(buf, k...)
+		offs = append(offs, len(buf))
+		if buf, scratch, err = f.enc(buf, scratch, t.vals[i]); err != nil {
+			return nil, fmt.Errorf("keyed: operator %q state %q key group %d: key %x: %w", f.inf.Operator, f.inf.Name, g+f.start, k, err)
+		}
+		offs = append(offs, len(buf))
+	}
+	entries := slices.Grow(w.entries[:0], n)[:n]
+	for j := range entries {
+		a, b, c := offs[3*j], offs[3*j+1], offs[3*j+2]
+		entries[j] = checkpoint.Entry{Key: buf[a:b:b], Value: buf[b:c:c]}
+	}
+	w.buf, w.offs, w.scratch, w.entries = buf, offs, scratch, entries
+	return entries, nil
+}
+
+// Snapshot freezes every state's tables and returns them. It is
+// O(states × key groups), allocates one slice of table pointers per state,
+// and copies no keys or values: the first write to each key group after it
+// copies that group's table (copy-on-write), until the snapshot is
+// released.
+func (b *Backend) Snapshot() *Snapshot {
+	b.epoch++
+	b.pending.Add(1)
+	s := &Snapshot{operator: b.operator, maxP: b.maxP, r: b.r, b: b, infos: b.States(), states: make([]frozenState, len(b.states))}
+	for i, st := range b.states {
+		s.states[i] = st.freeze()
+	}
+	return s
+}
+
+// OperatorRefs returns the snapshotted states' entries for
+// checkpoint.Metadata.Operators (see Backend.OperatorRefs), also after
+// Release.
+func (s *Snapshot) OperatorRefs() []checkpoint.OperatorRef {
+	out := make([]checkpoint.OperatorRef, len(s.infos))
+	for i, inf := range s.infos {
+		out[i] = inf.Ref()
+	}
+	return out
+}
+
+// MaxParallelism returns the number of key groups, for
+// checkpoint.Metadata.MaxParallelism.
+func (s *Snapshot) MaxParallelism() int { return s.maxP }
+
+// Len returns the number of (state, key) entries in the snapshot (0 once
+// released).
+func (s *Snapshot) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, st := range s.states {
+		for g := range st.numGroups() {
+			n += st.groupLen(g)
+		}
+	}
+	return n
+}
+
+// ErrReleased is returned by Encode on a released snapshot.
+var ErrReleased = errors.New("keyed: snapshot already released")
+
+// Encode encodes the snapshot as the state files of checkpoint (run, id):
+// one checkpoint.EncodeKeyGroup file per (state, key group) that has
+// entries, named checkpoint.StateFileName(run, id, "<operator>.<state>",
+// keyGroup), ready for checkpoint.WriteCheckpoint. An entry's Key is the
+// record key and its Value the codec's encoding of the value (of the list
+// or map for list and map states; see appendList and appendMap). Entries
+// are in no particular order.
+//
+// It uses up to parallel goroutines (GOMAXPROCS when parallel <= 0), ended
+// before it returns, and may run while the backend goes on processing.
+func (s *Snapshot) Encode(run string, id uint64, parallel int) (map[string][]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released.Load() {
+		return nil, ErrReleased
+	}
+	if err := checkpoint.ValidateRun(run); err != nil {
+		return nil, err
+	}
+	type item struct {
+		state, g int
+		name     string
+		data     []byte
+	}
+	var items []item
+	for si, st := range s.states {
+		for g := range st.numGroups() {
+			if st.groupLen(g) > 0 {
+				items = append(items, item{state: si, g: g})
+			}
+		}
+	}
+	errs := make([]error, len(items))
+	forEach(len(items), parallel, func(w *workspace, j int) {
+		it := &items[j]
+		st := s.states[it.state]
+		entries, err := st.entries(it.g, w)
+		if err != nil {
+			errs[j] = err
+			return
+		}
+		data, err := checkpoint.EncodeKeyGroup(entries)
+		if err != nil {
+			errs[j] = fmt.Errorf("keyed: operator %q state %q key group %d: %w", s.operator, st.info().Name, it.g+s.r.Start, err)
+			return
+		}
+		it.name = checkpoint.StateFileName(run, id, st.info().FileOperator(), it.g+s.r.Start)
+		it.data = data
+	})
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	files := make(map[string][]byte, len(items))
+	for _, it := range items {
+		files[it.name] = it.data
+	}
+	return files, nil
+}
+
+// Release ends the snapshot: the backend writes its tables in place again
+// once every snapshot is released. It waits for an Encode in progress and
+// is idempotent; a released snapshot cannot be encoded.
+func (s *Snapshot) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released.CompareAndSwap(false, true) {
+		s.states = nil
+		s.b.pending.Add(-1)
+	}
+}
+
+// forEach calls fn(w, i) for i in [0, n) on up to parallel goroutines, each
+// with its own workspace, and waits for them.
+func forEach(n, parallel int, fn func(w *workspace, i int)) {
+	if parallel <= 0 {
+		parallel = runtime.GOMAXPROCS(0)
+	}
+	parallel = min(parallel, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range parallel {
+		wg.Go(func() {
+			var w workspace
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				fn(&w, i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// Restore loads the keyed state of checkpoint m, whose state files are
+// files (name to contents, as checkpoint.ReadCheckpoint returns them, sizes
+// and checksums verified), into this empty backend: the files of this
+// operator whose key group is in the backend's range. The checkpoint may
+// have been taken at any parallelism; its maxParallelism must be this
+// backend's. Every state must be registered before.
+//
+// It refuses, with a *MismatchError, a checkpoint with a state of this
+// operator that is not registered or is of another kind or fingerprint
+// (m.Operators records them; a state file without a record there is
+// refused too). A file that does not decode, or holds a key of another key
+// group than its name says (when a key group function is set, see
+// KeyGroupFunc), is a *checkpoint.CorruptError with the file's name as
+// Path. On error the backend is left empty.
+func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error {
+	if b.restored {
+		return fmt.Errorf("keyed: operator %q: Restore called twice", b.operator)
+	}
+	for _, st := range b.states {
+		if !st.empty() {
+			return fmt.Errorf("keyed: operator %q: Restore into a backend that has state (state %q)", b.operator, st.info().Name)
+		}
+	}
+	if m.MaxParallelism != b.maxP {
+		return fmt.Errorf("keyed: operator %q: checkpoint %s has max parallelism %d, this backend %d; max parallelism cannot change across a restore",
+			b.operator, m.Ref(), m.MaxParallelism, b.maxP)
+	}
+	recorded := map[string]checkpoint.OperatorRef{}
+	for _, ref := range m.Operators {
+		op, name, ok := splitFileOperator(ref.Name)
+		if !ok || op != b.operator {
+			continue
+		}
+		st, ok := b.byName[name]
+		if !ok {
+			return &MismatchError{Operator: b.operator, State: name, Field: "state", Found: ref.Type + " " + ref.SchemaFingerprint}
+		}
+		want := st.info().Ref()
+		if ref.Type != want.Type {
+			return &MismatchError{Operator: b.operator, State: name, Field: "type", Want: want.Type, Found: ref.Type}
+		}
+		if ref.SchemaFingerprint != want.SchemaFingerprint {
+			return &MismatchError{Operator: b.operator, State: name, Field: "fingerprint", Want: want.SchemaFingerprint, Found: ref.SchemaFingerprint}
+		}
+		recorded[name] = ref
+	}
+	type task struct {
+		name string
+		st   state
+		g    int
+	}
+	var tasks []task
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		n, ok := checkpoint.ParseName(name)
+		if !ok || n.Kind != checkpoint.KindState {
+			return fmt.Errorf("keyed: operator %q: %q is not a state file name", b.operator, name)
+		}
+		if n.Run != m.Run || n.ID != m.ID {
+			return fmt.Errorf("keyed: operator %q: state file %q is not of checkpoint %s", b.operator, name, m.Ref())
+		}
+		op, stName, ok := splitFileOperator(n.Operator)
+		if !ok || op != b.operator {
+			continue // another operator's
+		}
+		if _, ok := recorded[stName]; !ok {
+			return &MismatchError{Operator: b.operator, State: stName, Field: "record", Found: name}
+		}
+		if !b.r.Contains(n.KeyGroup) {
+			continue // another instance's
+		}
+		tasks = append(tasks, task{name: name, st: b.byName[stName], g: n.KeyGroup - b.r.Start})
+	}
+	b.gen++ // the tables change: forget cached slots
+	errs := make([]error, len(tasks))
+	forEach(len(tasks), 0, func(_ *workspace, i int) {
+		t := tasks[i]
+		entries, err := checkpoint.DecodeKeyGroup(t.name, files[t.name])
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		errs[i] = t.st.restoreGroup(t.g, t.name, entries)
+	})
+	for _, err := range errs {
+		if err != nil {
+			for _, st := range b.states {
+				st.reset()
+			}
+			return err
+		}
+	}
+	b.restored = true
+	return nil
+}

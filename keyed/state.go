@@ -1,0 +1,693 @@
+package keyed
+
+import (
+	"fmt"
+	"iter"
+	"maps"
+	"slices"
+	"sync/atomic"
+
+	"github.com/kordproject/kord/checkpoint"
+)
+
+// Kind is the kind of a keyed state.
+type Kind int
+
+// Kinds of keyed state.
+const (
+	KindValue Kind = iota + 1 // ValueState
+	KindList                  // ListState
+	KindMap                   // MapState
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindValue:
+		return "value"
+	case KindList:
+		return "list"
+	case KindMap:
+		return "map"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// refType is the checkpoint.OperatorRef.Type of a state of kind k.
+func (k Kind) refType() string { return "keyed." + k.String() }
+
+// StateInfo identifies a registered state: what the engine records in
+// checkpoint metadata (Ref) and what Restore checks.
+type StateInfo struct {
+	Operator    string
+	Name        string
+	Kind        Kind
+	Fingerprint string // the codec's; for a map, "key=<key codec's>;value=<value codec's>"
+}
+
+// FileOperator is "<operator>.<state>": the operator slot of the state's
+// checkpoint.StateFileName and the Name of its checkpoint.OperatorRef.
+// Operator and state names have no '.', so it splits back unambiguously.
+func (i StateInfo) FileOperator() string { return i.Operator + "." + i.Name }
+
+// Ref is the state's entry in checkpoint.Metadata.Operators: Name
+// FileOperator(), Type "keyed.value", "keyed.list" or "keyed.map", and the
+// fingerprint.
+func (i StateInfo) Ref() checkpoint.OperatorRef {
+	return checkpoint.OperatorRef{Name: i.FileOperator(), Type: i.Kind.refType(), SchemaFingerprint: i.Fingerprint}
+}
+
+// splitFileOperator splits "<operator>.<state>"; ok is false for a name
+// that is not one (no '.', or more than one).
+func splitFileOperator(s string) (operator, state string, ok bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '.' {
+			operator, state = s[:i], s[i+1:]
+			if operator == "" || state == "" {
+				return "", "", false
+			}
+			for j := 0; j < len(state); j++ {
+				if state[j] == '.' {
+					return "", "", false
+				}
+			}
+			return operator, state, true
+		}
+	}
+	return "", "", false
+}
+
+// validateName checks an operator or state name: 1 or more characters of
+// [a-zA-Z0-9_-] (checkpoint.ValidateOperator's set without '.', which
+// separates the two in file names).
+func validateName(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("keyed: %s name is empty; want characters of [a-zA-Z0-9_-]", what)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '-') {
+			return fmt.Errorf("keyed: %s name %q: want characters of [a-zA-Z0-9_-]", what, s)
+		}
+	}
+	return nil
+}
+
+// MismatchError reports a checkpoint whose keyed state does not match the
+// states registered on the Backend restoring it: a state the code does not
+// register, or one of another kind or schema fingerprint.
+type MismatchError struct {
+	Operator string
+	State    string
+	Field    string // "state" (not registered here), "record" (a file without a metadata record), "type" or "fingerprint"
+	Want     string // this code's type or fingerprint
+	Found    string // the checkpoint's type or fingerprint; for "state" both; for "record" the file name
+}
+
+func (e *MismatchError) Error() string {
+	switch e.Field {
+	case "state":
+		return fmt.Sprintf("keyed: operator %q: the checkpoint has state %q (%s) that is not registered; register every state before Restore",
+			e.Operator, e.State, e.Found)
+	case "record":
+		return fmt.Sprintf("keyed: operator %q state %q: the checkpoint has state file %s but no record of the state's type and fingerprint in its metadata",
+			e.Operator, e.State, e.Found)
+	}
+	return fmt.Sprintf("keyed: operator %q state %q: the checkpoint's %s is %q, this code's is %q",
+		e.Operator, e.State, e.Field, e.Found, e.Want)
+}
+
+// Opt configures a Backend.
+type Opt func(*Backend)
+
+// KeyGroupFunc sets the function that gives a key's key group, used by
+// Check and by Restore to verify that every restored key belongs to the key
+// group of the file it is in. In the keyBy mode pass
+// func(k []byte) int { return KeyGroup(k, maxParallelism) }. There is none
+// by default, which suits the partitioned mode, where the key group is the
+// partition a record was read from and cannot in general be recomputed from
+// the key bytes; Restore then trusts the file names. A partitioned topic
+// known to be written by kord's producer may pass its placement,
+// int(partitioner.KeyPartition(key, partitions)).
+func KeyGroupFunc(f func(key []byte) int) Opt {
+	return func(b *Backend) { b.keyGroupOf = f }
+}
+
+// Backend holds every keyed state of one operator instance for its
+// key-group range. It is used by one goroutine (the operator's); a Snapshot
+// it returns may be encoded on others.
+//
+// Values are held as Go values and shared with snapshots: a value is
+// copied on write only as a whole (ValueState.Set, ListState.Add or Update,
+// MapState.Put), so a value that holds pointers, slices or maps must not be
+// mutated in place once stored or returned by Get. Build a new value and
+// store it.
+type Backend struct {
+	operator   string
+	maxP       int
+	r          KeyGroupRange
+	keyGroupOf func(key []byte) int
+
+	states []state
+	byName map[string]state
+
+	curKey []byte
+	cur    int    // current key group - r.Start; -1 before the first SetCurrentKey
+	gen    uint64 // counts SetCurrentKey calls: a state's cached slot is valid while it is unchanged
+
+	epoch    uint64       // number of snapshots taken
+	pending  atomic.Int64 // snapshots not yet released
+	restored bool
+}
+
+// NewBackend returns an empty backend for instance r of operator, out of
+// maxParallelism key groups. operator is 1 or more characters of
+// [a-zA-Z0-9_-].
+func NewBackend(operator string, maxParallelism int, r KeyGroupRange, opts ...Opt) (*Backend, error) {
+	if err := validateName("operator", operator); err != nil {
+		return nil, err
+	}
+	if err := validateRange(r, maxParallelism); err != nil {
+		return nil, fmt.Errorf("keyed: operator %q: %w", operator, err)
+	}
+	b := &Backend{operator: operator, maxP: maxParallelism, r: r, byName: map[string]state{}, cur: -1}
+	for _, o := range opts {
+		o(b)
+	}
+	return b, nil
+}
+
+// Operator returns the operator name.
+func (b *Backend) Operator() string { return b.operator }
+
+// MaxParallelism returns the number of key groups.
+func (b *Backend) MaxParallelism() int { return b.maxP }
+
+// Range returns the key groups this backend owns.
+func (b *Backend) Range() KeyGroupRange { return b.r }
+
+// States describes the registered states in registration order.
+func (b *Backend) States() []StateInfo {
+	out := make([]StateInfo, len(b.states))
+	for i, s := range b.states {
+		out[i] = s.info()
+	}
+	return out
+}
+
+// OperatorRefs returns the registered states' entries for
+// checkpoint.Metadata.Operators. Every instance of an operator returns the
+// same refs; the engine records them once.
+func (b *Backend) OperatorRefs() []checkpoint.OperatorRef {
+	out := make([]checkpoint.OperatorRef, len(b.states))
+	for i, s := range b.states {
+		out[i] = s.info().Ref()
+	}
+	return out
+}
+
+// Check reports whether keyGroup is in the backend's range and, when a key
+// group function is set (KeyGroupFunc), whether it is key's key group. The
+// engine calls it where it validates its routing (SetCurrentKey does not).
+func (b *Backend) Check(key []byte, keyGroup int) error {
+	if !b.r.Contains(keyGroup) {
+		return fmt.Errorf("keyed: operator %q: key group %d is outside this instance's range %s", b.operator, keyGroup, b.r)
+	}
+	if b.keyGroupOf != nil {
+		if kg := b.keyGroupOf(key); kg != keyGroup {
+			return fmt.Errorf("keyed: operator %q: key %x is in key group %d, not %d", b.operator, key, kg, keyGroup)
+		}
+	}
+	return nil
+}
+
+// SetCurrentKey makes key, in keyGroup, the key that state reads and
+// writes until the next call. key is retained, not copied, until then: the
+// caller must not modify it meanwhile (a new key is copied when first
+// stored). It is the hot path and checks only that keyGroup is in range: it
+// panics otherwise, since the engine's routing is then wrong (see Check).
+func (b *Backend) SetCurrentKey(key []byte, keyGroup int) {
+	i := keyGroup - b.r.Start
+	if uint(i) >= uint(b.r.End-b.r.Start+1) {
+		panic(fmt.Sprintf("keyed: operator %q: SetCurrentKey with key group %d outside this instance's range %s", b.operator, keyGroup, b.r))
+	}
+	b.curKey, b.cur = key, i
+	b.gen++
+}
+
+// CurrentKey returns the current key and its key group (-1 before the first
+// SetCurrentKey).
+func (b *Backend) CurrentKey() ([]byte, int) {
+	if b.cur < 0 {
+		return nil, -1
+	}
+	return b.curKey, b.cur + b.r.Start
+}
+
+// state is what the backend needs of every registered state.
+type state interface {
+	info() StateInfo
+	freeze() frozenState
+	empty() bool
+	reset()
+	// restoreGroup replaces group g's table with entries, the contents of
+	// file for key group g + r.Start. It may run concurrently for distinct g.
+	restoreGroup(g int, file string, entries []checkpoint.Entry) error
+}
+
+func register[T any](b *Backend, name string, kind Kind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
+	if err := validateName("state", name); err != nil {
+		return nil, fmt.Errorf("keyed: operator %q: %w", b.operator, err)
+	}
+	if err := checkpoint.ValidateOperator(b.operator + "." + name); err != nil {
+		return nil, fmt.Errorf("keyed: operator %q state %q: %w", b.operator, name, err)
+	}
+	if b.restored {
+		return nil, fmt.Errorf("keyed: operator %q state %q: registered after Restore; register every state before", b.operator, name)
+	}
+	if _, dup := b.byName[name]; dup {
+		return nil, fmt.Errorf("keyed: operator %q: state %q is already registered", b.operator, name)
+	}
+	s := &store[T]{
+		b:      b,
+		inf:    StateInfo{Operator: b.operator, Name: name, Kind: kind, Fingerprint: fp},
+		groups: make([]*table[T], b.r.Len()),
+		enc:    enc,
+		dec:    dec,
+	}
+	b.states = append(b.states, s)
+	b.byName[name] = s
+	return s, nil
+}
+
+// table is one state's keys and values in one key group. idx maps a key to
+// its slot in vals; deleted slots are reused through free. The indirection
+// lets an existing key be updated without allocating (m[string(key)] = v
+// allocates the key string on every assignment; a lookup does not).
+//
+// A table is immutable once a snapshot holds it and epoch < Backend.epoch:
+// a write then clones it first (copy-on-write), unless every snapshot has
+// been released.
+type table[T any] struct {
+	idx   map[string]uint32
+	vals  []T
+	free  []uint32
+	epoch uint64 // Backend.epoch when this table was made
+
+	// For MapState: whether vals[i]'s inner map belongs to this table
+	// (ownAll, or bit i of owned) or is still shared with the table it was
+	// cloned from.
+	ownAll bool
+	owned  []uint64
+}
+
+func (t *table[T]) clone(epoch uint64) *table[T] {
+	return &table[T]{idx: maps.Clone(t.idx), vals: slices.Clone(t.vals), free: slices.Clone(t.free), epoch: epoch}
+}
+
+func (t *table[T]) insert(key []byte, v T) uint32 {
+	i := t.slot(v)
+	t.idx[string(key)] = i
+	return i
+}
+
+// slot stores v in a free slot and returns it.
+func (t *table[T]) slot(v T) uint32 {
+	var i uint32
+	if n := len(t.free); n > 0 {
+		i = t.free[n-1]
+		t.free = t.free[:n-1]
+		t.vals[i] = v
+	} else {
+		i = uint32(len(t.vals))
+		t.vals = append(t.vals, v)
+	}
+	return i
+}
+
+func (t *table[T]) isOwned(i uint32) bool {
+	return t.ownAll || int(i/64) < len(t.owned) && t.owned[i/64]&(1<<(i%64)) != 0
+}
+
+func (t *table[T]) setOwned(i uint32) {
+	if t.ownAll {
+		return
+	}
+	for int(i/64) >= len(t.owned) {
+		t.owned = append(t.owned, 0)
+	}
+	t.owned[i/64] |= 1 << (i % 64)
+}
+
+// encodeFunc appends v's snapshot encoding to dst; scratch is a buffer it
+// may reuse.
+type encodeFunc[T any] func(dst, scratch []byte, v T) (out, scratchOut []byte, err error)
+
+// store is the part of every state kind that does not depend on the kind:
+// a table per key group of the range, and copy-on-write.
+type store[T any] struct {
+	b      *Backend
+	inf    StateInfo
+	groups []*table[T] // index: key group - r.Start; nil: no entries yet
+	enc    encodeFunc[T]
+	dec    func([]byte) (T, error)
+
+	// The current key's slot, looked up at Backend.gen == gen: a
+	// read-modify-write of the current key (Get then Set) looks the key up
+	// once. Slots survive copy-on-write clones; only this store's own
+	// insert and remove change them, and those update the cache.
+	gen  uint64
+	slot uint32
+	hit  bool
+}
+
+func (s *store[T]) info() StateInfo { return s.inf }
+
+func (s *store[T]) noKey() {
+	panic(fmt.Sprintf("keyed: operator %q state %q used with no current key (state is only accessible while the runtime processes a keyed record)", s.inf.Operator, s.inf.Name))
+}
+
+// lookup returns the current key's table and slot, if it has one.
+func (s *store[T]) lookup() (*table[T], uint32, bool) {
+	b := s.b
+	if b.cur < 0 {
+		s.noKey()
+	}
+	t := s.groups[b.cur]
+	if s.gen == b.gen {
+		return t, s.slot, s.hit
+	}
+	var i uint32
+	var ok bool
+	if t != nil {
+		i, ok = t.idx[string(b.curKey)]
+	}
+	s.gen, s.slot, s.hit = b.gen, i, ok
+	return t, i, ok
+}
+
+// forWrite returns the current key group's table, ready to be written
+// (see writable), and the current key's slot in it, if it has one.
+func (s *store[T]) forWrite() (*table[T], uint32, bool) {
+	_, i, ok := s.lookup()
+	return s.writable(), i, ok
+}
+
+// add stores v as the current key's value in t (from forWrite, which
+// found no slot) and returns its slot.
+func (s *store[T]) add(t *table[T], v T) uint32 {
+	i := t.insert(s.b.curKey, v)
+	s.gen, s.slot, s.hit = s.b.gen, i, true
+	return i
+}
+
+// writable returns the current key group's table, made or cloned so that
+// it may be written.
+func (s *store[T]) writable() *table[T] {
+	b := s.b
+	if b.cur < 0 {
+		s.noKey()
+	}
+	t := s.groups[b.cur]
+	switch {
+	case t == nil:
+		t = &table[T]{idx: make(map[string]uint32), epoch: b.epoch, ownAll: true}
+		s.groups[b.cur] = t
+	case t.epoch != b.epoch:
+		if b.pending.Load() > 0 {
+			// A snapshot holds t: leave it as it is.
+			t = t.clone(b.epoch)
+			s.groups[b.cur] = t
+		} else {
+			// Every snapshot that held t has been released (the atomic
+			// load orders their reads before our writes).
+			t.epoch, t.ownAll, t.owned = b.epoch, true, nil
+		}
+	}
+	return t
+}
+
+// remove deletes the current key's entry, if any.
+func (s *store[T]) remove() {
+	if _, _, ok := s.lookup(); !ok {
+		return
+	}
+	t, i, _ := s.forWrite()
+	delete(t.idx, string(s.b.curKey))
+	var zero T
+	t.vals[i] = zero
+	t.free = append(t.free, i)
+	s.hit = false
+}
+
+func (s *store[T]) empty() bool {
+	for _, t := range s.groups {
+		if t != nil && len(t.idx) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *store[T]) reset() {
+	clear(s.groups)
+	s.gen = 0
+}
+
+func (s *store[T]) freeze() frozenState {
+	return &frozen[T]{inf: s.inf, start: s.b.r.Start, groups: slices.Clone(s.groups), enc: s.enc}
+}
+
+func (s *store[T]) restoreGroup(g int, file string, entries []checkpoint.Entry) error {
+	kg := g + s.b.r.Start
+	t := &table[T]{idx: make(map[string]uint32, len(entries)), vals: make([]T, 0, len(entries)), epoch: s.b.epoch, ownAll: true}
+	// The keys share one string: one allocation instead of one a key, and
+	// keys that are adjacent in memory for the next snapshot's encoding. A
+	// deleted key's bytes are freed with the last key of the file.
+	n := 0
+	for _, e := range entries {
+		n += len(e.Key)
+	}
+	buf := make([]byte, 0, n)
+	for _, e := range entries {
+		buf = append(buf, e.Key...)
+	}
+	keys, off := string(buf), 0
+	for _, e := range entries {
+		key := keys[off : off+len(e.Key)]
+		off += len(e.Key)
+		if f := s.b.keyGroupOf; f != nil {
+			if got := f(e.Key); got != kg {
+				return &checkpoint.CorruptError{Path: file, Reason: fmt.Sprintf("state %q: key %x belongs to key group %d, the file is key group %d", s.inf.FileOperator(), e.Key, got, kg)}
+			}
+		}
+		if _, dup := t.idx[key]; dup {
+			return &checkpoint.CorruptError{Path: file, Reason: fmt.Sprintf("state %q: key %x appears twice", s.inf.FileOperator(), e.Key)}
+		}
+		v, err := s.dec(e.Value)
+		if err != nil {
+			return &checkpoint.CorruptError{Path: file, Reason: fmt.Sprintf("state %q (%s): value of key %x: %v", s.inf.FileOperator(), s.inf.Fingerprint, e.Key, err), Err: err}
+		}
+		t.idx[key] = t.slot(v)
+	}
+	s.groups[g] = t
+	return nil
+}
+
+// ValueState is one value per key.
+type ValueState[V any] struct{ s *store[V] }
+
+// Value registers a value state named name (1 or more characters of
+// [a-zA-Z0-9_-], unique in the backend) whose values snapshot with c.
+func Value[V any](b *Backend, name string, c Codec[V]) (*ValueState[V], error) {
+	enc := func(dst, scratch []byte, v V) ([]byte, []byte, error) {
+		out, err := c.Encode(dst, v)
+		return out, scratch, err
+	}
+	s, err := register(b, name, KindValue, c.Fingerprint(), enc, c.Decode)
+	if err != nil {
+		return nil, err
+	}
+	return &ValueState[V]{s: s}, nil
+}
+
+// Get returns the current key's value and whether it has one.
+func (v *ValueState[V]) Get() (V, bool) {
+	if t, i, ok := v.s.lookup(); ok {
+		return t.vals[i], true
+	}
+	var zero V
+	return zero, false
+}
+
+// Set sets the current key's value.
+func (v *ValueState[V]) Set(x V) {
+	t, i, ok := v.s.forWrite()
+	if ok {
+		t.vals[i] = x
+		return
+	}
+	v.s.add(t, x)
+}
+
+// Clear removes the current key's value.
+func (v *ValueState[V]) Clear() { v.s.remove() }
+
+// ListState is a list of values per key. An empty list is no state: Get
+// returns nil and nothing is snapshotted.
+type ListState[V any] struct{ s *store[[]V] }
+
+// List registers a list state named name (1 or more characters of
+// [a-zA-Z0-9_-], unique in the backend) whose elements snapshot with c.
+func List[V any](b *Backend, name string, c Codec[V]) (*ListState[V], error) {
+	enc := func(dst, scratch []byte, list []V) ([]byte, []byte, error) {
+		return appendList(dst, scratch, c, list)
+	}
+	dec := func(b []byte) ([]V, error) { return decodeList(b, c) }
+	s, err := register(b, name, KindList, c.Fingerprint(), enc, dec)
+	if err != nil {
+		return nil, err
+	}
+	return &ListState[V]{s: s}, nil
+}
+
+// Get returns the current key's list, or nil. The slice is a read-only
+// view: do not modify its elements. Later writes to the list do not change
+// it, and appending to it is safe (its capacity is its length).
+func (l *ListState[V]) Get() []V {
+	if t, i, ok := l.s.lookup(); ok {
+		return slices.Clip(t.vals[i])
+	}
+	return nil
+}
+
+// Add appends x to the current key's list.
+func (l *ListState[V]) Add(x V) {
+	t, i, ok := l.s.forWrite()
+	if ok {
+		// Appending is safe even when the slice is shared with a
+		// snapshot's table: only the live table ever appends to a list,
+		// writing past the length every other holder sees, and elements
+		// below the length are never written.
+		t.vals[i] = append(t.vals[i], x)
+		return
+	}
+	l.s.add(t, []V{x})
+}
+
+// Update replaces the current key's list with a copy of list; an empty
+// list clears it.
+func (l *ListState[V]) Update(list []V) {
+	if len(list) == 0 {
+		l.Clear()
+		return
+	}
+	list = slices.Clone(list)
+	t, i, ok := l.s.forWrite()
+	if ok {
+		t.vals[i] = list
+		return
+	}
+	l.s.add(t, list)
+}
+
+// Clear removes the current key's list.
+func (l *ListState[V]) Clear() { l.s.remove() }
+
+// MapState is a map from user keys to values per key. An empty map is no
+// state.
+type MapState[K comparable, V any] struct{ s *store[map[K]V] }
+
+// Map registers a map state named name (1 or more characters of
+// [a-zA-Z0-9_-], unique in the backend) whose user keys snapshot with kc
+// and values with vc.
+func Map[K comparable, V any](b *Backend, name string, kc Codec[K], vc Codec[V]) (*MapState[K, V], error) {
+	enc := func(dst, scratch []byte, m map[K]V) ([]byte, []byte, error) {
+		return appendMap(dst, scratch, kc, vc, m)
+	}
+	dec := func(b []byte) (map[K]V, error) { return decodeMap(b, kc, vc) }
+	fp := "key=" + kc.Fingerprint() + ";value=" + vc.Fingerprint()
+	s, err := register(b, name, KindMap, fp, enc, dec)
+	if err != nil {
+		return nil, err
+	}
+	return &MapState[K, V]{s: s}, nil
+}
+
+// Get returns the value of user key k in the current key's map.
+func (m *MapState[K, V]) Get(k K) (V, bool) {
+	if t, i, ok := m.s.lookup(); ok {
+		v, ok := t.vals[i][k]
+		return v, ok
+	}
+	var zero V
+	return zero, false
+}
+
+// Contains reports whether the current key's map has user key k.
+func (m *MapState[K, V]) Contains(k K) bool {
+	_, ok := m.Get(k)
+	return ok
+}
+
+// Put sets user key k to v in the current key's map.
+func (m *MapState[K, V]) Put(k K, v V) {
+	t, i, ok := m.s.forWrite()
+	if ok {
+		if !t.isOwned(i) {
+			t.vals[i] = maps.Clone(t.vals[i]) // shared with a snapshot's table
+			t.setOwned(i)
+		}
+		t.vals[i][k] = v
+		return
+	}
+	t.setOwned(m.s.add(t, map[K]V{k: v}))
+}
+
+// Delete removes user key k from the current key's map; the key's state is
+// gone when its map is empty.
+func (m *MapState[K, V]) Delete(k K) {
+	t, i, ok := m.s.lookup()
+	if !ok {
+		return
+	}
+	if _, ok := t.vals[i][k]; !ok {
+		return
+	}
+	if len(t.vals[i]) == 1 {
+		m.s.remove()
+		return
+	}
+	t = m.s.writable() // may be a clone: slots are the same
+	if !t.isOwned(i) {
+		t.vals[i] = maps.Clone(t.vals[i])
+		t.setOwned(i)
+	}
+	delete(t.vals[i], k)
+}
+
+// Len returns the number of user keys in the current key's map.
+func (m *MapState[K, V]) Len() int {
+	if t, i, ok := m.s.lookup(); ok {
+		return len(t.vals[i])
+	}
+	return 0
+}
+
+// Range calls f for each user key and value of the current key's map, in
+// no particular order, until f returns false. f may Put and Delete: Range
+// then sees the map as it was or as it is, as with a Go map.
+func (m *MapState[K, V]) Range(f func(k K, v V) bool) {
+	if t, i, ok := m.s.lookup(); ok {
+		for k, v := range t.vals[i] {
+			if !f(k, v) {
+				return
+			}
+		}
+	}
+}
+
+// All returns an iterator over the current key's map (see Range).
+func (m *MapState[K, V]) All() iter.Seq2[K, V] { return m.Range }
+
+// Clear removes the current key's map.
+func (m *MapState[K, V]) Clear() { m.s.remove() }
