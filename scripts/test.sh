@@ -3,6 +3,7 @@
 #   gofmt and go vet;
 #   go test -race ./... in kord's module, where each Kafka test runs on the
 #   in-process kfake cluster and on a real Apache Kafka broker;
+#   the engine's 1,000 seeded failure runs without the race detector;
 #   the tests of the separate bench/peers module.
 # The real broker is the one named by KORD_KAFKA_BROKERS when set; otherwise
 # this script starts one with scripts/kafka.sh (fetched with Maven) and stops
@@ -28,6 +29,9 @@ if [ -n "$unformatted" ]; then
 fi
 go vet ./...
 go test -race -count=1 "$@" ./...
+# The race detector slows the engine tenfold, so under -race the seeded
+# failure test runs 150 seeds; here it runs its full 1,000 without it.
+go test -count=1 -run 'TestSeededFailures' ./keyed/
 if [ -f bench/peers/go.mod ]; then
 	(cd bench/peers && go vet ./... && go test -count=1 ./...)
 fi
