@@ -126,6 +126,7 @@ func BenchmarkPipeline(b *testing.B) {
 	}{{"checkpoint=1s", time.Second}, {"checkpoint=off", time.Hour}} {
 		b.Run(tc.name, func(b *testing.B) {
 			var total int64
+			var aligns []time.Duration
 			for b.Loop() {
 				g := newGenSource(4, events/4, 100_000)
 				j := keyed.NewJob("bench", keyed.Config{Dir: b.TempDir(), Checkpoint: checkpoint.Config{Interval: tc.interval}})
@@ -137,6 +138,7 @@ func BenchmarkPipeline(b *testing.B) {
 				if err := j.Run(context.Background()); err != nil {
 					b.Fatal(err)
 				}
+				aligns = append(aligns, j.AlignmentTimes()...)
 				if sink.n.Load() != events {
 					b.Fatalf("sink saw %d events, want %d", sink.n.Load(), events)
 				}
@@ -144,6 +146,8 @@ func BenchmarkPipeline(b *testing.B) {
 			}
 			b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "events/s")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(total), "ns/event")
+			b.ReportMetric(float64(percentile(aligns, 0.5).Microseconds()), "align-p50-µs")
+			b.ReportMetric(float64(percentile(aligns, 0.99).Microseconds()), "align-p99-µs")
 		})
 	}
 }
@@ -157,4 +161,66 @@ func percentile(d []time.Duration, q float64) time.Duration {
 	return s[int(q*float64(len(s)-1))]
 }
 
-var _ = percentile
+// BenchmarkCheckpoint1M: keyed state of 1,000,000 uuid keys with 8-byte
+// counters: the processing stall at the barrier (Snapshot), barrier to
+// durable (encode + every file and the metadata written with fsync on
+// b.TempDir()), and restore (read, verify checksums, decode) into a backend.
+func BenchmarkCheckpoint1M(b *testing.B) {
+	const keys = 1_000_000
+	be, err := keyed.NewBackend("count", keyed.DefaultMaxParallelism, keyed.FullRange(keyed.DefaultMaxParallelism))
+	if err != nil {
+		b.Fatal(err)
+	}
+	v, err := keyed.Value(be, "n", keyed.Int64())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < keys; i++ {
+		k := []byte(fmt.Sprintf("%08x-0000-4000-8000-%012x", i*2654435761, i))
+		be.SetCurrentKey(k, keyed.KeyGroup(k, keyed.DefaultMaxParallelism))
+		v.Set(int64(i))
+	}
+	var stall, durable, restore time.Duration
+	var id uint64
+	for b.Loop() {
+		id++
+		dir := b.TempDir()
+		store, err := checkpoint.OpenStore(checkpoint.OSFS(), dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		snap := be.Snapshot()
+		t1 := time.Now()
+		files, err := snap.Encode("0123456789abcdef", id, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := &checkpoint.Metadata{Run: "0123456789abcdef", ID: id, Created: time.Now(), MaxParallelism: keyed.DefaultMaxParallelism, Operators: snap.OperatorRefs()}
+		if err := checkpoint.WriteCheckpoint(store, m, files); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		snap.Release()
+		m2, files2, err := checkpoint.ReadCheckpoint(store, m.Run, m.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		be2, _ := keyed.NewBackend("count", keyed.DefaultMaxParallelism, keyed.FullRange(keyed.DefaultMaxParallelism))
+		if _, err := keyed.Value(be2, "n", keyed.Int64()); err != nil {
+			b.Fatal(err)
+		}
+		if err := be2.Restore(m2, files2); err != nil {
+			b.Fatal(err)
+		}
+		t3 := time.Now()
+		store.Close()
+		stall += t1.Sub(t0)
+		durable += t2.Sub(t0)
+		restore += t3.Sub(t2)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(stall.Microseconds())/n, "stall-µs")
+	b.ReportMetric(float64(durable.Milliseconds())/n, "barrier-to-durable-ms")
+	b.ReportMetric(float64(restore.Milliseconds())/n, "restore-ms")
+}

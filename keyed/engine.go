@@ -229,6 +229,11 @@ func (j *Job) runOnce(ctx context.Context, store *checkpoint.Store) (progressed 
 	cancel(errors.New("run ended"))
 	r.wg.Wait()
 	r.bg.Wait()
+	r.align.mu.Lock()
+	j.statsMu.Lock()
+	j.alignments = append(j.alignments, r.align.d...)
+	j.statsMu.Unlock()
+	r.align.mu.Unlock()
 	return progressed, err
 }
 
@@ -478,4 +483,12 @@ func (s *alignmentStats) add(d time.Duration) {
 	s.mu.Lock()
 	s.d = append(s.d, d)
 	s.mu.Unlock()
+}
+
+// AlignmentTimes returns how long each task's barrier alignment took (first
+// barrier to snapshot), for every checkpoint of every Run so far.
+func (j *Job) AlignmentTimes() []time.Duration {
+	j.statsMu.Lock()
+	defer j.statsMu.Unlock()
+	return append([]time.Duration(nil), j.alignments...)
 }

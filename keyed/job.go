@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
@@ -114,6 +115,9 @@ type Job struct {
 	op      opNode
 	sink    sinkNode
 	errs    []error
+
+	statsMu    sync.Mutex
+	alignments []time.Duration
 }
 
 // NewJob starts declaring a job. name is stable across restarts: it names
