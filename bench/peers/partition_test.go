@@ -1,0 +1,154 @@
+package peers
+
+import (
+	"encoding/hex"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kordproject/kord/partitioner"
+)
+
+// uuids returns n random version-4 UUIDs in their 36-byte text form.
+func uuids(r *rand.Rand, n int) [][]byte {
+	keys := make([][]byte, n)
+	for i := range keys {
+		var b [16]byte
+		for j := range b {
+			b[j] = byte(r.Uint32())
+		}
+		b[6] = b[6]&0x0f | 0x40
+		b[8] = b[8]&0x3f | 0x80
+		h := hex.EncodeToString(b[:])
+		keys[i] = []byte(h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:])
+	}
+	return keys
+}
+
+// The benchmark cycles through a fixed set of keys so that no
+// implementation gets to hash one constant, and every implementation sees
+// the same keys in the same order.
+const benchKeys = 1024 // a power of two: i&(benchKeys-1) picks the key
+
+// BenchmarkUUIDKey places a 36-byte UUID key into 12 partitions:
+//
+//	impl=kord           partitioner.KeyPartition(key, 12)
+//	impl=kord-legacy    partitioner.NewLegacy().Partition("t", key, 12, avail),
+//	                    called through the partitioner.Partitioner interface
+//	impl=franz-go       kgo.StickyKeyPartitioner(nil).ForTopic("t").Partition(rec, 12)
+//	                    with rec.Key = key: franz-go's Kafka-compatible keyed
+//	                    partitioner (murmur2 through KafkaHasher), called
+//	                    through the kgo.TopicPartitioner interface, which is
+//	                    how kgo's producer calls it
+//
+// Compare the three with: benchstat -col /impl out.txt
+func BenchmarkUUIDKey(b *testing.B) {
+	const parts = 12
+	keys := uuids(rand.New(rand.NewPCG(1, 2)), benchKeys)
+	avail := make([]int32, parts)
+	for i := range avail {
+		avail[i] = int32(i)
+	}
+	report := func(b *testing.B) {
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "keys/s")
+	}
+
+	b.Run("impl=kord", func(b *testing.B) {
+		var sum int32
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			sum += partitioner.KeyPartition(keys[i&(benchKeys-1)], parts)
+			i++
+		}
+		report(b)
+		sink32 = sum
+	})
+
+	b.Run("impl=kord-legacy", func(b *testing.B) {
+		var p partitioner.Partitioner = partitioner.NewLegacy()
+		var sum int32
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			sum += p.Partition("t", keys[i&(benchKeys-1)], parts, avail)
+			i++
+		}
+		report(b)
+		sink32 = sum
+	})
+
+	b.Run("impl=franz-go", func(b *testing.B) {
+		tp := kgo.StickyKeyPartitioner(nil).ForTopic("t")
+		rec := &kgo.Record{Topic: "t"}
+		sum := 0
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			rec.Key = keys[i&(benchKeys-1)]
+			sum += tp.Partition(rec, parts)
+			i++
+		}
+		report(b)
+		sinkInt = sum
+	})
+}
+
+// Package-level sinks keep the sums, so the loops' work is observable.
+var (
+	sink32  int32
+	sinkInt int
+)
+
+// TestAgreesWithFranzGo is a differential check: for 10,000 random UUID
+// keys and several partition counts, kord's KeyPartition, kord's Legacy
+// partitioner and franz-go's Kafka-compatible keyed partitioner choose the
+// same partition. franz-go pins Kafka's murmur2 vectors in its own tests;
+// kord pins vectors from the kafka-clients jar; this ties the two together
+// on the main use case.
+func TestAgreesWithFranzGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(uint64(rand.Int64()), 7))
+	keys := uuids(r, 10_000)
+	// Also a few keys that are not UUIDs: empty, 1-3 byte tails, long.
+	keys = append(keys, []byte{}, []byte("a"), []byte("ab"), []byte("abc"), []byte("abcd"), make([]byte, 1000))
+	legacy := partitioner.NewLegacy()
+	tp := kgo.StickyKeyPartitioner(nil).ForTopic("t")
+	for _, n := range []int{1, 2, 3, 7, 12, 16, 50, 100, 1000, 1 << 20} {
+		avail := make([]int32, min(n, 64))
+		for i := range avail {
+			avail[i] = int32(i)
+		}
+		mismatches := 0
+		for _, k := range keys {
+			kord := partitioner.KeyPartition(k, n)
+			leg := legacy.Partition("t", k, n, avail)
+			franz := tp.Partition(&kgo.Record{Topic: "t", Key: k}, n)
+			if int(kord) != franz || leg != kord {
+				mismatches++
+				if mismatches <= 5 {
+					t.Errorf("n=%d key %q: kord KeyPartition %d, kord Legacy %d, franz-go %d", n, k, kord, leg, franz)
+				}
+			}
+		}
+		if mismatches > 0 {
+			t.Errorf("n=%d: %d of %d keys placed differently", n, mismatches, len(keys))
+		}
+	}
+}
+
+// TestKordZeroAllocs pins kord's keyed placement at zero allocations, the
+// figure BenchmarkUUIDKey reports.
+func TestKordZeroAllocs(t *testing.T) {
+	keys := uuids(rand.New(rand.NewPCG(3, 4)), 16)
+	var p partitioner.Partitioner = partitioner.NewLegacy()
+	avail := []int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
+	i := 0
+	if a := testing.AllocsPerRun(1000, func() {
+		sink32 += partitioner.KeyPartition(keys[i&15], 12)
+		sink32 += p.Partition("t", keys[i&15], 12, avail)
+		i++
+	}); a != 0 {
+		t.Errorf("kord keyed placement: %v allocs per call, want 0", a)
+	}
+}

@@ -1,0 +1,369 @@
+// Command rawloop measures raw confluent-kafka-go (librdkafka) against a
+// Kafka cluster, with no kord code: the baseline every kord figure is judged
+// against.
+//
+//	go run ./bench/rawloop -brokers 127.0.0.1:9092 [-mode all] [-n 1000000]
+//
+// Modes (each creates its own fresh topics and deletes them at the end
+// unless -keep-topics):
+//
+//	produce  (a) N keyed records, idempotent producer, acks=all
+//	consume  (a), then (b): read the input back, read_committed
+//	txloop   (a), then (c): read → produce one output per input in a
+//	         transaction committed every -commit-interval with the consumed
+//	         offsets, then a read_committed check of exactly N outputs
+//	latency  (d): a producer paced at -rate, the same loop, and a
+//	         read_committed reader of the output timing every record
+//	all      (a), (b), (c), (d); -rate 0 means half of (c)'s rate
+//
+// The client settings are in kafka.go; -producer-conf and -consumer-conf
+// override them (librdkafka names, "key=value,..."). Progress goes to
+// stderr; the summary goes to stdout, as text or, with -json, as one JSON
+// object.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// defaultLatencyRate is the -rate used by -mode latency when -rate is 0.
+// -mode all uses half of the txloop rate it has just measured instead; on
+// the reference machine (2 cores shared by the broker, the paced producer,
+// the loop and the reader) that rate already saturates the loop: it kept up
+// with 75,000/s but not 100,000/s (bench/RESULTS.md); 50,000/s leaves
+// headroom for a noisier machine.
+const defaultLatencyRate = 50000
+
+type config struct {
+	brokers        string
+	n              int64
+	valueBytes     int
+	partitions     int
+	commitInterval time.Duration
+	mode           string
+	rate           float64
+	duration       time.Duration
+	warmup         time.Duration
+	group          string
+	keepTopics     bool
+	json           bool
+	// stepTimeout bounds each step (produce, consume, txloop, verify, and
+	// the latency drain).
+	stepTimeout time.Duration
+	log         io.Writer // progress
+}
+
+var modes = map[string]bool{"all": true, "produce": true, "consume": true, "txloop": true, "latency": true}
+
+func (c *config) validate() error {
+	var errs []error
+	if c.brokers == "" {
+		errs = append(errs, errors.New("-brokers is required"))
+	}
+	if !modes[c.mode] {
+		errs = append(errs, fmt.Errorf("-mode %q: want all, produce, consume, txloop or latency", c.mode))
+	}
+	if c.n < 1 {
+		errs = append(errs, fmt.Errorf("-n %d: want at least 1", c.n))
+	}
+	if c.valueBytes < minValueBytes {
+		errs = append(errs, fmt.Errorf("-value-bytes %d: want at least %d", c.valueBytes, minValueBytes))
+	}
+	if c.partitions < 1 {
+		errs = append(errs, fmt.Errorf("-partitions %d: want at least 1", c.partitions))
+	}
+	if c.commitInterval <= 0 {
+		errs = append(errs, fmt.Errorf("-commit-interval %s: want > 0", c.commitInterval))
+	}
+	if c.rate < 0 {
+		errs = append(errs, fmt.Errorf("-rate %g: want >= 0", c.rate))
+	}
+	if c.duration <= 0 || c.warmup < 0 {
+		errs = append(errs, fmt.Errorf("-duration %s, -warmup %s: want > 0 and >= 0", c.duration, c.warmup))
+	}
+	return errors.Join(errs...)
+}
+
+// Summary is everything a run measured; absent parts were not run.
+type Summary struct {
+	Date           string `json:"date"`
+	Brokers        string `json:"brokers"`
+	Mode           string `json:"mode"`
+	N              int64  `json:"n"`
+	ValueBytes     int    `json:"value_bytes"`
+	Partitions     int    `json:"partitions"`
+	CommitInterval string `json:"commit_interval"`
+	Librdkafka     string `json:"librdkafka"`
+	// Load averages (1, 5, 15 min) from /proc/loadavg when the run started
+	// and ended: other work on the machine shows up here.
+	LoadStart string         `json:"loadavg_start,omitempty"`
+	LoadEnd   string         `json:"loadavg_end,omitempty"`
+	Produce   *ProduceResult `json:"produce,omitempty"`
+	Consume   *ConsumeResult `json:"consume,omitempty"`
+	TxLoop    *TxLoopResult  `json:"txloop,omitempty"`
+	Latency   *LatencyResult `json:"latency,omitempty"`
+}
+
+func main() {
+	c := config{log: os.Stderr, stepTimeout: 10 * time.Minute}
+	flag.StringVar(&c.brokers, "brokers", os.Getenv("KORD_KAFKA_BROKERS"), "bootstrap servers (default $KORD_KAFKA_BROKERS)")
+	flag.Int64Var(&c.n, "n", 1_000_000, "records for produce, consume and txloop")
+	flag.IntVar(&c.valueBytes, "value-bytes", 100, "value size in bytes (keys are 36-byte UUIDs)")
+	flag.IntVar(&c.partitions, "partitions", 12, "partitions of every topic created")
+	flag.DurationVar(&c.commitInterval, "commit-interval", time.Second, "transaction commit interval of the loop")
+	flag.StringVar(&c.mode, "mode", "all", "all, produce, consume, txloop or latency")
+	flag.Float64Var(&c.rate, "rate", 0, fmt.Sprintf("records/s of the latency producer; 0 = half of txloop's rate in -mode all, %d in -mode latency", defaultLatencyRate))
+	flag.DurationVar(&c.duration, "duration", 30*time.Second, "latency measuring window")
+	flag.DurationVar(&c.warmup, "warmup", 5*time.Second, "latency warmup before the window (processed, not measured)")
+	flag.StringVar(&c.group, "group", "rawloop", "group id the loop commits its offsets to")
+	flag.BoolVar(&c.keepTopics, "keep-topics", false, "keep the topics created")
+	flag.BoolVar(&c.json, "json", false, "print the summary as JSON")
+	pconf := flag.String("producer-conf", "", "librdkafka settings for every producer, key=value,...")
+	cconf := flag.String("consumer-conf", "", "librdkafka settings for every consumer, key=value,...")
+	flag.Parse()
+	var err error
+	if extra.producer, err = parseConf(*pconf); err != nil {
+		fmt.Fprintf(os.Stderr, "rawloop: -producer-conf: %v\n", err)
+		os.Exit(2)
+	}
+	if extra.consumer, err = parseConf(*cconf); err != nil {
+		fmt.Fprintf(os.Stderr, "rawloop: -consumer-conf: %v\n", err)
+		os.Exit(2)
+	}
+	if err := c.validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "rawloop: %v\n", err)
+		flag.Usage()
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sum, err := run(ctx, c)
+	if perr := printSummary(os.Stdout, sum, c.json); perr != nil && err == nil {
+		err = perr
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "rawloop: FAILED: %v\n", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// run runs the steps of c.mode and returns what they measured, also when a
+// later step failed.
+func run(ctx context.Context, c config) (*Summary, error) {
+	_, ver := kafka.LibraryVersion()
+	sum := &Summary{
+		Date: time.Now().UTC().Format(time.RFC3339), Brokers: c.brokers, Mode: c.mode,
+		N: c.n, ValueBytes: c.valueBytes, Partitions: c.partitions,
+		CommitInterval: c.commitInterval.String(), Librdkafka: ver,
+		LoadStart: loadavg(),
+	}
+	defer func() { sum.LoadEnd = loadavg() }()
+	id := runID()
+	logf := func(format string, args ...any) { fmt.Fprintf(c.log, "rawloop: "+format+"\n", args...) }
+	step := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, c.stepTimeout) }
+
+	var topics []string
+	defer func() {
+		if c.keepTopics || len(topics) == 0 {
+			return
+		}
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := deleteTopics(dctx, c.brokers, topics...); err != nil {
+			logf("warning: %v", err)
+		}
+	}()
+	create := func(names ...string) error {
+		sctx, cancel := step()
+		defer cancel()
+		if err := createTopics(sctx, c.brokers, c.partitions, names...); err != nil {
+			return err
+		}
+		topics = append(topics, names...)
+		return nil
+	}
+
+	input := "rawloop." + id + ".in"
+	if c.mode != "latency" {
+		if err := create(input); err != nil {
+			return sum, err
+		}
+		logf("(a) producing %d records to %s", c.n, input)
+		sctx, cancel := step()
+		res, err := produceN(sctx, c.brokers, input, c.n, c.valueBytes)
+		cancel()
+		if err != nil {
+			return sum, fmt.Errorf("(a) produce: %w", err)
+		}
+		sum.Produce = &res
+		logf("(a) %d records in %.2fs: %.0f records/s, %.1f MB/s", res.Records, res.Seconds, res.RecordsPerSec, res.MBPerSec)
+	}
+
+	if c.mode == "consume" || c.mode == "all" {
+		logf("(b) consuming %s", input)
+		sctx, cancel := step()
+		res, err := consumeAll(sctx, c.brokers, c.group+".consume", input, c.partitions, c.n)
+		cancel()
+		if err != nil {
+			return sum, fmt.Errorf("(b) consume: %w", err)
+		}
+		sum.Consume = &res
+		logf("(b) %d records in %.2fs: %.0f records/s, %.1f MB/s", res.Records, res.Seconds, res.RecordsPerSec, res.MBPerSec)
+	}
+
+	if c.mode == "txloop" || c.mode == "all" {
+		output := "rawloop." + id + ".out"
+		if err := create(output); err != nil {
+			return sum, err
+		}
+		loop := &txLoop{
+			brokers: c.brokers, group: c.group, txnID: "rawloop." + id + ".txloop",
+			input: input, output: output, partitions: c.partitions,
+			valueBytes: c.valueBytes, interval: c.commitInterval, target: newTarget(c.n),
+		}
+		logf("(c) transactional loop %s -> %s, commit every %s", input, output, c.commitInterval)
+		sctx, cancel := step()
+		res, err := loop.run(sctx)
+		cancel()
+		if err != nil {
+			return sum, fmt.Errorf("(c) txloop: %w", err)
+		}
+		sum.TxLoop = &res
+		logf("(c) %d events in %.2fs: %.0f events/s, %d transactions, commit %s",
+			res.Events, res.Seconds, res.EventsPerSec, res.Transactions, res.Commit)
+		sctx, cancel = step()
+		v, err := verifyOutput(sctx, c.brokers, c.group+".verify", output, c.partitions, c.n)
+		cancel()
+		res.Verified = &v
+		if err != nil {
+			return sum, fmt.Errorf("(c) txloop: %w", err)
+		}
+		logf("(c) verified: %s holds exactly %d committed records, one per input", output, v.Records)
+	}
+
+	if c.mode == "latency" || c.mode == "all" {
+		rate := c.rate
+		switch {
+		case rate > 0:
+		case sum.TxLoop != nil:
+			rate = sum.TxLoop.EventsPerSec / 2
+		default:
+			rate = defaultLatencyRate
+		}
+		lin, lout := "rawloop."+id+".lat.in", "rawloop."+id+".lat.out"
+		if err := create(lin, lout); err != nil {
+			return sum, err
+		}
+		lr := latencyRun{
+			brokers: c.brokers, group: c.group, txnID: "rawloop." + id + ".latency",
+			input: lin, output: lout, partitions: c.partitions, valueBytes: c.valueBytes,
+			interval: c.commitInterval, rate: rate, warmup: c.warmup, window: c.duration,
+			drain: c.stepTimeout,
+		}
+		logf("(d) latency at %.0f records/s for %s + %s warmup, commit every %s", rate, c.duration, c.warmup, c.commitInterval)
+		res, err := lr.run(ctx)
+		sum.Latency = &res
+		if err != nil {
+			return sum, fmt.Errorf("(d) %w", err)
+		}
+		logf("(d) %d measured of %d produced, latency %s, drain %.2fs%s",
+			res.Measured, res.Produced, res.Latency, res.DrainSeconds, backlogNote(&res))
+	}
+	return sum, nil
+}
+
+// loadavg returns the 1, 5 and 15 minute load averages, or "" where
+// /proc/loadavg does not exist.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// backlogNote flags a latency run whose loop did not keep up with its
+// input: then the latency figures measure a backlog, not the pipeline.
+// Keeping up means the loop's lag at commit stays well under the commit
+// interval (a few tens of ms on an idle machine) and the output is complete
+// about one interval after the last input.
+func backlogNote(r *LatencyResult) string {
+	ci, err := time.ParseDuration(r.CommitInterval)
+	if err != nil {
+		return ""
+	}
+	limit := max(100*time.Millisecond, ci/4)
+	if time.Duration(r.LoopLag.P50Ms*float64(time.Millisecond)) > limit || r.DrainSeconds > 2*ci.Seconds()+1 {
+		return fmt.Sprintf(" (SATURATED: the loop fell behind the input, median lag %.0fms at commit; latency measures a backlog)", r.LoopLag.P50Ms)
+	}
+	return ""
+}
+
+func runID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102T150405") + "." + hex.EncodeToString(b[:])
+}
+
+func printSummary(w io.Writer, s *Summary, asJSON bool) error {
+	if s == nil {
+		return nil
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	fmt.Fprintf(w, "rawloop %s  mode=%s n=%d value=%dB key=%dB partitions=%d commit-interval=%s librdkafka=%s\n",
+		s.Date, s.Mode, s.N, s.ValueBytes, keyLen, s.Partitions, s.CommitInterval, s.Librdkafka)
+	fmt.Fprintf(w, "    loadavg   start %s, end %s\n", s.LoadStart, s.LoadEnd)
+	if r := s.Produce; r != nil {
+		fmt.Fprintf(w, "(a) produce   %9.0f records/s  %6.1f MB/s  (%d records, %.2fs, idempotent, acks=all)\n",
+			r.RecordsPerSec, r.MBPerSec, r.Records, r.Seconds)
+	}
+	if r := s.Consume; r != nil {
+		fmt.Fprintf(w, "(b) consume   %9.0f records/s  %6.1f MB/s  (%d records, %.2fs, read_committed)\n",
+			r.RecordsPerSec, r.MBPerSec, r.Records, r.Seconds)
+	}
+	if r := s.TxLoop; r != nil {
+		fmt.Fprintf(w, "(c) txloop    %9.0f events/s   (%d events, %.2fs, %d transactions, commit every %s)\n",
+			r.EventsPerSec, r.Events, r.Seconds, r.Transactions, r.CommitInterval)
+		fmt.Fprintf(w, "    commit    %s\n", r.Commit)
+		if v := r.Verified; v != nil {
+			fmt.Fprintf(w, "    verified  ok=%v records=%d distinct_inputs=%d\n", v.OK, v.Records, v.Distinct)
+		}
+	}
+	if r := s.Latency; r != nil {
+		fmt.Fprintf(w, "(d) latency   rate=%.0f/s (achieved %.0f/s), window %.0fs after %.0fs warmup, commit every %s, %d transactions\n",
+			r.Rate, r.AchievedRate, r.WindowSeconds, r.WarmupSeconds, r.CommitInterval, r.Transactions)
+		fmt.Fprintf(w, "    latency   %s\n", r.Latency)
+		fmt.Fprintf(w, "    drain     %.2fs from the last input produced to the whole output read%s\n",
+			r.DrainSeconds, backlogNote(r))
+		fmt.Fprintf(w, "    commit    %s\n", r.Commit)
+		fmt.Fprintf(w, "    loop lag  %s  (at each commit: now - produce time of the last record read)\n", r.LoopLag)
+		if v := r.Verified; v != nil {
+			fmt.Fprintf(w, "    verified  ok=%v records=%d distinct_inputs=%d\n", v.OK, v.Records, v.Distinct)
+		}
+	}
+	return nil
+}
