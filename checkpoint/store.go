@@ -302,6 +302,32 @@ func forEach(n int, fn func(i int) error) error {
 	return nil
 }
 
+// PutAll stores several immutable objects, written in parallel, then one
+// directory fsync: when it returns nil every one is durable. It returns
+// their references (name, size, CRC32C, and operator and key group for state
+// file names), sorted by name.
+func (s *Store) PutAll(files map[string][]byte) ([]FileRef, error) {
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	refs := make([]FileRef, len(names))
+	for i, name := range names {
+		n, _ := ParseName(name)
+		refs[i] = FileRef{Name: name, Size: int64(len(files[name])), CRC32C: Checksum(files[name]), Operator: n.Operator, KeyGroup: n.KeyGroup}
+	}
+	if err := forEach(len(names), func(i int) error { return s.put(names[i], files[names[i]]) }); err != nil {
+		return nil, err
+	}
+	if len(names) > 0 {
+		if err := s.syncDir(); err != nil {
+			return nil, err
+		}
+	}
+	return refs, nil
+}
+
 // WriteCheckpoint writes checkpoint (m.Run, m.ID) durably: every state file
 // in files (keyed by name, each a StateFileName of this checkpoint) first, in
 // parallel, then one directory fsync, then the metadata. The checkpoint is

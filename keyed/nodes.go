@@ -445,23 +445,12 @@ func (t *opTask[T, O]) writeSnapshot(snap *Snapshot, id uint64) ([]checkpoint.Fi
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(files))
-	for n := range files {
-		names = append(names, n)
+	if err := t.r.hook(FailDuringSnapshotWrite); err != nil {
+		return nil, err
 	}
-	sort.Strings(names)
-	refs := make([]checkpoint.FileRef, 0, len(files))
-	for i, n := range names {
-		if i > 0 {
-			if err := t.r.hook(FailDuringSnapshotWrite); err != nil {
-				return nil, err
-			}
-		}
-		if err := t.r.store.Put(n, files[n]); err != nil {
-			return nil, err
-		}
-		pn, _ := checkpoint.ParseName(n)
-		refs = append(refs, checkpoint.FileRef{Name: n, Size: int64(len(files[n])), CRC32C: checkpoint.Checksum(files[n]), Operator: pn.Operator, KeyGroup: pn.KeyGroup})
+	refs, err := t.r.store.PutAll(files)
+	if err != nil {
+		return nil, err
 	}
 	return refs, nil
 }
