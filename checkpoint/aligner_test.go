@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -33,38 +32,9 @@ func TestAlignerTranscripts(t *testing.T) {
 }
 
 func runAlignerTranscript(t *testing.T, path string) {
-	data, err := os.ReadFile(path)
-	require.NoError(t, err)
-	var out strings.Builder
 	var a *Aligner
 	epoch := time.Unix(1_700_000_000, 0)
-	for _, b := range strings.Split(strings.TrimRight(string(data), "\n"), "\n\n") {
-		lines := strings.Split(b, "\n")
-		var comments []string
-		for len(lines) > 0 && strings.HasPrefix(lines[0], "#") {
-			comments = append(comments, lines[0])
-			lines = lines[1:]
-		}
-		require.GreaterOrEqual(t, len(lines), 2, "%s: block %q", path, b)
-		cmd := lines[0]
-		require.Equal(t, "----", lines[1], "%s: %q", path, cmd)
-		want := strings.Join(lines[2:], "\n")
-		got := execAligner(t, &a, epoch, cmd)
-		if !*rewrite {
-			require.Equal(t, want, got, "%s: %s", path, cmd)
-		}
-		for _, c := range comments {
-			out.WriteString(c + "\n")
-		}
-		out.WriteString(cmd + "\n----\n")
-		if got != "" {
-			out.WriteString(got + "\n")
-		}
-		out.WriteString("\n")
-	}
-	if *rewrite {
-		require.NoError(t, os.WriteFile(path, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644))
-	}
+	runTranscript(t, path, func(cmd string) string { return execAligner(t, &a, epoch, cmd) })
 }
 
 func execAligner(t *testing.T, ap **Aligner, epoch time.Time, cmd string) string {

@@ -464,7 +464,7 @@ func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source,
 				}(e.ID, cur.done)
 			case WriteMetadata:
 				m := &Metadata{Run: run, ID: e.ID, Created: time.Now(), MaxParallelism: len(cur.positions), Offsets: toOffsets(cur.positions), Files: cur.files}
-				if err := putMetadata(store, m); err != nil {
+				if err := PutMetadata(store, m); err != nil {
 					log.Warn("kord job: checkpoint metadata", "checkpoint", e.ID, "err", err)
 					more, err := handle(lc.MetadataFailed(e.ID, time.Now()))
 					return more, err
@@ -637,13 +637,4 @@ func (j *CountJob) snapshot(store *Store, run string, id uint64, s countState, d
 		files = append(files, FileRef{Name: name, Size: int64(len(data)), CRC32C: Checksum(data), Operator: "count", KeyGroup: int(kg)})
 	}
 	done <- snapshotResult{id: id, files: files}
-}
-
-// putMetadata makes checkpoint m durable by writing its metadata object.
-func putMetadata(store *Store, m *Metadata) error {
-	b, err := EncodeMetadata(m)
-	if err != nil {
-		return err
-	}
-	return store.Put(MetaName(m.Run, m.ID), b)
 }

@@ -338,33 +338,21 @@ func WriteCheckpoint(s *Store, m *Metadata, files map[string][]byte) error {
 	if err := ValidateRun(m.Run); err != nil {
 		return err
 	}
-	names := make([]string, 0, len(files))
 	for name := range files {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	refs := make([]FileRef, len(names))
-	for i, name := range names {
 		n, ok := ParseName(name)
 		if !ok || n.Kind != KindState || n.Run != m.Run || n.ID != m.ID {
 			return fmt.Errorf("checkpoint: write checkpoint %s: %q is not a state file name of this checkpoint", m.Ref(), name)
 		}
-		data := files[name]
-		refs[i] = FileRef{Name: name, Size: int64(len(data)), CRC32C: Checksum(data), Operator: n.Operator, KeyGroup: n.KeyGroup}
 	}
-	m.Files = refs
 	m.Version = FormatVersion
 	if _, err := EncodeMetadata(m); err != nil { // validate before writing anything
 		return err
 	}
-	if err := forEach(len(names), func(i int) error { return s.put(names[i], files[names[i]]) }); err != nil {
+	refs, err := s.PutAll(files)
+	if err != nil {
 		return err
 	}
-	if len(names) > 0 {
-		if err := s.syncDir(); err != nil {
-			return err
-		}
-	}
+	m.Files = refs
 	return PutMetadata(s, m)
 }
 

@@ -351,25 +351,16 @@ type opTask[T, O any] struct {
 func (t *opTask[T, O]) run() error {
 	ctx := t.r.ctx
 	col := &Collector[O]{ctx: ctx, out: t.out}
-	stash := make([][]message[T], len(t.in.credits))
+	stash := newStash[T](len(t.in.credits))
 	timeout := t.r.cfg.BufferTimeout
 	tick := time.NewTicker(timeout)
 	defer tick.Stop()
 	for {
-		var m message[T]
-		got := false
-		for u := range stash {
-			if len(stash[u]) > 0 && !t.al.Blocked(u) {
-				m, stash[u] = stash[u][0], stash[u][1:]
-				got = true
-				break
-			}
-		}
+		m, got := stash.pop(t.al)
 		if !got {
 			select {
 			case m = <-t.in.ch:
-				if t.al.Blocked(m.from) {
-					stash[m.from] = append(stash[m.from], m)
+				if stash.keep(t.al, m) {
 					continue
 				}
 			case <-tick.C:
@@ -469,22 +460,13 @@ type sinkTask[O any] struct {
 
 func (t *sinkTask[O]) run() error {
 	ctx := t.r.ctx
-	stash := make([][]message[O], len(t.in.credits))
+	stash := newStash[O](len(t.in.credits))
 	for {
-		var m message[O]
-		got := false
-		for u := range stash {
-			if len(stash[u]) > 0 && !t.al.Blocked(u) {
-				m, stash[u] = stash[u][0], stash[u][1:]
-				got = true
-				break
-			}
-		}
+		m, got := stash.pop(t.al)
 		if !got {
 			select {
 			case m = <-t.in.ch:
-				if t.al.Blocked(m.from) {
-					stash[m.from] = append(stash[m.from], m)
+				if stash.keep(t.al, m) {
 					continue
 				}
 			case id := <-t.cancels:
@@ -520,4 +502,34 @@ func (t *sinkTask[O]) run() error {
 			}
 		}
 	}
+}
+
+// stash holds, per input, the messages that arrived while the input was
+// blocked for alignment, in order. Their credits are returned only when
+// they are processed, so a blocked input's upstream stops after Credits
+// messages.
+type stash[T any] [][]message[T]
+
+func newStash[T any](inputs int) stash[T] { return make(stash[T], inputs) }
+
+// pop returns the oldest stashed message of an input no longer blocked.
+func (s stash[T]) pop(al *checkpoint.Aligner) (message[T], bool) {
+	for u := range s {
+		if len(s[u]) > 0 && !al.Blocked(u) {
+			m := s[u][0]
+			s[u] = s[u][1:]
+			return m, true
+		}
+	}
+	return message[T]{}, false
+}
+
+// keep stashes m if its input is blocked and reports whether it did. (An
+// unblocked input's stash is always empty here: pop drains it first.)
+func (s stash[T]) keep(al *checkpoint.Aligner, m message[T]) bool {
+	if !al.Blocked(m.from) {
+		return false
+	}
+	s[m.from] = append(s[m.from], m)
+	return true
 }
