@@ -105,7 +105,7 @@ type discard struct {
 }
 
 func (d *discard) Write(uint64, int64) error { d.n.Add(1); return nil }
-func (d *discard) Commit(_ context.Context, ref checkpoint.CheckpointRef) error {
+func (d *discard) Commit(_ context.Context, ref checkpoint.CheckpointRef, _ []checkpoint.PartitionOffset) error {
 	d.rec.Store(&ref)
 	return nil
 }

@@ -46,7 +46,7 @@ type opNode interface {
 type sinkNode interface {
 	reset() error
 	recorded(ctx context.Context) (*checkpoint.CheckpointRef, error)
-	commit(ctx context.Context, ref checkpoint.CheckpointRef) error
+	commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error
 }
 
 type outputNode[O any] interface {
@@ -89,14 +89,15 @@ type run struct {
 
 	tasks     int
 	names     []string
-	triggers  []chan trigger  // per source task
-	cancels   []chan uint64   // per operator and sink task
-	acks      chan ack        // to the coordinator
-	exhausted chan int        // source tasks whose input ended
-	failures  chan error      // task failures
-	wg        sync.WaitGroup  // tasks
-	bg        sync.WaitGroup  // snapshot writers
-	align     *alignmentStats // alignment times
+	triggers  []chan trigger         // per source task
+	cancels   []chan uint64          // per operator and sink task
+	acks      chan ack               // to the coordinator
+	exhausted chan int               // source tasks whose input ended
+	failures  chan error             // task failures
+	wg        sync.WaitGroup         // tasks
+	bg        sync.WaitGroup         // snapshot writers
+	align     *alignmentStats        // alignment times
+	opRef     checkpoint.OperatorRef // the keyed operator and its keying mode
 }
 
 func (r *run) addTask(name string) int {
@@ -210,7 +211,11 @@ func (j *Job) runOnce(ctx context.Context, store *checkpoint.Store) (progressed 
 	defer cancel(nil)
 	r := &run{j: j, cfg: j.cfg, store: store, runID: newRunID(), log: j.cfg.Logger.With("job", j.name), ctx: rctx, cancel: cancel,
 		acks: make(chan ack, 64), exhausted: make(chan int, 64), failures: make(chan error, 1), align: &alignmentStats{}}
-	rs, err := j.restore(ctx, r)
+	// Startup is not cut short by a stop request: the coordinator then
+	// stops gracefully, with a final checkpoint.
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer scancel()
+	rs, err := j.restore(sctx, r)
 	if err != nil {
 		return false, err
 	}
@@ -300,12 +305,12 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 // freshStart writes checkpoint 0 (start offsets, no state) and commits it
 // through the sink; it is called by build once the partitions are known.
 func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkpoint.PartitionOffset) error {
-	m := &checkpoint.Metadata{Run: r.runID, ID: 0, Created: time.Now(), MaxParallelism: rs.maxP, Offsets: offsets}
+	m := &checkpoint.Metadata{Run: r.runID, ID: 0, Created: time.Now(), MaxParallelism: rs.maxP, Offsets: offsets, Operators: []checkpoint.OperatorRef{r.opRef}}
 	if err := checkpoint.WriteCheckpoint(r.store, m, nil); err != nil {
 		return err
 	}
 	ref := checkpoint.CheckpointRef{Run: r.runID, ID: 0}
-	if err := r.j.sink.commit(ctx, ref); err != nil {
+	if err := r.j.sink.commit(ctx, ref, offsets); err != nil {
 		return fmt.Errorf("keyed: committing the fresh start: %w", err)
 	}
 	if err := checkpoint.SetCommitted(r.store, ref); err != nil {
@@ -359,7 +364,7 @@ func (r *run) coordinate(ctx context.Context, committed uint64, maxP int) (progr
 					}
 					return c.offsets[a].Partition < c.offsets[b].Partition
 				})
-				m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: maxP, Offsets: c.offsets, Files: c.files, Operators: dedupRefs(c.refs)}
+				m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: maxP, Offsets: c.offsets, Files: c.files, Operators: dedupRefs(append(c.refs, r.opRef))}
 				if err := checkpoint.PutMetadata(r.store, m); err != nil {
 					r.log.Warn("keyed: checkpoint metadata", "checkpoint", e.ID, "err", err)
 					return apply(lc.MetadataFailed(e.ID, time.Now()))
@@ -372,7 +377,7 @@ func (r *run) coordinate(ctx context.Context, committed uint64, maxP int) (progr
 				if err := r.hook(checkpoint.FailBeforeCommit); err != nil {
 					return false, err
 				}
-				if err := r.j.sink.commit(ctx, checkpoint.CheckpointRef{Run: r.runID, ID: e.ID}); err != nil {
+				if err := r.j.sink.commit(ctx, checkpoint.CheckpointRef{Run: r.runID, ID: e.ID}, pending[e.ID].offsets); err != nil {
 					lc.CommitFailed(e.ID)
 					return false, fmt.Errorf("keyed: commit of checkpoint %d: %w", e.ID, err)
 				}

@@ -221,9 +221,11 @@ type Sink[T any] interface {
 	// Write adds v to the output of checkpoint epoch: it must stay invisible
 	// (exactly-once) until Commit(c) for some c ≥ epoch.
 	Write(epoch uint64, v T) error
-	// Commit makes visible the output of every epoch ≤ id and records, in
-	// the same atomic step, that checkpoint ref committed.
-	Commit(ctx context.Context, ref checkpoint.CheckpointRef) error
+	// Commit makes visible the output of every epoch ≤ ref.ID and records,
+	// in the same atomic step, that checkpoint ref committed with these
+	// source offsets (a Kafka sink commits them to its commit group inside
+	// the transaction).
+	Commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error
 	// Recorded returns the checkpoint the sink's system recorded as
 	// committed, nil if none: recovery restores exactly that one.
 	Recorded(ctx context.Context) (*checkpoint.CheckpointRef, error)

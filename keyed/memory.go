@@ -170,7 +170,7 @@ func (s *MemorySink[T]) Write(epoch uint64, v T) error {
 
 // Commit implements Sink: the output of every epoch ≤ ref.ID becomes
 // visible, in epoch order, and ref is recorded.
-func (s *MemorySink[T]) Commit(_ context.Context, ref checkpoint.CheckpointRef) error {
+func (s *MemorySink[T]) Commit(_ context.Context, ref checkpoint.CheckpointRef, _ []checkpoint.PartitionOffset) error {
 	if s.FailCommit != nil {
 		if err := s.FailCommit(ref); err != nil {
 			return err

@@ -64,8 +64,8 @@ func (s *sinkOf[O]) reset() error { return s.sink.Reset() }
 func (s *sinkOf[O]) recorded(ctx context.Context) (*checkpoint.CheckpointRef, error) {
 	return s.sink.Recorded(ctx)
 }
-func (s *sinkOf[O]) commit(ctx context.Context, ref checkpoint.CheckpointRef) error {
-	return s.sink.Commit(ctx, ref)
+func (s *sinkOf[O]) commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error {
+	return s.sink.Commit(ctx, ref, offsets)
 }
 
 // srcAssign is one source task's partitions and positions.
@@ -140,6 +140,27 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 	maxP := rs.maxP
 	if err := ValidateParallelism(o.parallelism, maxP); err != nil {
 		return fmt.Errorf("keyed: operator %q: %w", o.name, err)
+	}
+	// The keying mode decides what a key group means: a checkpoint taken in
+	// one mode cannot be restored in the other.
+	mode := "keyed.keyby"
+	if o.in.byPartition {
+		mode = "keyed.partition"
+	}
+	r.opRef = checkpoint.OperatorRef{Name: o.name, Type: mode, SchemaFingerprint: fmt.Sprintf("maxParallelism=%d", maxP)}
+	if !rs.fresh {
+		found := false
+		for _, ref := range rs.meta.Operators {
+			if ref.Name == o.name {
+				found = true
+				if ref.Type != mode {
+					return fmt.Errorf("keyed: operator %q: checkpoint %s was taken in %s mode, the job now runs in %s mode: key groups would not match (restore is refused)", o.name, rs.meta.Ref(), ref.Type, mode)
+				}
+			}
+		}
+		if !found && len(rs.meta.Operators) > 0 {
+			return fmt.Errorf("keyed: operator %q: checkpoint %s has no operator of that name (it has %v)", o.name, rs.meta.Ref(), rs.meta.Operators)
+		}
 	}
 	if rs.fresh {
 		if err := r.freshStart(ctx, rs, offsets); err != nil {

@@ -188,3 +188,14 @@ func requireAllSeen(t *testing.T, out []result, want map[string]int64) {
 		}
 	}
 }
+
+// TestKeyingModeChangeRefused: a checkpoint taken in partition mode is not
+// restored in keyBy mode (key groups mean different things).
+func TestKeyingModeChangeRefused(t *testing.T) {
+	src, _ := input(8, 4, 50, 2_000)
+	fs := checkpoint.NewMemFS()
+	sink := keyed.NewMemorySink[result]()
+	require.NoError(t, newJob(t, keyed.Config{FS: fs, Dir: "/c"}, src, sink, true, 2, 2).Run(context.Background()))
+	err := newJob(t, keyed.Config{FS: fs, Dir: "/c"}, src, sink, false, 2, 2).Run(context.Background())
+	require.ErrorContains(t, err, "keyed.partition mode, the job now runs in keyed.keyby mode")
+}

@@ -1,0 +1,339 @@
+package keyed
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/producer"
+)
+
+// KafkaSource reads a Kafka topic as a keyed.Source: each source task has
+// its own assign-only consumer (consumer.Source), positions are concrete
+// offsets kept in checkpoints, and nothing is ever committed by the
+// consumer. A fresh start reads from the log start. Records whose value
+// cannot be decoded fail the job with topic, partition and offset.
+type KafkaSource[T any] struct {
+	Brokers   string
+	TopicName string // the topic
+	Decode    func(rec consumer.Record) (T, error)
+	// Settings are librdkafka consumer settings.
+	Settings map[string]string
+	Logger   *slog.Logger
+}
+
+// NewKafkaSource returns a source reading topic.
+func NewKafkaSource[T any](brokers, topic string, decode func(rec consumer.Record) (T, error)) *KafkaSource[T] {
+	return &KafkaSource[T]{Brokers: brokers, TopicName: topic, Decode: decode}
+}
+
+func (k *KafkaSource[T]) consumer() (*consumer.Source, error) {
+	opts := []consumer.Opt{consumer.Brokers(k.Brokers)}
+	if k.Logger != nil {
+		opts = append(opts, consumer.Logger(k.Logger))
+	}
+	for key, v := range k.Settings {
+		opts = append(opts, consumer.Set(key, v))
+	}
+	return consumer.New(opts...)
+}
+
+// Topic implements Source.
+func (k *KafkaSource[T]) Topic() string { return k.TopicName }
+
+// Partitions implements Source.
+func (k *KafkaSource[T]) Partitions(ctx context.Context) ([]int32, error) {
+	c, err := k.consumer()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.Partitions(ctx, k.TopicName)
+}
+
+// Start implements Source: the log start of each partition.
+func (k *KafkaSource[T]) Start(ctx context.Context, partitions []int32) ([]Position, error) {
+	c, err := k.consumer()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	out := make([]Position, len(partitions))
+	for i, p := range partitions {
+		low, _, err := c.Watermarks(ctx, consumer.TopicPartition{Topic: k.TopicName, Partition: p})
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Position{Partition: p, Offset: low}
+	}
+	return out, nil
+}
+
+// Reader implements Source.
+func (k *KafkaSource[T]) Reader(context.Context) (Reader[T], error) {
+	c, err := k.consumer()
+	if err != nil {
+		return nil, err
+	}
+	return &kafkaReader[T]{k: k, c: c}, nil
+}
+
+type kafkaReader[T any] struct {
+	k *KafkaSource[T]
+	c *consumer.Source
+}
+
+func (r *kafkaReader[T]) Assign(ctx context.Context, ps []Position) error {
+	pos := make([]consumer.Position, len(ps))
+	for i, p := range ps {
+		pos[i] = consumer.Position{Topic: r.k.TopicName, Partition: p.Partition, Offset: p.Offset}
+	}
+	return r.c.Assign(ctx, pos)
+}
+
+func (r *kafkaReader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]SourceRecord[T], bool, error) {
+	recs, err := r.c.Poll(ctx, max, wait)
+	if err != nil {
+		return nil, false, err
+	}
+	out := make([]SourceRecord[T], len(recs))
+	for i, rec := range recs {
+		v, err := r.k.Decode(rec)
+		if err != nil {
+			return nil, false, &consumer.OffsetError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: fmt.Errorf("decode: %w", err)}
+		}
+		out[i] = SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: v}
+	}
+	return out, false, nil
+}
+
+func (r *kafkaReader[T]) Close() error { return r.c.Close() }
+
+// KafkaSink writes a job's output to a Kafka topic exactly once, with one
+// transactional producer per job (DESIGN.md, "Exactly-once to Kafka with
+// librdkafka"): records of the checkpoint in flight go into the open
+// transaction; records after its barrier wait in a bounded epoch buffer;
+// Commit sends the checkpoint's source offsets to the commit group with the
+// commit record kord1;run=R;ckpt=n as offset metadata, commits, begins the
+// next transaction and drains the buffer into it. Recorded reads that
+// commit record back (with stable offsets), so recovery restores exactly the
+// checkpoint Kafka committed. Reset replaces the producer: its
+// InitTransactions fences every older one and completes or aborts what it
+// left.
+type KafkaSink[T any] struct {
+	Brokers string
+	Topic   string
+	// Job names the transactional.id "kord.<Job>" and commit group
+	// "kord.<Job>.commit".
+	Job string
+	// Inputs are the source topics whose offsets the commit group holds.
+	Inputs []string
+	// Encode turns a result into the record key and value.
+	Encode func(v T) (key, value []byte, err error)
+	// EpochBuffer bounds the records held after a barrier until the commit;
+	// Write blocks while it is full. Default 100,000.
+	EpochBuffer int
+	// ProducerSettings are librdkafka producer settings (e.g.
+	// transaction.timeout.ms).
+	ProducerSettings map[string]string
+	Logger           *slog.Logger
+
+	mu        sync.Mutex
+	room      *sync.Cond
+	p         *producer.Producer[[]byte, []byte]
+	committed uint64
+	buffer    []producer.Record[[]byte, []byte]
+	bufEpochs []uint64
+	err       error
+}
+
+// NewKafkaSink returns a sink writing topic for job, whose input topics
+// are inputs.
+func NewKafkaSink[T any](brokers, topic, job string, inputs []string, encode func(T) ([]byte, []byte, error)) *KafkaSink[T] {
+	return &KafkaSink[T]{Brokers: brokers, Topic: topic, Job: job, Inputs: inputs, Encode: encode}
+}
+
+func (s *KafkaSink[T]) group() string { return "kord." + s.Job + ".commit" }
+
+// Reset implements Sink: a new producer, fenced in, with a transaction
+// begun.
+func (s *KafkaSink[T]) Reset() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.room == nil {
+		s.room = sync.NewCond(&s.mu)
+	}
+	if s.EpochBuffer <= 0 {
+		s.EpochBuffer = 100_000
+	}
+	if s.p != nil {
+		_ = s.p.Close()
+		s.p = nil
+	}
+	s.buffer, s.bufEpochs, s.err = nil, nil, nil
+	opts := []producer.Opt{producer.Brokers(s.Brokers), producer.TransactionalID("kord." + s.Job), producer.CloseTimeout(5 * time.Second)}
+	if s.Logger != nil {
+		opts = append(opts, producer.Logger(s.Logger))
+	}
+	for k, v := range s.ProducerSettings {
+		opts = append(opts, producer.Set(k, v))
+	}
+	p, err := producer.New(producer.Bytes(), producer.Bytes(), opts...)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := p.InitTransactions(ctx); err != nil {
+		p.Close()
+		return err
+	}
+	if err := p.BeginTransaction(); err != nil {
+		p.Close()
+		return err
+	}
+	s.p = p
+	s.room.Broadcast()
+	return nil
+}
+
+// Recorded implements Sink: the checkpoint Kafka's commit group records.
+func (s *KafkaSink[T]) Recorded(ctx context.Context) (*checkpoint.CheckpointRef, error) {
+	c, err := consumer.New(consumer.Brokers(s.Brokers))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var tps []consumer.TopicPartition
+	for _, topic := range s.Inputs {
+		parts, err := c.Partitions(ctx, topic)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range parts {
+			tps = append(tps, consumer.TopicPartition{Topic: topic, Partition: p})
+		}
+	}
+	offs, err := c.GroupOffsets(ctx, s.group(), tps)
+	if err != nil {
+		return nil, err
+	}
+	md := make([]string, len(offs))
+	for i, o := range offs {
+		md[i] = o.Metadata
+	}
+	rec, err := checkpoint.CommitRecordOf(md)
+	if err != nil || rec == nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.committed = rec.Checkpoint
+	s.mu.Unlock()
+	return &checkpoint.CheckpointRef{Run: rec.Run, ID: rec.Checkpoint}, nil
+}
+
+// Write implements Sink.
+func (s *KafkaSink[T]) Write(epoch uint64, v T) error {
+	key, val, err := s.Encode(v)
+	if err != nil {
+		return fmt.Errorf("keyed: kafka sink %s: encode: %w", s.Topic, err)
+	}
+	rec := producer.Record[[]byte, []byte]{Topic: s.Topic, Key: key, Value: val}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if epoch <= s.committed+1 {
+		return s.p.Produce(context.Background(), rec, nil)
+	}
+	for len(s.buffer) >= s.EpochBuffer && s.err == nil {
+		s.room.Wait() // backpressure until the commit drains the buffer
+	}
+	s.buffer = append(s.buffer, rec)
+	s.bufEpochs = append(s.bufEpochs, epoch)
+	return s.err
+}
+
+// BufferLen returns how many records wait in the epoch buffer.
+func (s *KafkaSink[T]) BufferLen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.buffer)
+}
+
+// Commit implements Sink.
+func (s *KafkaSink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p == nil {
+		return fmt.Errorf("keyed: kafka sink %s: not reset", s.Topic)
+	}
+	meta := checkpoint.CommitRecord{Run: ref.Run, Checkpoint: ref.ID, Job: s.Job}.String()
+	offs := make([]producer.Offset, len(offsets))
+	for i, o := range offsets {
+		offs[i] = producer.Offset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Metadata: meta}
+	}
+	fail := func(err error) error {
+		// The outcome may be unknown: this producer is done (Reset makes a
+		// new one); nothing more is written through it.
+		s.err = fmt.Errorf("keyed: kafka sink %s: commit of checkpoint %s: %w", s.Topic, ref, err)
+		s.room.Broadcast()
+		return s.err
+	}
+	if err := s.p.SendOffsetsToTransaction(ctx, s.group(), offs); err != nil {
+		return fail(err)
+	}
+	if err := s.p.CommitTransaction(ctx); err != nil {
+		return fail(err)
+	}
+	s.committed = ref.ID
+	if err := s.p.BeginTransaction(); err != nil {
+		return fail(err)
+	}
+	// Drain what waited for this commit; records of later epochs (none with
+	// one checkpoint in flight) would stay.
+	keep := s.buffer[:0]
+	keepE := s.bufEpochs[:0]
+	for i, rec := range s.buffer {
+		if s.bufEpochs[i] <= s.committed+1 {
+			if err := s.p.Produce(ctx, rec, nil); err != nil {
+				return fail(err)
+			}
+		} else {
+			keep, keepE = append(keep, rec), append(keepE, s.bufEpochs[i])
+		}
+	}
+	s.buffer, s.bufEpochs = keep, keepE
+	s.room.Broadcast()
+	return nil
+}
+
+// Close aborts the open transaction, if any record is in it, and closes
+// the producer.
+func (s *KafkaSink[T]) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.p == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.p.AbortTransaction(ctx)
+	err := s.p.Close()
+	s.p = nil
+	return err
+}
+
+// TransactionTimeout is a transaction timeout for a checkpoint config, as
+// checkpoint.CountJob derives it; pass it as ProducerSettings
+// "transaction.timeout.ms".
+func TransactionTimeout(c checkpoint.Config) string {
+	j := checkpoint.CountJob{Checkpoint: c}
+	return strconv.FormatInt(j.TransactionTimeout().Milliseconds(), 10)
+}
