@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/keyed"
+)
+
+// Result answers one event: the user's count after it.
+type Result struct {
+	UUID   string `json:"uuid"`
+	Seq    int64  `json:"seq"`
+	Count  int64  `json:"count"`
+	Action string `json:"action"`
+}
+
+type summary struct {
+	recovery    time.Duration
+	checkpoints int
+}
+
+// userCounter counts each user's events in keyed state and refuses an
+// event out of order.
+type userCounter struct{ n *keyed.ValueState[int64] }
+
+func (c *userCounter) Open(b *keyed.Backend) (err error) {
+	c.n, err = keyed.Value(b, "events", keyed.Int64())
+	return err
+}
+
+func (c *userCounter) Process(_ []byte, e Event, out *keyed.Collector[Result]) error {
+	n, _ := c.n.Get()
+	if e.Seq != n {
+		return fmt.Errorf("user %s: event %d after %d events: out of order", e.UUID, e.Seq, n)
+	}
+	c.n.Set(n + 1)
+	out.Emit(Result{UUID: e.UUID, Seq: e.Seq, Count: n + 1, Action: e.Action})
+	return nil
+}
+
+// process runs the keyed job until every event's result is committed,
+// crashing it once part-way when o.crash is set.
+func process(ctx context.Context, o options, sum *summary) error {
+	dir := o.dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "kord-userbehavior-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	job := strings.NewReplacer(".", "-").Replace("userbehavior-" + o.topic)
+	var commits atomic.Int64
+	var crashedAt atomic.Int64 // unix nanos
+	var recovered atomic.Int64
+	build := func(crash bool) (*keyed.Job, *keyed.KafkaSink[Result]) {
+		hook := func(point string) error {
+			if point != checkpoint.FailAfterCommit {
+				return nil
+			}
+			n := commits.Add(1)
+			if at := crashedAt.Load(); at != 0 && recovered.Load() == 0 {
+				recovered.Store(time.Now().UnixNano() - at)
+			}
+			if crash && n == 2 {
+				crashedAt.Store(time.Now().UnixNano())
+				return errors.New("crash on purpose, after the second checkpoint committed")
+			}
+			return nil
+		}
+		cfg := keyed.Config{Dir: dir, Checkpoint: checkpoint.Config{Interval: o.interval}, Hook: hook, Restart: keyed.FixedDelay(3, time.Second)}
+		j := keyed.NewJob("userbehavior", cfg)
+		src := keyed.NewKafkaSource(o.brokers, o.topic, func(rec consumer.Record) (Event, error) {
+			var e Event
+			return e, json.Unmarshal(rec.Value, &e)
+		})
+		sink := keyed.NewKafkaSink(o.brokers, o.output, job, []string{o.topic}, func(r Result) ([]byte, []byte, error) {
+			b, err := json.Marshal(r)
+			return []byte(r.UUID), b, err
+		})
+		sink.ProducerSettings = map[string]string{"transaction.timeout.ms": keyed.TransactionTimeout(cfg.Checkpoint)}
+		s := keyed.FromSource(j, "events", 2, keyed.Source[Event](src))
+		var k *keyed.KeyedStream[Event]
+		if o.keyBy {
+			k = keyed.KeyBy(func(e Event) []byte { return []byte(e.UUID) }, s)
+		} else {
+			k = keyed.ByPartition(s)
+		}
+		keyed.ToSink(keyed.Process(k, "count", 2, func() keyed.Operator[Event, Result] { return &userCounter{} }), "results", keyed.Sink[Result](sink))
+		return j, sink
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- watch(runCtx, o, stop) }()
+
+	crash := o.crash
+	start := time.Now()
+	for {
+		j, sink := build(crash)
+		err := j.Run(runCtx)
+		if errors.Is(err, keyed.ErrCrashed) {
+			o.say("\njob crashed on purpose (%v); restarting from the checkpoint Kafka recorded\n", err)
+			crash = false
+			continue // the crashed incarnation's producer is fenced by the next one
+		}
+		sink.Close()
+		if err != nil {
+			return err
+		}
+		break
+	}
+	if err := <-watchErr; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	sum.checkpoints = int(commits.Load())
+	sum.recovery = time.Duration(recovered.Load())
+	o.say("\nprocessed in %v\n", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// watch counts committed output with read_committed, shows progress, and
+// calls done when every event's result is visible.
+func watch(ctx context.Context, o options, done func()) error {
+	c, err := kafka.NewConsumer(&kafka.ConfigMap{
+		"bootstrap.servers": o.brokers, "group.id": "userbehavior-watch", "enable.auto.commit": false,
+		"isolation.level": "read_committed", "log_level": 3,
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	md, err := c.GetMetadata(&o.output, false, 10_000)
+	if err != nil {
+		return err
+	}
+	var tps []kafka.TopicPartition
+	for _, p := range md.Topics[o.output].Partitions {
+		tps = append(tps, kafka.TopicPartition{Topic: &o.output, Partition: p.ID, Offset: kafka.OffsetBeginning})
+	}
+	if err := c.Assign(tps); err != nil {
+		return err
+	}
+	n := 0
+	last := time.Now()
+	for n < o.events {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		ev := c.Poll(100)
+		if m, ok := ev.(*kafka.Message); ok && m.TopicPartition.Error == nil {
+			n++
+		}
+		if !o.quiet && time.Since(last) > 200*time.Millisecond {
+			last = time.Now()
+			bar := strings.Repeat("#", 40*n/o.events)
+			fmt.Printf("\r[%-40s] %d/%d results committed", bar, n, o.events)
+		}
+	}
+	if !o.quiet {
+		fmt.Printf("\r[%-40s] %d/%d results committed", strings.Repeat("#", 40), n, o.events)
+	}
+	done()
+	return nil
+}
