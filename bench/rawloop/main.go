@@ -15,6 +15,12 @@
 //	latency  (d): a producer paced at -rate, the same loop, and a
 //	         read_committed reader of the output timing every record
 //	all      (a), (b), (c), (d); -rate 0 means half of (c)'s rate
+//	eos      (a), (c), then (e): kord's checkpoint.CountJob over the same
+//	         input, checkpoint every -commit-interval, verified like (c)
+//	eos-latency  (d), then (f): (d) with CountJob in place of the loop
+//	recovery (g): CountJob in a child process on a paced input
+//	         (-recovery-rate), SIGKILLed -kills times and restarted
+//	compare  (a), (c), (e), (d), (f), (g)
 //
 // The client settings are in kafka.go; -producer-conf and -consumer-conf
 // override them (librdkafka names, "key=value,..."). Progress goes to
@@ -65,9 +71,14 @@ type config struct {
 	// the latency drain).
 	stepTimeout time.Duration
 	log         io.Writer // progress
+	// (g): SIGKILLs, run time after each restart's first commit, input rate.
+	kills        int
+	killAfter    time.Duration
+	recoveryRate float64
 }
 
-var modes = map[string]bool{"all": true, "produce": true, "consume": true, "txloop": true, "latency": true}
+var modes = map[string]bool{"all": true, "produce": true, "consume": true, "txloop": true, "latency": true,
+	"eos": true, "eos-latency": true, "recovery": true, "compare": true}
 
 func (c *config) validate() error {
 	var errs []error
@@ -75,7 +86,7 @@ func (c *config) validate() error {
 		errs = append(errs, errors.New("-brokers is required"))
 	}
 	if !modes[c.mode] {
-		errs = append(errs, fmt.Errorf("-mode %q: want all, produce, consume, txloop or latency", c.mode))
+		errs = append(errs, fmt.Errorf("-mode %q: want all, produce, consume, txloop, latency, eos, eos-latency, recovery or compare", c.mode))
 	}
 	if c.n < 1 {
 		errs = append(errs, fmt.Errorf("-n %d: want at least 1", c.n))
@@ -116,16 +127,26 @@ type Summary struct {
 	Consume   *ConsumeResult `json:"consume,omitempty"`
 	TxLoop    *TxLoopResult  `json:"txloop,omitempty"`
 	Latency   *LatencyResult `json:"latency,omitempty"`
+	// kord's checkpoint.CountJob (eos.go, recovery.go).
+	KordEOS     *KordEOSResult  `json:"kord_eos,omitempty"`
+	KordLatency *LatencyResult  `json:"kord_latency,omitempty"`
+	Recovery    *RecoveryResult `json:"kord_recovery,omitempty"`
 }
 
 func main() {
+	if os.Getenv(childEnv) == childCountJob {
+		os.Exit(childMain())
+	}
 	c := config{log: os.Stderr, stepTimeout: 10 * time.Minute}
 	flag.StringVar(&c.brokers, "brokers", os.Getenv("KORD_KAFKA_BROKERS"), "bootstrap servers (default $KORD_KAFKA_BROKERS)")
 	flag.Int64Var(&c.n, "n", 1_000_000, "records for produce, consume and txloop")
 	flag.IntVar(&c.valueBytes, "value-bytes", 100, "value size in bytes (keys are 36-byte UUIDs)")
 	flag.IntVar(&c.partitions, "partitions", 12, "partitions of every topic created")
 	flag.DurationVar(&c.commitInterval, "commit-interval", time.Second, "transaction commit interval of the loop")
-	flag.StringVar(&c.mode, "mode", "all", "all, produce, consume, txloop or latency")
+	flag.StringVar(&c.mode, "mode", "all", "all, produce, consume, txloop, latency, eos, eos-latency, recovery or compare")
+	flag.IntVar(&c.kills, "kills", 5, "SIGKILLs of the kord job in -mode recovery and compare")
+	flag.DurationVar(&c.killAfter, "kill-after", 4*time.Second, "each kord incarnation runs this long (plus up to one commit interval) after its first commit before the SIGKILL")
+	flag.Float64Var(&c.recoveryRate, "recovery-rate", 20000, "records/s of the input in -mode recovery and compare")
 	flag.Float64Var(&c.rate, "rate", 0, fmt.Sprintf("records/s of the latency producer; 0 = half of txloop's rate in -mode all, %d in -mode latency", defaultLatencyRate))
 	flag.DurationVar(&c.duration, "duration", 30*time.Second, "latency measuring window")
 	flag.DurationVar(&c.warmup, "warmup", 5*time.Second, "latency warmup before the window (processed, not measured)")
@@ -200,7 +221,7 @@ func run(ctx context.Context, c config) (*Summary, error) {
 	}
 
 	input := "rawloop." + id + ".in"
-	if c.mode != "latency" {
+	if producesInput(c.mode) {
 		if err := create(input); err != nil {
 			return sum, err
 		}
@@ -227,7 +248,7 @@ func run(ctx context.Context, c config) (*Summary, error) {
 		logf("(b) %d records in %.2fs: %.0f records/s, %.1f MB/s", res.Records, res.Seconds, res.RecordsPerSec, res.MBPerSec)
 	}
 
-	if c.mode == "txloop" || c.mode == "all" {
+	if c.mode == "txloop" || c.mode == "all" || c.mode == "eos" || c.mode == "compare" {
 		output := "rawloop." + id + ".out"
 		if err := create(output); err != nil {
 			return sum, err
@@ -257,11 +278,17 @@ func run(ctx context.Context, c config) (*Summary, error) {
 		logf("(c) verified: %s holds exactly %d committed records, one per input", output, v.Records)
 	}
 
-	if c.mode == "latency" || c.mode == "all" {
+	if c.mode == "eos" || c.mode == "compare" {
+		if err := runKordEOS(ctx, c, sum, id, input, create, logf); err != nil {
+			return sum, err
+		}
+	}
+
+	if c.mode == "latency" || c.mode == "all" || c.mode == "eos-latency" || c.mode == "compare" {
 		rate := c.rate
 		switch {
 		case rate > 0:
-		case sum.TxLoop != nil:
+		case sum.TxLoop != nil && c.mode == "all":
 			rate = sum.TxLoop.EventsPerSec / 2
 		default:
 			rate = defaultLatencyRate
@@ -284,6 +311,9 @@ func run(ctx context.Context, c config) (*Summary, error) {
 		}
 		logf("(d) %d measured of %d produced, latency %s, drain %.2fs%s",
 			res.Measured, res.Produced, res.Latency, res.DrainSeconds, backlogNote(&res))
+	}
+	if err := runKordPaced(ctx, c, sum, id, create, logf); err != nil {
+		return sum, err
 	}
 	return sum, nil
 }
@@ -365,5 +395,6 @@ func printSummary(w io.Writer, s *Summary, asJSON bool) error {
 			fmt.Fprintf(w, "    verified  ok=%v records=%d distinct_inputs=%d\n", v.OK, v.Records, v.Distinct)
 		}
 	}
+	printKord(w, s)
 	return nil
 }
