@@ -219,12 +219,27 @@ func (s *Source) Partitions(ctx context.Context, topic string) ([]int32, error) 
 }
 
 // Watermarks returns a partition's log start offset and high watermark.
+// Transient errors (a leader moving or not yet elected, as right after a
+// topic is created) are retried until the request timeout or ctx ends.
 func (s *Source) Watermarks(ctx context.Context, tp TopicPartition) (low, high int64, err error) {
-	low, high, err = s.c.QueryWatermarkOffsets(tp.Topic, tp.Partition, s.timeoutMs(ctx))
-	if err != nil {
-		return 0, 0, fmt.Errorf("consumer: watermarks of %s: %w", tp, err)
+	deadline := time.Now().Add(s.cfg.timeout)
+	for {
+		low, high, err = s.c.QueryWatermarkOffsets(tp.Topic, tp.Partition, s.timeoutMs(ctx))
+		if err == nil {
+			return low, high, nil
+		}
+		var kerr kafka.Error
+		transient := errors.As(err, &kerr) && (kerr.IsRetriable() || kerr.Code() == kafka.ErrNotLeaderForPartition ||
+			kerr.Code() == kafka.ErrLeaderNotAvailable || kerr.Code() == kafka.ErrNotCoordinator)
+		if !transient || time.Now().After(deadline) || ctx.Err() != nil {
+			return 0, 0, fmt.Errorf("consumer: watermarks of %s: %w", tp, err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, 0, fmt.Errorf("consumer: watermarks of %s: %w (after %v)", tp, context.Cause(ctx), err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	return low, high, nil
 }
 
 // Start is a logical start position, resolved to concrete offsets by
