@@ -14,6 +14,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
 )
 
@@ -67,6 +68,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 	var recovered atomic.Int64
 	build := func(crash bool) (*keyed.Job, *keyed.KafkaSink[Result]) {
 		hook := func(point string) error {
+			failpoint.Hit(point) // KORD_FAILPOINTS: SIGKILL here (crash tests)
 			if point != checkpoint.FailAfterCommit {
 				return nil
 			}

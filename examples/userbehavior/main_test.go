@@ -1,12 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
 )
 
@@ -29,4 +38,80 @@ func TestRunEndToEnd(t *testing.T) {
 func TestRunRejectsBadFlags(t *testing.T) {
 	require.Error(t, run(context.Background(), options{events: 0, users: 1, partitions: 1, phase: "all"}))
 	require.Error(t, run(context.Background(), options{events: 1, users: 1, partitions: 1, phase: "nope"}))
+}
+
+// TestMain runs the process phase as a child process for the crash test.
+func TestMain(m *testing.M) {
+	if os.Getenv("USERBEHAVIOR_CHILD") == "1" {
+		o := options{brokers: os.Getenv("UB_BROKERS"), topic: os.Getenv("UB_INPUT"), events: 12_000, users: 500, partitions: 6,
+			phase: "process", interval: 150 * time.Millisecond, dir: os.Getenv("UB_DIR"), quiet: true}
+		if err := run(context.Background(), o); err != nil {
+			fmt.Fprintln(os.Stderr, "child:", err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestCrashTorture: the job's process phase runs as a child process that
+// is SIGKILLed at checkpoint failpoints and at random times, then
+// restarted, at least five times; a last run finishes, and the independent
+// read_committed verification must find every result exactly once, in
+// per-user order, with the right counts.
+func TestCrashTorture(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		// Input keeps arriving (2,000 events/s for 6 s) while the job is
+		// killed and restarted.
+		o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: 12_000, users: 500, partitions: 6, seed: 9,
+			phase: "produce", quiet: true, rate: 2_000}
+		_, err := ensureTopic(ctx, o.brokers, o.topic, o.partitions)
+		require.NoError(t, err)
+		produced := make(chan error, 1)
+		go func() { produced <- run(ctx, o) }()
+		dir := t.TempDir()
+		child := func(failpoints string) *exec.Cmd {
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "USERBEHAVIOR_CHILD=1", "UB_BROKERS="+c.Brokers, "UB_INPUT="+o.topic, "UB_DIR="+dir,
+				failpoint.Env+"="+failpoints)
+			return cmd
+		}
+		r := rand.New(rand.NewPCG(4, 4))
+		cycles := []string{checkpoint.FailAfterSnapshots + "@2", checkpoint.FailAfterMetadata + "@2", checkpoint.FailBeforeCommit + "@2",
+			checkpoint.FailAfterCommit + "@2", checkpoint.FailDuringRestore, "", ""}
+		kills := 0
+		for _, fp := range cycles {
+			cmd := child(fp)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			require.NoError(t, cmd.Start())
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(time.Duration(200+r.IntN(1200)) * time.Millisecond):
+				if fp == "" {
+					_ = cmd.Process.Kill() // a random-time SIGKILL
+				}
+				err = <-done
+			}
+			// Killed, or finished early because everything was done: either
+			// way no error of its own.
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				require.True(t, ee.Sys().(syscall.WaitStatus).Signaled(), "cycle %q: child failed: %v\n%s", fp, err, stderr.String())
+				kills++
+			}
+		}
+		require.GreaterOrEqual(t, kills, 5, "the job finished before it could be killed often enough")
+		require.NoError(t, <-produced)
+		cmd := child("")
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "last run: %s", out)
+		o.phase = "verify"
+		require.NoError(t, run(ctx, o))
+	})
 }
