@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -43,7 +44,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 // TestMain runs the process phase as a child process for the crash test.
 func TestMain(m *testing.M) {
 	if os.Getenv("USERBEHAVIOR_CHILD") == "1" {
-		o := options{brokers: os.Getenv("UB_BROKERS"), topic: os.Getenv("UB_INPUT"), events: 12_000, users: 500, partitions: 6,
+		o := options{brokers: os.Getenv("UB_BROKERS"), topic: os.Getenv("UB_INPUT"), events: tortureEvents(), users: 500, partitions: 6,
 			phase: "process", interval: 150 * time.Millisecond, dir: os.Getenv("UB_DIR"), quiet: true}
 		if err := run(context.Background(), o); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
@@ -63,9 +64,9 @@ func TestCrashTorture(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
-		// Input keeps arriving (2,000 events/s for 6 s) while the job is
-		// killed and restarted.
-		o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: 12_000, users: 500, partitions: 6, seed: 9,
+		// Input keeps arriving (2,000 events/s) while the job is killed and
+		// restarted.
+		o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: tortureEvents(), users: 500, partitions: 6, seed: 9,
 			phase: "produce", quiet: true, rate: 2_000}
 		_, err := ensureTopic(ctx, o.brokers, o.topic, o.partitions)
 		require.NoError(t, err)
@@ -81,6 +82,17 @@ func TestCrashTorture(t *testing.T) {
 		r := rand.New(rand.NewPCG(4, 4))
 		cycles := []string{checkpoint.FailAfterSnapshots + "@2", checkpoint.FailAfterMetadata + "@2", checkpoint.FailBeforeCommit + "@2",
 			checkpoint.FailAfterCommit + "@2", checkpoint.FailDuringRestore, "", ""}
+		// Long mode: KORD_TORTURE_CYCLES=50 (input then lasts long enough).
+		if n, _ := strconv.Atoi(os.Getenv("KORD_TORTURE_CYCLES")); n > len(cycles) {
+			points := []string{checkpoint.FailAfterSnapshots, checkpoint.FailAfterMetadata, checkpoint.FailBeforeCommit, checkpoint.FailAfterCommit, checkpoint.FailAfterMarker}
+			for len(cycles) < n {
+				if r.IntN(2) == 0 {
+					cycles = append(cycles, "")
+				} else {
+					cycles = append(cycles, fmt.Sprintf("%s@%d", points[r.IntN(len(points))], 1+r.IntN(3)))
+				}
+			}
+		}
 		kills := 0
 		for _, fp := range cycles {
 			cmd := child(fp)
@@ -114,4 +126,13 @@ func TestCrashTorture(t *testing.T) {
 		o.phase = "verify"
 		require.NoError(t, run(ctx, o))
 	})
+}
+
+// tortureEvents is the crash test's input size: 12,000 (6 s at 2,000/s),
+// or 2,000 a cycle in long mode.
+func tortureEvents() int {
+	if n, _ := strconv.Atoi(os.Getenv("KORD_TORTURE_CYCLES")); n > 7 {
+		return 2_000 * n
+	}
+	return 12_000
 }
