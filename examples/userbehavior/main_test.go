@@ -128,11 +128,12 @@ func TestCrashTorture(t *testing.T) {
 	})
 }
 
-// tortureEvents is the crash test's input size: 12,000 (6 s at 2,000/s),
-// or 2,000 a cycle in long mode.
+// tortureEvents is the crash test's input size: 24,000 (12 s at 2,000/s,
+// longer than the killed cycles take even on a loaded machine), or 2,000 a
+// cycle in long mode.
 func tortureEvents() int {
 	if n, _ := strconv.Atoi(os.Getenv("KORD_TORTURE_CYCLES")); n > 7 {
 		return 2_000 * n
 	}
-	return 12_000
+	return 24_000
 }
