@@ -97,3 +97,25 @@ func TestKafkaExactlyOnce(t *testing.T) {
 		checkOutput(t, results, want)
 	})
 }
+
+// TestKafkaUnknownTopic: a job whose input topic does not exist fails at
+// once with an error naming the topic.
+func TestKafkaUnknownTopic(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		out := c.CreateTopic(t, 1, nil)
+		missing := kafkatest.TopicName(t) + ".missing"
+		j := keyed.NewJob("users", keyed.Config{Dir: t.TempDir()})
+		src := keyed.NewKafkaSource(c.Brokers, missing, func(rec consumer.Record) (event, error) { return event{}, nil })
+		sink := keyed.NewKafkaSink(c.Brokers, out, kafkatest.TopicName(t), []string{missing}, func(r result) ([]byte, []byte, error) { return nil, nil, nil })
+		s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
+		keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](sink))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		err := j.Run(ctx)
+		require.ErrorIs(t, err, consumer.ErrUnknownTopic)
+		require.Contains(t, err.Error(), missing)
+		require.Less(t, time.Since(start), 30*time.Second)
+		require.NoError(t, sink.Close())
+	})
+}
