@@ -88,20 +88,8 @@ func (j *CountJob) TransactionalID() string { return "kord." + j.Name }
 // CommitGroup returns the job's commit group, which never has members.
 func (j *CountJob) CommitGroup() string { return "kord." + j.Name + ".commit" }
 
-// TransactionTimeout derives the transaction timeout from the checkpoint
-// settings: a transaction stays open from one commit to the next, across
-// up to TolerableFailures aborted checkpoints, each lasting at most Interval
-// plus Timeout; plus a margin. It is capped at 15 minutes, the broker's
-// default transaction.max.timeout.ms (a longer chain ends in an abort and a
-// replay, never in loss).
-func (j *CountJob) TransactionTimeout() time.Duration {
-	c := j.Checkpoint.withDefaults()
-	d := time.Duration(c.TolerableFailures+1)*(c.Interval+c.Timeout+c.MinPause) + 10*time.Second
-	if d > 15*time.Minute {
-		d = 15 * time.Minute
-	}
-	return d
-}
+// TransactionTimeout is Checkpoint.TransactionTimeout().
+func (j *CountJob) TransactionTimeout() time.Duration { return j.Checkpoint.TransactionTimeout() }
 
 // Validate checks the job's declaration.
 func (j *CountJob) Validate() error {

@@ -36,6 +36,19 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// TransactionTimeout derives the Kafka transaction timeout from the
+// checkpoint settings: a transaction stays open from one commit to the next,
+// across up to TolerableFailures aborted checkpoints, each lasting at most
+// Interval plus Timeout plus MinPause; plus a 10 s margin. It is capped at
+// 15 minutes, the broker's default transaction.max.timeout.ms (a longer chain
+// ends in an abort and a replay, never in loss). Flink's 1 h default against
+// the broker's 15 min maximum is the classic failure this avoids.
+func (c Config) TransactionTimeout() time.Duration {
+	c = c.withDefaults()
+	d := time.Duration(c.TolerableFailures+1)*(c.Interval+c.Timeout+c.MinPause) + 10*time.Second
+	return min(d, 15*time.Minute)
+}
+
 // Validate reports a configuration error.
 func (c Config) Validate() error {
 	c = c.withDefaults()

@@ -330,10 +330,8 @@ func (s *KafkaSink[T]) Close() error {
 	return err
 }
 
-// TransactionTimeout is a transaction timeout for a checkpoint config, as
-// checkpoint.CountJob derives it; pass it as ProducerSettings
-// "transaction.timeout.ms".
+// TransactionTimeout formats c.TransactionTimeout() for the sink's
+// ProducerSettings "transaction.timeout.ms".
 func TransactionTimeout(c checkpoint.Config) string {
-	j := checkpoint.CountJob{Checkpoint: c}
-	return strconv.FormatInt(j.TransactionTimeout().Milliseconds(), 10)
+	return strconv.FormatInt(c.TransactionTimeout().Milliseconds(), 10)
 }
