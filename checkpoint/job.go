@@ -406,6 +406,14 @@ func (j *CountJob) commit(ctx context.Context, p *producer.Producer[[]byte, []by
 	return nil
 }
 
+// abortIfRequired aborts on p when err requires it, bounded by the
+// checkpoint timeout (see producer.AbortIfRequired).
+func (j *CountJob) abortIfRequired(ctx context.Context, p *producer.Producer[[]byte, []byte], err error) error {
+	actx, cancel := context.WithTimeout(ctx, j.Checkpoint.withDefaults().Timeout)
+	defer cancel()
+	return p.AbortIfRequired(actx, err)
+}
+
 func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source, p *producer.Producer[[]byte, []byte], run string, state countState, committedID uint64, log *slog.Logger) error {
 	lc, err := NewLifecycle(j.Checkpoint, 1, committedID, time.Now())
 	if err != nil {
@@ -462,7 +470,10 @@ func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source,
 			case Commit:
 				if err := j.commit(wctx, p, run, e.ID, cur.positions); err != nil {
 					lc.CommitFailed(e.ID)
-					return false, fmt.Errorf("%w: commit of checkpoint %d: %w", errRecover, e.ID, err)
+					// An abortable error is aborted on this producer first:
+					// a zombie is refused there as fenced and stops, instead
+					// of fencing the live copy with a new producer.
+					return false, fmt.Errorf("%w: commit of checkpoint %d: %w", errRecover, e.ID, j.abortIfRequired(wctx, p, err))
 				}
 				return handle(lc.CommitDone(e.ID, time.Now()))
 			case Committed:
@@ -484,7 +495,7 @@ func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source,
 					continue // no new transaction: nothing is left open
 				}
 				if err := p.BeginTransaction(); err != nil {
-					return false, fmt.Errorf("%w: begin transaction: %w", errRecover, err)
+					return false, fmt.Errorf("%w: begin transaction: %w", errRecover, j.abortIfRequired(wctx, p, err))
 				}
 				if err := drain(); err != nil {
 					return false, err

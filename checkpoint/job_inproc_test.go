@@ -15,6 +15,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/testdir"
 )
 
 // inproc runs the job in this process until n results are visible, then
@@ -49,7 +50,7 @@ func TestRestoreFailsClearly(t *testing.T) {
 
 		// Corrupt the committed checkpoint's metadata: exactly-once mode stops.
 		bad := t.TempDir()
-		copyDir(t, h.dir, bad)
+		testdir.Copy(t, h.dir, bad)
 		metas := listMeta(t, bad)
 		newest := metas[len(metas)-1]
 		b, err := os.ReadFile(bad + "/" + newest)

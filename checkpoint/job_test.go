@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +23,7 @@ import (
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/testdir"
 	"github.com/kordproject/kord/producer"
 )
 
@@ -310,7 +310,7 @@ func TestZombieIsFenced(t *testing.T) {
 		require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGSTOP))
 		// The survivor gets the zombie's checkpoints, as from shared storage.
 		survivorDir := t.TempDir()
-		copyDir(t, h.dir, survivorDir)
+		testdir.Copy(t, h.dir, survivorDir)
 		survivor := h.start("", survivorDir)
 		require.Eventually(t, func() bool { return strings.Count(survivor.stdout.String(), "committed") >= 2 }, 60*time.Second, 20*time.Millisecond, "stderr:\n%s", survivor.stderr)
 		require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGCONT))
@@ -329,19 +329,6 @@ func TestZombieIsFenced(t *testing.T) {
 		require.NoError(t, <-survivor.done, "survivor stderr:\n%s", survivor.stderr)
 		h.verify(n)
 	})
-}
-
-func copyDir(t *testing.T, from, to string) {
-	entries, err := os.ReadDir(from)
-	require.NoError(t, err)
-	for _, e := range entries {
-		if e.Name() == "LOCK" || e.IsDir() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(from, e.Name()))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(to, e.Name()), b, 0o644))
-	}
 }
 
 // lockedBuffer is a bytes.Buffer safe to read while the child writes.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/producer"
 )
 
 // ErrCrashed is returned by Run when Config.Hook stopped the job at a
@@ -166,7 +167,7 @@ func (j *Job) Run(ctx context.Context) error {
 	attempts := 0
 	for {
 		progressed, err := j.runOnce(ctx, store)
-		if err == nil || errors.Is(err, ErrCrashed) {
+		if err == nil || errors.Is(err, ErrCrashed) || permanent(err) {
 			return err
 		}
 		if progressed {
@@ -193,6 +194,14 @@ func (j *Job) Run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// permanent reports a failure no restart can mend: the sink's producer was
+// fenced (a newer copy of the job owns its transactional.id, and a restart
+// would fence that copy in turn), or the broker refused the producer's
+// configuration (a transaction timeout above its maximum, say).
+func permanent(err error) bool {
+	return errors.Is(err, producer.ErrFenced) || errors.Is(err, producer.ErrConfig)
 }
 
 func newRunID() string {

@@ -281,7 +281,12 @@ func (s *KafkaSink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef,
 	}
 	fail := func(err error) error {
 		// The outcome may be unknown: this producer is done (Reset makes a
-		// new one); nothing more is written through it.
+		// new one); nothing more is written through it. An abortable error
+		// is aborted here first, so that a zombie copy of the job learns it
+		// is fenced instead of fencing the live copy on restart.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err = s.p.AbortIfRequired(actx, err)
+		cancel()
 		s.err = fmt.Errorf("keyed: kafka sink %s: commit of checkpoint %s: %w", s.Topic, ref, err)
 		s.room.Broadcast()
 		return s.err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,9 +15,80 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/testdir"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
 )
+
+// kafkaFixture is an input topic filled with events keyed by user, each
+// with its per-user sequence number, an output topic, and a builder of the
+// counting job between them.
+type kafkaFixture struct {
+	c        *kafkatest.Cluster
+	in, out  string
+	job      string
+	n        int
+	want     map[string]int64
+	interval time.Duration
+}
+
+func newKafkaFixture(t *testing.T, c *kafkatest.Cluster, parts int32, n, users int) *kafkaFixture {
+	f := &kafkaFixture{c: c, in: c.CreateTopic(t, parts, nil), out: c.CreateTopic(t, parts, nil), job: kafkatest.TopicName(t),
+		n: n, want: map[string]int64{}, interval: 100 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(c.Brokers))
+	require.NoError(t, err)
+	r := rand.New(rand.NewPCG(2, 3))
+	for i := 0; i < n; i++ {
+		u := fmt.Sprintf("user-%05d", r.IntN(users))
+		require.NoError(t, p.Produce(ctx, producer.Record[string, event]{Topic: f.in, Key: u, Value: event{UUID: u, Seq: f.want[u]}}, nil))
+		f.want[u]++
+	}
+	require.NoError(t, p.Flush(ctx))
+	require.NoError(t, p.Close())
+	return f
+}
+
+func (f *kafkaFixture) build(cfg keyed.Config, byPartition bool, par int) (*keyed.Job, *keyed.KafkaSink[result]) {
+	cfg.Checkpoint.Interval = f.interval
+	j := keyed.NewJob("users", cfg)
+	src := keyed.NewKafkaSource(f.c.Brokers, f.in, func(rec consumer.Record) (event, error) {
+		var e event
+		return e, json.Unmarshal(rec.Value, &e)
+	})
+	sink := keyed.NewKafkaSink(f.c.Brokers, f.out, f.job, []string{f.in}, func(r result) ([]byte, []byte, error) {
+		b, err := json.Marshal(r)
+		return []byte(r.UUID), b, err
+	})
+	sink.ProducerSettings = map[string]string{"transaction.timeout.ms": keyed.TransactionTimeout(cfg.Checkpoint)}
+	s := keyed.FromSource(j, "events", par, keyed.Source[event](src))
+	var k *keyed.KeyedStream[event]
+	if byPartition {
+		k = keyed.ByPartition(s)
+	} else {
+		k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+	}
+	keyed.ToSink(keyed.Process(k, "count", par, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](sink))
+	return j, sink
+}
+
+// verify reads the output with a read_committed reader and checks that
+// every event's result is there exactly once, in per-key order, with counts
+// that match.
+func (f *kafkaFixture) verify(t *testing.T) {
+	recs := f.c.ReadAll(t, f.out, f.n, true, 2*time.Minute)
+	require.Equal(t, f.n, len(recs))
+	extra := f.c.ReadAll(t, f.out, f.n+1, true, 3*time.Second)
+	require.Equal(t, f.n, len(extra), "read_committed output holds exactly one result per event")
+	results := make([]result, len(recs))
+	for i, rec := range recs {
+		require.NoError(t, json.Unmarshal(rec.Value, &results[i]))
+	}
+	// Per-key order: the reader returns each partition in order and a key
+	// lives in one partition (kord's producer placed it).
+	checkOutput(t, results, f.want)
+}
 
 // TestKafkaExactlyOnce runs the keyed counting job from a Kafka topic to a
 // Kafka topic through KafkaSource and KafkaSink, crashing it (in process:
@@ -25,76 +97,89 @@ import (
 // there exactly once, in per-key order, with counts that match.
 func TestKafkaExactlyOnce(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		const parts, n = 6, 20_000
-		in := c.CreateTopic(t, parts, nil)
-		out := c.CreateTopic(t, parts, nil)
+		f := newKafkaFixture(t, c, 6, 20_000, 400)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(c.Brokers))
-		require.NoError(t, err)
-		r := rand.New(rand.NewPCG(2, 3))
-		want := map[string]int64{}
-		for i := 0; i < n; i++ {
-			u := fmt.Sprintf("user-%03d", r.IntN(400))
-			require.NoError(t, p.Produce(ctx, producer.Record[string, event]{Topic: in, Key: u, Value: event{UUID: u, Seq: want[u]}}, nil))
-			want[u]++
-		}
-		require.NoError(t, p.Flush(ctx))
-		require.NoError(t, p.Close())
-
-		job := kafkatest.TopicName(t)
 		dir := t.TempDir()
-		interval := 100 * time.Millisecond
-		build := func(hook func(string) error, byPartition bool, par int) (*keyed.Job, *keyed.KafkaSink[result]) {
-			j := keyed.NewJob("users", keyed.Config{Dir: dir, Checkpoint: checkpoint.Config{Interval: interval}, Hook: hook})
-			src := keyed.NewKafkaSource(c.Brokers, in, func(rec consumer.Record) (event, error) {
-				var e event
-				return e, json.Unmarshal(rec.Value, &e)
-			})
-			sink := keyed.NewKafkaSink(c.Brokers, out, job, []string{in}, func(r result) ([]byte, []byte, error) {
-				b, err := json.Marshal(r)
-				return []byte(r.UUID), b, err
-			})
-			sink.ProducerSettings = map[string]string{"transaction.timeout.ms": keyed.TransactionTimeout(checkpoint.Config{Interval: interval})}
-			s := keyed.FromSource(j, "events", par, keyed.Source[event](src))
-			var k *keyed.KeyedStream[event]
-			if byPartition {
-				k = keyed.ByPartition(s)
-			} else {
-				k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
-			}
-			keyed.ToSink(keyed.Process(k, "count", par, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](sink))
-			return j, sink
-		}
 		for i, point := range []string{checkpoint.FailAfterSnapshots, checkpoint.FailAfterMetadata, checkpoint.FailBeforeCommit,
 			checkpoint.FailAfterCommit, checkpoint.FailAfterMarker, checkpoint.FailDuringRestore} {
 			nth := 1 + i%3
 			if point == checkpoint.FailDuringRestore {
 				nth = 1 // hit once per start
 			}
-			j, sink := build(crashAt(point, nth), true, 1+i%3)
+			j, sink := f.build(keyed.Config{Dir: dir, Hook: crashAt(point, nth)}, true, 1+i%3)
 			err := j.Run(ctx)
 			require.True(t, errors.Is(err, keyed.ErrCrashed), "crash at %s: %v", point, err)
 			_ = sink // abandoned, as by a dead process: the next incarnation fences it
 		}
-		j, sink := build(nil, true, 2)
+		j, sink := f.build(keyed.Config{Dir: dir}, true, 2)
 		runCtx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- j.Run(runCtx) }()
-		recs := c.ReadAll(t, out, n, true, 2*time.Minute)
+		f.c.ReadAll(t, f.out, f.n, true, 2*time.Minute)
 		stop()
 		require.NoError(t, <-done)
 		require.NoError(t, sink.Close())
-		require.Equal(t, n, len(recs))
-		extra := c.ReadAll(t, out, n+1, true, 3*time.Second)
-		require.Equal(t, n, len(extra), "read_committed output holds exactly one result per event")
-		results := make([]result, len(recs))
-		for i, rec := range recs {
-			require.NoError(t, json.Unmarshal(rec.Value, &results[i]))
+		f.verify(t)
+	})
+}
+
+// TestKafkaZombieIsFenced: a job stalled mid-run (held at a checkpoint
+// step, like a paused process) while a second copy starts with the same
+// name on a copy of its checkpoints. The copy fences it; the stalled one,
+// released, stops with producer.ErrFenced and does not restart (a restart
+// would fence the live copy in turn), although its restart strategy allows
+// restarts; the survivor's output is exactly-once.
+func TestKafkaZombieIsFenced(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newKafkaFixture(t, c, 4, 5_000, 200)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		zdir, sdir := t.TempDir(), t.TempDir()
+		held, release := make(chan struct{}), make(chan struct{})
+		var markers atomic.Int64
+		hold := func(p string) error {
+			if p == checkpoint.FailAfterMarker && markers.Add(1) == 3 {
+				close(held)
+				<-release
+			}
+			return nil
 		}
-		// Per-key order: the reader returns each partition in order and a
-		// key lives in one partition (kord's producer placed it).
-		checkOutput(t, results, want)
+		zombie, zsink := f.build(keyed.Config{Dir: zdir, Hook: hold, Restart: keyed.FixedDelay(5, 10*time.Millisecond)}, false, 2)
+		zdone := make(chan error, 1)
+		go func() { zdone <- zombie.Run(ctx) }()
+		select {
+		case <-held:
+		case err := <-zdone:
+			t.Fatalf("the first copy ended before its third commit: %v", err)
+		}
+		testdir.Copy(t, zdir, sdir)
+		var commits atomic.Int64
+		count := func(p string) error {
+			if p == checkpoint.FailAfterMarker {
+				commits.Add(1)
+			}
+			return nil
+		}
+		survivor, ssink := f.build(keyed.Config{Dir: sdir, Hook: count}, false, 2)
+		sctx, stop := context.WithCancel(ctx)
+		sdone := make(chan error, 1)
+		go func() { sdone <- survivor.Run(sctx) }()
+		require.Eventually(t, func() bool { return commits.Load() >= 2 }, time.Minute, 10*time.Millisecond)
+		close(release)
+		select {
+		case err := <-zdone:
+			require.ErrorIs(t, err, producer.ErrFenced)
+		case <-time.After(time.Minute):
+			t.Fatal("the fenced copy did not stop within a minute")
+		}
+		// The fenced sink's Close reports the fencing again; nothing to check.
+		_ = zsink.Close()
+		f.c.ReadAll(t, f.out, f.n, true, 2*time.Minute)
+		stop()
+		require.NoError(t, <-sdone, "the survivor must not be fenced by the zombie")
+		require.NoError(t, ssink.Close())
+		f.verify(t)
 	})
 }
 

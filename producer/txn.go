@@ -81,7 +81,7 @@ func (c *client) txnErr(op string, err error) error {
 			te.Err = fmt.Errorf("%w: %w", ErrFenced, err)
 		case kafka.ErrInvalidTransactionTimeout:
 			te.Fatal = true
-			te.Err = fmt.Errorf("transaction.timeout.ms is above the broker's transaction.max.timeout.ms (lower it, or raise the broker's limit): %w", err)
+			te.Err = fmt.Errorf("%w: transaction.timeout.ms is above the broker's transaction.max.timeout.ms (lower it, or raise the broker's limit): %w", ErrConfig, err)
 		}
 	}
 	if te.Fatal {
@@ -154,4 +154,27 @@ func (p *Producer[K, V]) CommitTransaction(ctx context.Context) error {
 // seen by read_committed consumers.
 func (p *Producer[K, V]) AbortTransaction(ctx context.Context) error {
 	return p.c.txnGuard("abort transaction", func(kp *kafka.Producer) error { return kp.AbortTransaction(ctx) })
+}
+
+// AbortIfRequired handles a failed transactional call whose error says the
+// transaction must be aborted (TxnError.Abortable): it aborts on this same
+// producer and returns cause, or, when the abort fails, the abort's error
+// followed by cause. Any other cause is returned as is.
+//
+// This is how a paused copy of a job learns it is a zombie. When a newer
+// producer with the same transactional.id initialises, the broker aborts
+// the old producer's transaction; the old one may first see that as an
+// abortable error (kfake answers its produce requests with
+// INVALID_TXN_STATE). Starting a new producer at that point would fence
+// the live copy in turn. Aborting with the old epoch is refused as fenced
+// instead, and the returned error then wraps ErrFenced.
+func (p *Producer[K, V]) AbortIfRequired(ctx context.Context, cause error) error {
+	var te *TxnError
+	if cause == nil || !errors.As(cause, &te) || !te.Abortable || te.Fatal {
+		return cause
+	}
+	if err := p.AbortTransaction(ctx); err != nil {
+		return fmt.Errorf("%w; after: %w", err, cause)
+	}
+	return cause
 }

@@ -112,3 +112,39 @@ func TestZombieIsFenced(t *testing.T) {
 		require.Equal(t, "live", string(recs[0].Value))
 	})
 }
+
+// TestZombieAbortIsFenced: a zombie whose next call after being fenced
+// fails (on kfake as "abort required", on Apache Kafka as fenced) learns
+// through AbortIfRequired that it is fenced, so that it stops instead of
+// starting a new producer that would fence the live one.
+func TestZombieAbortIsFenced(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		out := c.CreateTopic(t, 1, nil)
+		id := kafkatest.TopicName(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		old := newBytesProducer(t, c, producer.TransactionalID(id))
+		require.NoError(t, old.InitTransactions(ctx))
+		require.NoError(t, old.BeginTransaction())
+		require.NoError(t, old.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("zombie")}, nil))
+		require.NoError(t, old.Flush(ctx))
+
+		cur := newBytesProducer(t, c, producer.TransactionalID(id))
+		require.NoError(t, cur.InitTransactions(ctx))
+
+		_ = old.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("zombie 2")}, nil)
+		_ = old.Flush(ctx)
+		err := old.SendOffsetsToTransaction(ctx, id+".group", []producer.Offset{{Topic: out, Partition: 0, Offset: 1}})
+		require.Error(t, err)
+		t.Logf("the zombie's first failed call: %v", err)
+		err = old.AbortIfRequired(ctx, err)
+		require.ErrorIs(t, err, producer.ErrFenced)
+
+		require.NoError(t, cur.BeginTransaction())
+		require.NoError(t, cur.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("live")}, nil))
+		require.NoError(t, cur.CommitTransaction(ctx))
+		recs := c.ReadAll(t, out, 1, true, 30*time.Second)
+		require.Len(t, recs, 1)
+		require.Equal(t, "live", string(recs[0].Value))
+	})
+}
