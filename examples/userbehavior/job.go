@@ -169,11 +169,11 @@ func watch(ctx context.Context, o options, done func()) error {
 		if !o.quiet && time.Since(last) > 200*time.Millisecond {
 			last = time.Now()
 			bar := strings.Repeat("#", 40*n/o.events)
-			fmt.Printf("\r[%-40s] %d/%d results committed", bar, n, o.events)
+			fmt.Fprintf(o.out(), "\r[%-40s] %d/%d results committed", bar, n, o.events)
 		}
 	}
 	if !o.quiet {
-		fmt.Printf("\r[%-40s] %d/%d results committed", strings.Repeat("#", 40), n, o.events)
+		fmt.Fprintf(o.out(), "\r[%-40s] %d/%d results committed", strings.Repeat("#", 40), n, o.events)
 	}
 	done()
 	return nil

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -56,6 +57,16 @@ type options struct {
 	dir        string
 	quiet      bool
 	rate       int // events/s when producing; 0 = as fast as possible
+	stdout     io.Writer
+}
+
+// out is where progress and the summary go: stdout unless a test captures
+// them.
+func (o *options) out() io.Writer {
+	if o.stdout == nil {
+		return os.Stdout
+	}
+	return o.stdout
 }
 
 func main() {
@@ -134,7 +145,7 @@ func run(ctx context.Context, o options) error {
 
 func (o options) say(format string, args ...any) {
 	if !o.quiet {
-		fmt.Printf(format, args...)
+		fmt.Fprintf(o.out(), format, args...)
 	}
 }
 
@@ -233,10 +244,10 @@ func verify(ctx context.Context, o options, parts int, sum *summary) error {
 	}
 	missing := o.events - n + dups // -events must name the input's size
 	if o.quiet {
-		fmt.Printf("events_in=%d results_out=%d duplicates=%d order_violations=%d wrong_counts=%d missing=%d recovery_ms=%d checkpoints_committed=%d\n",
+		fmt.Fprintf(o.out(), "events_in=%d results_out=%d duplicates=%d order_violations=%d wrong_counts=%d missing=%d recovery_ms=%d checkpoints_committed=%d\n",
 			o.events, n, dups, disorder, wrong, missing, sum.recovery.Milliseconds(), sum.checkpoints)
 	} else {
-		fmt.Printf("\nevents in:                %d\nresults out:              %d\nduplicates:               %d\nper-user order violations: %d\nwrong counts:             %d\nmissing:                  %d\nrecovery time:            %v\ncheckpoints committed:    %d\n",
+		fmt.Fprintf(o.out(), "\nevents in:                %d\nresults out:              %d\nduplicates:               %d\nper-user order violations: %d\nwrong counts:             %d\nmissing:                  %d\nrecovery time:            %v\ncheckpoints committed:    %d\n",
 			o.events, n, dups, disorder, wrong, missing, sum.recovery.Round(time.Millisecond), sum.checkpoints)
 	}
 	if dups+disorder+wrong+missing > 0 {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,13 +26,25 @@ import (
 // error on any duplicate, loss, reorder or wrong count), in both keying
 // modes, on kfake and on the real broker.
 func TestRunEndToEnd(t *testing.T) {
+	// Long mode: KORD_E2E_EVENTS=1000000.
+	events := 100_000
+	if n, _ := strconv.Atoi(os.Getenv("KORD_E2E_EVENTS")); n > 0 {
+		events = n
+	}
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		for _, keyBy := range []bool{false, true} {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: 5_000, users: 300, partitions: 6, seed: 3,
-				phase: "all", crash: true, keyBy: keyBy, interval: 200 * time.Millisecond, quiet: true}
-			require.NoError(t, run(ctx, o))
+			t.Run(fmt.Sprintf("keyby=%v", keyBy), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(3+events/20_000)*time.Minute)
+				defer cancel()
+				o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: events, users: 10_000, partitions: 12, seed: 3,
+					phase: "all", crash: true, keyBy: keyBy, interval: 500 * time.Millisecond, quiet: true}
+				var out bytes.Buffer
+				o.stdout = &out
+				require.NoError(t, run(ctx, o))
+				t.Log(strings.TrimSpace(out.String()))
+				require.Contains(t, out.String(), fmt.Sprintf("events_in=%d ", events))
+				require.Contains(t, out.String(), fmt.Sprintf("results_out=%d ", events))
+			})
 		}
 	})
 }
