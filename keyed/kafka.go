@@ -291,6 +291,13 @@ func (s *KafkaSink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef,
 		s.room.Broadcast()
 		return s.err
 	}
+	// The transaction carries the output of every epoch ≤ ref.ID. After an
+	// aborted checkpoint some of it still waits in the buffer (the epoch
+	// after the aborted barrier): it goes in now, or it would commit only
+	// with a later checkpoint than the offsets that cover its input.
+	if err := s.drain(ctx, ref.ID); err != nil {
+		return fail(err)
+	}
 	if err := s.p.SendOffsetsToTransaction(ctx, s.group(), offs); err != nil {
 		return fail(err)
 	}
@@ -303,19 +310,29 @@ func (s *KafkaSink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef,
 	}
 	// Drain what waited for this commit; records of later epochs (none with
 	// one checkpoint in flight) would stay.
+	if err := s.drain(ctx, s.committed+1); err != nil {
+		return fail(err)
+	}
+	s.room.Broadcast()
+	return nil
+}
+
+// drain produces the buffered records of epochs ≤ upTo into the open
+// transaction, in the order they were written, and keeps the rest.
+func (s *KafkaSink[T]) drain(ctx context.Context, upTo uint64) error {
 	keep := s.buffer[:0]
 	keepE := s.bufEpochs[:0]
 	for i, rec := range s.buffer {
-		if s.bufEpochs[i] <= s.committed+1 {
+		if s.bufEpochs[i] <= upTo {
 			if err := s.p.Produce(ctx, rec, nil); err != nil {
-				return fail(err)
+				return err
 			}
 		} else {
 			keep, keepE = append(keep, rec), append(keepE, s.bufEpochs[i])
 		}
 	}
+	clear(s.buffer[len(keep):])
 	s.buffer, s.bufEpochs = keep, keepE
-	s.room.Broadcast()
 	return nil
 }
 

@@ -204,3 +204,42 @@ func TestKafkaUnknownTopic(t *testing.T) {
 		require.NoError(t, sink.Close())
 	})
 }
+
+// TestKafkaSinkCommitAfterAbort: after checkpoint 1 aborts, the output
+// written after its barrier (epoch 2) waits in the sink's buffer; the
+// commit of checkpoint 2 must carry it, since checkpoint 2's offsets cover
+// its input. Epoch 3's output stays invisible until checkpoint 3.
+func TestKafkaSinkCommitAfterAbort(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		in := c.CreateTopic(t, 1, nil)
+		out := c.CreateTopic(t, 1, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sink := keyed.NewKafkaSink(c.Brokers, out, kafkatest.TopicName(t), []string{in}, func(v string) ([]byte, []byte, error) {
+			return []byte("k"), []byte(v), nil
+		})
+		require.NoError(t, sink.Reset())
+		defer sink.Close()
+		ref, err := sink.Recorded(ctx)
+		require.NoError(t, err)
+		require.Nil(t, ref)
+		offsets := func(o int64) []checkpoint.PartitionOffset {
+			return []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: o}}
+		}
+		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 0}, offsets(0)))
+		require.NoError(t, sink.Write(1, "epoch 1"))
+		require.NoError(t, sink.Write(2, "epoch 2")) // after barrier 1: buffered
+		require.Equal(t, 1, sink.BufferLen())        // checkpoint 1 aborts: no commit
+		require.NoError(t, sink.Write(3, "epoch 3")) // after barrier 2
+		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 2}, offsets(20)))
+		recs := c.ReadAll(t, out, 3, true, 5*time.Second)
+		var got []string
+		for _, r := range recs {
+			got = append(got, string(r.Value))
+		}
+		require.Equal(t, []string{"epoch 1", "epoch 2"}, got, "checkpoint 2 commits the output of every epoch ≤ 2, and only that")
+		ref, err = sink.Recorded(ctx)
+		require.NoError(t, err)
+		require.Equal(t, &checkpoint.CheckpointRef{Run: "r", ID: 2}, ref)
+	})
+}
