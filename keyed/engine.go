@@ -34,6 +34,7 @@ func (e *TaskError) Unwrap() error { return e.Err }
 type sourceNode interface {
 	sourceName() string
 	topic() string
+	sendsDeadLetters() bool
 }
 
 type opNode interface {
@@ -48,6 +49,7 @@ type sinkNode interface {
 	reset() error
 	recorded(ctx context.Context) (*checkpoint.CheckpointRef, error)
 	commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error
+	takesDeadLetters() bool
 }
 
 type outputNode[O any] interface {
@@ -506,3 +508,9 @@ func (j *Job) AlignmentTimes() []time.Duration {
 	defer j.statsMu.Unlock()
 	return append([]time.Duration(nil), j.alignments...)
 }
+
+// DeadLetters returns how many undecodable input records the job has handed
+// to its sink's dead letters, over every Run so far. A record read again
+// after a restart (its checkpoint did not commit) is counted again; the
+// dead-letter topic, read committed, holds each exactly once.
+func (j *Job) DeadLetters() int64 { return j.deadLetters.Load() }

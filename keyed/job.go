@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
@@ -116,8 +117,9 @@ type Job struct {
 	sink    sinkNode
 	errs    []error
 
-	statsMu    sync.Mutex
-	alignments []time.Duration
+	statsMu     sync.Mutex
+	alignments  []time.Duration
+	deadLetters atomic.Int64
 }
 
 // NewJob starts declaring a job. name is stable across restarts: it names
@@ -161,6 +163,11 @@ func (j *Job) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	for _, s := range j.sources {
+		if s.sendsDeadLetters() && j.sink != nil && !j.sink.takesDeadLetters() {
+			errs = append(errs, fmt.Errorf("keyed: source %q sends dead letters but the sink takes none (it does not implement DeadLetterSink)", s.sourceName()))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -177,6 +184,30 @@ type SourceRecord[T any] struct {
 	// Key is the record key: the key used in partition mode (ByPartition).
 	Key   []byte
 	Value T
+	// Bad, when set, says the record could not be decoded and the source
+	// asks for it to go to the dead letters (Value is then zero): the job
+	// hands it to the sink, which must implement DeadLetterSink, under the
+	// checkpoint that covers its offset, and counts it.
+	Bad *BadRecord
+}
+
+// BadRecord is an input record that could not be decoded, as read.
+type BadRecord struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Timestamp time.Time
+	Err       error
+}
+
+// DeadLetterSink is a sink that also takes dead letters. Like Write, a dead
+// letter of epoch e must stay invisible (exactly-once) until Commit(c) for
+// some c ≥ e, so that it is written once if its record's offset is
+// committed and never if it is not.
+type DeadLetterSink interface {
+	DeadLetter(epoch uint64, b BadRecord) error
 }
 
 // Source is a partitioned, replayable source: its records are addressed by

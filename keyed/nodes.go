@@ -22,6 +22,13 @@ type sourceOf[T any] struct {
 func (s *sourceOf[T]) sourceName() string { return s.name }
 func (s *sourceOf[T]) topic() string      { return s.src.Topic() }
 
+// sendsDeadLetters reports a source that hands undecodable records to the
+// sink (KafkaSource with OnDecodeError = DeadLetter).
+func (s *sourceOf[T]) sendsDeadLetters() bool {
+	d, ok := s.src.(interface{ sendsDeadLetters() bool })
+	return ok && d.sendsDeadLetters()
+}
+
 type opOf[T, O any] struct {
 	name        string
 	parallelism int
@@ -61,6 +68,10 @@ type sinkOf[O any] struct {
 }
 
 func (s *sinkOf[O]) reset() error { return s.sink.Reset() }
+func (s *sinkOf[O]) takesDeadLetters() bool {
+	_, ok := s.sink.(DeadLetterSink)
+	return ok
+}
 func (s *sinkOf[O]) recorded(ctx context.Context) (*checkpoint.CheckpointRef, error) {
 	return s.sink.Recorded(ctx)
 }
@@ -179,6 +190,11 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 	}
 	sinkIn := newInbox[O](o.parallelism, cfg.Credits)
 
+	// The first epoch: output after the restored (or fresh) checkpoint.
+	epoch := uint64(1)
+	if rs.meta != nil {
+		epoch = rs.meta.ID + 1
+	}
 	u := 0
 	for i, s := range o.in.srcs {
 		assign := make([][]Position, s.parallelism)
@@ -207,7 +223,8 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 			trig := make(chan trigger, 1)
 			r.triggers = append(r.triggers, trig)
 			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t],
-				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism}
+				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch}
+			st.dead, _ = j.sink.(*sinkOf[O]).sink.(DeadLetterSink)
 			r.goTask(task, st.run)
 			u++
 		}
@@ -250,10 +267,6 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 		}
 		cancels := make(chan uint64, 16)
 		r.cancels = append(r.cancels, cancels)
-		epoch := uint64(1)
-		if rs.meta != nil {
-			epoch = rs.meta.ID + 1
-		}
 		kt := &sinkTask[O]{r: r, task: task, in: sinkIn, al: al, cancels: cancels, sink: j.sink.(*sinkOf[O]).sink, epoch: epoch}
 		r.goTask(task, kt.run)
 	}
@@ -273,6 +286,21 @@ type sourceTask[T any] struct {
 	byPartition bool
 	key         func(T) []byte
 	maxP, p     int
+	epoch       uint64
+	dead        DeadLetterSink // nil when the sink takes no dead letters
+}
+
+// deadLetter hands an undecodable record to the sink's dead letters under
+// epoch, or fails the job naming it when the sink takes none.
+func (s *sourceTask[T]) deadLetter(epoch uint64, b *BadRecord) error {
+	if s.dead == nil {
+		return fmt.Errorf("keyed: %s/%d@%d cannot be decoded and the job's sink takes no dead letters: %w", b.Topic, b.Partition, b.Offset, b.Err)
+	}
+	if err := s.dead.DeadLetter(epoch, *b); err != nil {
+		return fmt.Errorf("keyed: dead letter for %s/%d@%d: %w", b.Topic, b.Partition, b.Offset, err)
+	}
+	s.r.j.deadLetters.Add(1)
+	return nil
 }
 
 func (s *sourceTask[T]) run() error {
@@ -285,6 +313,9 @@ func (s *sourceTask[T]) run() error {
 	batch := s.r.cfg.BatchSize
 	timeout := s.r.cfg.BufferTimeout
 	exhausted := false
+	// epoch is the checkpoint that will cover what is read next: the one
+	// after the last barrier this task emitted.
+	epoch := s.epoch
 	for {
 		var t trigger
 		got := false
@@ -315,6 +346,7 @@ func (s *sourceTask[T]) run() error {
 				return err
 			}
 			s.r.ack(ack{task: s.task, id: t.id, offsets: offs})
+			epoch = t.id + 1
 			if t.final {
 				return s.out.broadcast(ctx, 0, true)
 			}
@@ -326,6 +358,13 @@ func (s *sourceTask[T]) run() error {
 		}
 		for i := range recs {
 			rec := &recs[i]
+			if rec.Bad != nil {
+				if err := s.deadLetter(epoch, rec.Bad); err != nil {
+					return err
+				}
+				pos[rec.Partition] = rec.Offset + 1
+				continue
+			}
 			var key []byte
 			var kg, d int
 			if s.byPartition {

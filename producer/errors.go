@@ -20,6 +20,11 @@ var (
 	ErrReordering = errors.New("producer: setting can reorder a key's records")
 	// ErrConfig is a configuration error.
 	ErrConfig = errors.New("producer: invalid configuration")
+	// ErrRecordTooLarge means the record is larger than message.max.bytes
+	// allows (librdkafka refuses it when Produce is called, counting key,
+	// value, headers and the record batch overhead). It was not queued and
+	// the producer carries on: retrying it can never succeed.
+	ErrRecordTooLarge = errors.New("producer: record too large")
 )
 
 // Error is a failure tied to one record: its topic, the partition kord chose

@@ -275,6 +275,9 @@ func (c *client) enqueue(m *kafka.Message) error {
 		if errors.As(err, &kerr) && kerr.Code() == kafka.ErrQueueFull {
 			return err
 		}
+		if errors.As(err, &kerr) && kerr.Code() == kafka.ErrMsgSizeTooLarge {
+			err = fmt.Errorf("%w (%d bytes of key and value): %w", ErrRecordTooLarge, len(m.Key)+len(m.Value), err)
+		}
 		return &Error{Op: "produce", Topic: *m.TopicPartition.Topic, Partition: m.TopicPartition.Partition, Offset: -1, Err: err}
 	}
 	return nil
