@@ -112,7 +112,7 @@ func (d *discard) Commit(_ context.Context, ref checkpoint.CheckpointRef, _ []ch
 func (d *discard) Recorded(context.Context) (*checkpoint.CheckpointRef, error) {
 	return d.rec.Load(), nil
 }
-func (d *discard) Reset() error { return nil }
+func (d *discard) Reset(context.Context) error { return nil }
 
 // BenchmarkPipeline: generator over 100,000 users -> keyBy user -> keyed
 // counter (ValueState) -> discarding sink, parallelism 2, exactly-once.

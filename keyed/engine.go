@@ -46,7 +46,7 @@ type opNode interface {
 }
 
 type sinkNode interface {
-	reset() error
+	reset(ctx context.Context) error
 	recorded(ctx context.Context) (*checkpoint.CheckpointRef, error)
 	commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error
 	takesDeadLetters() bool
@@ -215,7 +215,7 @@ func newRunID() string {
 // runOnce runs one attempt. progressed reports that a checkpoint
 // committed during it.
 func (j *Job) runOnce(ctx context.Context, store *checkpoint.Store) (progressed bool, err error) {
-	if err := j.sink.reset(); err != nil {
+	if err := j.sink.reset(ctx); err != nil {
 		return false, fmt.Errorf("keyed: sink reset: %w", err)
 	}
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))

@@ -260,8 +260,9 @@ type Sink[T any] interface {
 	// Recorded returns the checkpoint the sink's system recorded as
 	// committed, nil if none: recovery restores exactly that one.
 	Recorded(ctx context.Context) (*checkpoint.CheckpointRef, error)
-	// Reset drops output not committed (called before a restart).
-	Reset() error
+	// Reset drops output not committed; called before each run (the first
+	// and every restart), bounded by ctx.
+	Reset(ctx context.Context) error
 }
 
 // Stream is a stream of records from a source.

@@ -174,6 +174,9 @@ type KafkaSink[T any] struct {
 	// output record too large to write. Each carries headers naming where
 	// it came from and why (kord.dlq.*).
 	DeadLetterTopic string
+	// InitTimeout bounds Reset's wait for the brokers (metadata and
+	// InitTransactions). Default 30 s.
+	InitTimeout time.Duration
 	// OnTooLarge says what an output record larger than the producer's
 	// message.max.bytes does: Fail (default), or DeadLetter: a record
 	// with its key, no value, and headers giving its size and the error
@@ -203,8 +206,10 @@ func NewKafkaSink[T any](brokers, topic, job string, inputs []string, encode fun
 func (s *KafkaSink[T]) group() string { return "kord." + s.Job + ".commit" }
 
 // Reset implements Sink: a new producer, fenced in, with a transaction
-// begun.
-func (s *KafkaSink[T]) Reset() error {
+// begun, after checking that the output and dead-letter topics exist (an
+// idle job would otherwise learn it only at its first result). Bounded by
+// ctx and InitTimeout.
+func (s *KafkaSink[T]) Reset(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.room == nil {
@@ -229,11 +234,27 @@ func (s *KafkaSink[T]) Reset() error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	timeout := s.InitTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
+	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := p.InitTransactions(ctx); err != nil {
+	for _, topic := range []string{s.Topic, s.DeadLetterTopic} {
+		if topic == "" {
+			continue
+		}
+		if _, err := p.Partition(ictx, producer.Record[[]byte, []byte]{Topic: topic}); err != nil {
+			p.Close()
+			return fmt.Errorf("keyed: kafka sink %s (brokers %s): %w", s.Topic, s.Brokers, err)
+		}
+	}
+	if err := p.InitTransactions(ictx); err != nil {
 		p.Close()
-		return err
+		if ctx.Err() == nil && ictx.Err() != nil {
+			return fmt.Errorf("keyed: kafka sink %s: no transaction coordinator reached at %s within %v: %w", s.Topic, s.Brokers, timeout, err)
+		}
+		return fmt.Errorf("keyed: kafka sink %s (brokers %s): %w", s.Topic, s.Brokers, err)
 	}
 	if err := p.BeginTransaction(); err != nil {
 		p.Close()

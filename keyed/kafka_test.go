@@ -223,7 +223,7 @@ func TestKafkaSinkCommitAfterAbort(t *testing.T) {
 		sink := keyed.NewKafkaSink(c.Brokers, out, kafkatest.TopicName(t), []string{in}, func(v string) ([]byte, []byte, error) {
 			return []byte("k"), []byte(v), nil
 		})
-		require.NoError(t, sink.Reset())
+		require.NoError(t, sink.Reset(ctx))
 		defer sink.Close()
 		ref, err := sink.Recorded(ctx)
 		require.NoError(t, err)
@@ -359,7 +359,7 @@ func TestKafkaSinkTooLarge(t *testing.T) {
 				return []byte("k"), []byte(v), nil
 			})
 			sink.DeadLetterTopic, sink.OnTooLarge = dlq, policy
-			require.NoError(t, sink.Reset())
+			require.NoError(t, sink.Reset(ctx))
 			_, err := sink.Recorded(ctx)
 			require.NoError(t, err)
 			require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 0}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 0}}))

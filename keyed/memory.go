@@ -207,7 +207,7 @@ func (s *MemorySink[T]) Recorded(context.Context) (*checkpoint.CheckpointRef, er
 }
 
 // Reset implements Sink: uncommitted output is dropped.
-func (s *MemorySink[T]) Reset() error {
+func (s *MemorySink[T]) Reset(context.Context) error {
 	s.mu.Lock()
 	s.pending = map[uint64][]T{}
 	s.mu.Unlock()

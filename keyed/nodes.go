@@ -67,7 +67,7 @@ type sinkOf[O any] struct {
 	op   outputNode[O]
 }
 
-func (s *sinkOf[O]) reset() error { return s.sink.Reset() }
+func (s *sinkOf[O]) reset(ctx context.Context) error { return s.sink.Reset(ctx) }
 func (s *sinkOf[O]) takesDeadLetters() bool {
 	_, ok := s.sink.(DeadLetterSink)
 	return ok
