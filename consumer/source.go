@@ -1,10 +1,3 @@
-// Package consumer is kord's checkpointing Kafka source, in the manner of
-// Flink's Kafka consumer: partitions are assigned (never a group rebalance),
-// each assigned partition's position is a concrete offset kept by kord and
-// recorded in checkpoints, and offsets reach Kafka only inside the
-// transaction that commits a checkpoint (see package checkpoint). The
-// consumer never commits offsets itself: auto-commit and the offset store
-// are forced off.
 package consumer
 
 import (
@@ -67,6 +60,9 @@ type OffsetError struct {
 }
 
 func (e *OffsetError) Error() string {
+	if e.Offset < 0 { // no offset, e.g. a group without a committed one
+		return fmt.Sprintf("consumer: %s[%d]: %v", e.Topic, e.Partition, e.Err)
+	}
 	return fmt.Sprintf("consumer: %s[%d] offset %d: %v", e.Topic, e.Partition, e.Offset, e.Err)
 }
 
@@ -93,6 +89,10 @@ func Group(id string) Opt { return func(c *cfg) { c.group = id } }
 
 // Set passes a librdkafka consumer setting through by its own name.
 // enable.auto.commit, enable.auto.offset.store and group.id are kord's.
+// Set overrides kord's defaults: isolation.level (read_committed),
+// fetch.queue.backoff.ms (10) and the fetch queue bounds
+// queued.max.messages.kbytes (8192) and queued.min.messages (20000); see
+// the package doc for the memory they bound.
 func Set(key, value string) Opt { return func(c *cfg) { c.settings[key] = value } }
 
 // Logger sets where the source logs, including librdkafka's log. Default:
@@ -118,14 +118,19 @@ type Source struct {
 	c   *kafka.Consumer
 	log *slog.Logger
 
+	// readCommitted is isolation.level=read_committed: Watermarks then
+	// reads the LSO as the end of a partition.
+	readCommitted bool
+
 	pos      map[TopicPartition]int64
 	assigned []TopicPartition
 	wg       sync.WaitGroup
 	closed   bool
 }
 
-// New creates a source. It reads with isolation.level=read_committed unless
-// Set overrides it.
+// New creates a source. It reads with isolation.level=read_committed and
+// bounds librdkafka's fetch queue (see the package doc) unless Set
+// overrides them.
 func New(opts ...Opt) (*Source, error) {
 	c := cfg{group: "kord.source", settings: map[string]string{}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), timeout: 10 * time.Second}
 	for _, o := range opts {
@@ -145,6 +150,12 @@ func New(opts ...Opt) (*Source, error) {
 		// fetch.queue.backoff.ms, 1000 by default: a fast reader then
 		// reads at about a third of its speed (bench/RESULTS.md).
 		"fetch.queue.backoff.ms": "10",
+		// The fetch queue bounds (librdkafka's defaults: 65536 KiB and
+		// 100000 records, per Source). librdkafka derives
+		// fetch.max.bytes from the first unless it is set: see the
+		// package doc for the memory these bound.
+		"queued.max.messages.kbytes": defaultQueueKBytes,
+		"queued.min.messages":        defaultQueueRecords,
 	}
 	for k, v := range c.settings {
 		cm[k] = v
@@ -164,7 +175,8 @@ func New(opts ...Opt) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	s := &Source{cfg: c, c: kc, log: c.log, pos: map[TopicPartition]int64{}}
+	iso, _ := cm["isolation.level"].(string)
+	s := &Source{cfg: c, c: kc, log: c.log, pos: map[TopicPartition]int64{}, readCommitted: iso == "read_committed"}
 	s.wg.Add(1)
 	go s.logs()
 	return s, nil
@@ -218,67 +230,55 @@ func (s *Source) Partitions(ctx context.Context, topic string) ([]int32, error) 
 	return ids, nil
 }
 
-// Watermarks returns a partition's log start offset and high watermark.
-// Transient errors (a leader moving or not yet elected, as right after a
-// topic is created) are retried until the request timeout or ctx ends.
-func (s *Source) Watermarks(ctx context.Context, tp TopicPartition) (low, high int64, err error) {
+// Watermarks returns a partition's log start offset and its end as a
+// consumer of the source's isolation level sees it: under read_committed
+// (the default) the last stable offset (LSO), which is below the high
+// watermark while a transaction is open; under read_uncommitted the high
+// watermark. (librdkafka sends these ListOffsets requests with the
+// consumer's isolation.level.) Transient errors (a leader moving or not
+// yet elected, as right after a topic is created) are retried until the
+// request timeout or ctx ends.
+func (s *Source) Watermarks(ctx context.Context, tp TopicPartition) (low, end int64, err error) {
+	err = s.retry(ctx, "watermarks of "+tp.String(), func() error {
+		var err error
+		low, end, err = s.c.QueryWatermarkOffsets(tp.Topic, tp.Partition, s.timeoutMs(ctx))
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return low, end, nil
+}
+
+// retry calls fn until it succeeds, fails with an error that is not
+// transient, the request timeout passes or ctx ends. Errors name what.
+func (s *Source) retry(ctx context.Context, what string, fn func() error) error {
 	deadline := time.Now().Add(s.cfg.timeout)
 	for {
-		low, high, err = s.c.QueryWatermarkOffsets(tp.Topic, tp.Partition, s.timeoutMs(ctx))
+		err := fn()
 		if err == nil {
-			return low, high, nil
+			return nil
 		}
 		var kerr kafka.Error
 		transient := errors.As(err, &kerr) && (kerr.IsRetriable() || kerr.Code() == kafka.ErrNotLeaderForPartition ||
 			kerr.Code() == kafka.ErrLeaderNotAvailable || kerr.Code() == kafka.ErrNotCoordinator)
 		if !transient || time.Now().After(deadline) || ctx.Err() != nil {
-			return 0, 0, fmt.Errorf("consumer: watermarks of %s: %w", tp, err)
+			return fmt.Errorf("consumer: %s: %w", what, err)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, 0, fmt.Errorf("consumer: watermarks of %s: %w (after %v)", tp, context.Cause(ctx), err)
+			return fmt.Errorf("consumer: %s: %w (after %v)", what, context.Cause(ctx), err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
 
-// Start is a logical start position, resolved to concrete offsets by
-// Resolve.
-type Start int
-
-const (
-	// Earliest: the log start of each partition.
-	Earliest Start = iota
-	// Latest: the high watermark of each partition (only new records).
-	Latest
-)
-
-// Resolve turns a logical start into concrete offsets for every partition
-// of topic.
-func (s *Source) Resolve(ctx context.Context, topic string, start Start) ([]Position, error) {
-	parts, err := s.Partitions(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Position, 0, len(parts))
-	for _, p := range parts {
-		low, high, err := s.Watermarks(ctx, TopicPartition{topic, p})
-		if err != nil {
-			return nil, err
-		}
-		off := low
-		if start == Latest {
-			off = high
-		}
-		out = append(out, Position{Topic: topic, Partition: p, Offset: off})
-	}
-	return out, nil
-}
-
 // Assign assigns exactly these partitions, each from its concrete offset,
 // after checking that every offset lies within the partition's log (log
-// start ≤ offset ≤ high watermark); an offset outside fails with
-// ErrOutOfRange naming the partition, the offset and the log's range.
+// start ≤ offset ≤ high watermark; under read_committed an offset past the
+// LSO but not past the high watermark waits for its transaction, as a
+// Kafka fetch from it does); an offset outside fails with ErrOutOfRange
+// naming the partition, the offset and the log's range.
 func (s *Source) Assign(ctx context.Context, positions []Position) error {
 	tps := make([]kafka.TopicPartition, 0, len(positions))
 	pos := make(map[TopicPartition]int64, len(positions))
@@ -288,11 +288,15 @@ func (s *Source) Assign(ctx context.Context, positions []Position) error {
 		if _, dup := pos[tp]; dup {
 			return fmt.Errorf("consumer: %s assigned twice", tp)
 		}
-		low, high, err := s.Watermarks(ctx, tp)
+		low, end, err := s.Watermarks(ctx, tp)
 		if err != nil {
 			return err
 		}
-		if p.Offset < low || p.Offset > high {
+		high, ok, err := s.inLog(ctx, tp, p.Offset, logRange{low, end})
+		if err != nil {
+			return err
+		}
+		if !ok {
 			return &OffsetError{Topic: p.Topic, Partition: p.Partition, Offset: p.Offset,
 				Err: fmt.Errorf("%w: the log holds offsets %d to %d", ErrOutOfRange, low, high)}
 		}
