@@ -18,7 +18,7 @@ import (
 // KafkaSource reads a Kafka topic as a keyed.Source: each source task has
 // its own assign-only consumer (consumer.Source), positions are concrete
 // offsets kept in checkpoints, and nothing is ever committed by the
-// consumer. A fresh start reads from the log start. A record whose value
+// consumer. A fresh start reads from StartFrom (default the log start). A record whose value
 // cannot be decoded fails the job with topic, partition and offset, or,
 // with OnDecodeError = DeadLetter, goes to the sink's dead-letter topic in
 // the transaction that commits its offset, and is counted
@@ -30,6 +30,12 @@ type KafkaSource[T any] struct {
 	// OnDecodeError says what an undecodable record does: Fail (default)
 	// or DeadLetter.
 	OnDecodeError Policy
+	// StartFrom is where a fresh start (no checkpoint) reads each
+	// partition from: consumer.Earliest (default), consumer.Latest,
+	// consumer.AtTime, consumer.AtOffsets or consumer.FromGroup. It is
+	// resolved once, to the concrete offsets of checkpoint 0; a restore
+	// always reads on from the checkpoint's offsets.
+	StartFrom consumer.Start
 	// Settings are librdkafka consumer settings.
 	Settings map[string]string
 	Logger   *slog.Logger
@@ -77,20 +83,30 @@ func (k *KafkaSource[T]) Partitions(ctx context.Context) ([]int32, error) {
 	return c.Partitions(ctx, k.TopicName)
 }
 
-// Start implements Source: the log start of each partition.
+// Start implements Source: for a fresh start, each partition's offset by
+// StartFrom (default consumer.Earliest), resolved to concrete offsets that
+// checkpoint 0 records.
 func (k *KafkaSource[T]) Start(ctx context.Context, partitions []int32) ([]Position, error) {
 	c, err := k.consumer()
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
+	all, err := c.Resolve(ctx, k.TopicName, k.StartFrom)
+	if err != nil {
+		return nil, err
+	}
+	at := make(map[int32]int64, len(all))
+	for _, p := range all {
+		at[p.Partition] = p.Offset
+	}
 	out := make([]Position, len(partitions))
 	for i, p := range partitions {
-		low, _, err := c.Watermarks(ctx, consumer.TopicPartition{Topic: k.TopicName, Partition: p})
-		if err != nil {
-			return nil, err
+		off, ok := at[p]
+		if !ok {
+			return nil, fmt.Errorf("keyed: kafka source %s: partition %d not found when resolving %s", k.TopicName, p, k.StartFrom)
 		}
-		out[i] = Position{Partition: p, Offset: low}
+		out[i] = Position{Partition: p, Offset: off}
 	}
 	return out, nil
 }

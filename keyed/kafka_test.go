@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -400,5 +401,46 @@ func TestKafkaSinkTooLarge(t *testing.T) {
 		}
 		require.Equal(t, out, h["kord.dlq.topic"])
 		require.Equal(t, "2000007", h["kord.dlq.size"])
+	})
+}
+
+// TestKafkaStartFromLatest: a fresh job with StartFrom = consumer.Latest
+// records the end of the log as checkpoint 0 and processes only what
+// arrives after it.
+func TestKafkaStartFromLatest(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newKafkaFixture(t, c, 3, 1_000, 50) // before the start: never processed
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		var commits atomic.Int64
+		j, sink := f.build(keyed.Config{Dir: t.TempDir(), Hook: func(p string) error {
+			if p == checkpoint.FailAfterMarker {
+				commits.Add(1)
+			}
+			return nil
+		}}, false, 2)
+		f.sourceOf(j).StartFrom = consumer.Latest
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- j.Run(runCtx) }()
+		require.Eventually(t, func() bool { return commits.Load() >= 1 }, time.Minute, 10*time.Millisecond)
+
+		p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(c.Brokers))
+		require.NoError(t, err)
+		const late = 500
+		for i := 0; i < late; i++ {
+			u := fmt.Sprintf("late-%02d", i%25)
+			require.NoError(t, p.Produce(ctx, producer.Record[string, event]{Topic: f.in, Key: u, Value: event{UUID: u, Seq: int64(i / 25)}}, nil))
+		}
+		require.NoError(t, p.Flush(ctx))
+		require.NoError(t, p.Close())
+		recs := c.ReadAll(t, f.out, late, true, time.Minute)
+		stop()
+		require.NoError(t, <-done)
+		require.NoError(t, sink.Close())
+		require.Len(t, c.ReadAll(t, f.out, late+1, true, 3*time.Second), late)
+		for _, r := range recs {
+			require.True(t, strings.HasPrefix(string(r.Key), "late-"), "result for %s, written before the start", r.Key)
+		}
 	})
 }
