@@ -239,9 +239,20 @@ func (s *Source) Partitions(ctx context.Context, topic string) ([]int32, error) 
 // yet elected, as right after a topic is created) are retried until the
 // request timeout or ctx ends.
 func (s *Source) Watermarks(ctx context.Context, tp TopicPartition) (low, end int64, err error) {
+	refreshed := false
 	err = s.retry(ctx, "watermarks of "+tp.String(), func() error {
 		var err error
 		low, end, err = s.c.QueryWatermarkOffsets(tp.Topic, tp.Partition, s.timeoutMs(ctx))
+		var kerr kafka.Error
+		if errors.As(err, &kerr) && kerr.Code() == kafka.ErrUnknownPartition && !refreshed {
+			// A partition added since this client last read the topic's
+			// metadata (partition discovery): refresh it once, ask again.
+			refreshed = true
+			topic := tp.Topic
+			if _, merr := s.c.GetMetadata(&topic, false, s.timeoutMs(ctx)); merr == nil {
+				low, end, err = s.c.QueryWatermarkOffsets(tp.Topic, tp.Partition, s.timeoutMs(ctx))
+			}
+		}
 		return err
 	})
 	if err != nil {

@@ -36,6 +36,14 @@ type Config struct {
 	// BufferTimeout bounds how long a record waits in a partial batch
 	// (Flink execution.buffer-timeout). Default 5ms.
 	BufferTimeout time.Duration
+	// PartitionDiscovery is how often each source's partitions are listed
+	// again while the job runs. In KeyBy mode a new partition is read from
+	// its earliest offset by the source task its position names (position
+	// % parallelism, as at start) and its offset enters the next
+	// checkpoint; in partition mode (key group = partition) a change of
+	// partition count cannot be followed and fails the job. Default 30 s;
+	// negative turns discovery off.
+	PartitionDiscovery time.Duration
 	// Credits is how many messages an upstream task may have outstanding
 	// to one downstream task: a blocked input backpressures only its own
 	// upstream. Default 4.
@@ -96,6 +104,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Credits <= 0 {
 		c.Credits = 4
+	}
+	if c.PartitionDiscovery == 0 {
+		c.PartitionDiscovery = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -224,9 +235,19 @@ type Source[T any] interface {
 	Reader(ctx context.Context) (Reader[T], error)
 }
 
+// NewPartitionStarter is implemented by sources whose partitions can
+// grow (KafkaSource): StartNew returns the first offsets of partitions that
+// appeared after the job started (the log start, whatever Start would
+// choose for a fresh start). Sources without it use Start.
+type NewPartitionStarter interface {
+	StartNew(ctx context.Context, partitions []int32) ([]Position, error)
+}
+
 // Reader reads the partitions assigned to one source task.
 type Reader[T any] interface {
-	// Assign sets the partitions to read, each from its offset.
+	// Assign sets the partitions to read, each from its offset, replacing
+	// any earlier assignment (a discovered partition is added by assigning
+	// every partition again at its current offset).
 	Assign(ctx context.Context, positions []Position) error
 	// Poll returns up to max records, waiting at most wait for the first.
 	// done reports that every assigned partition has ended (a bounded

@@ -111,6 +111,15 @@ func (k *KafkaSource[T]) Start(ctx context.Context, partitions []int32) ([]Posit
 	return out, nil
 }
 
+// StartNew implements NewPartitionStarter: partitions created after the
+// job started are read from their log start (as Flink's Kafka source
+// reads newly discovered partitions from the earliest offset).
+func (k *KafkaSource[T]) StartNew(ctx context.Context, partitions []int32) ([]Position, error) {
+	k2 := *k
+	k2.StartFrom = consumer.Earliest
+	return k2.Start(ctx, partitions)
+}
+
 // Reader implements Source.
 func (k *KafkaSource[T]) Reader(context.Context) (Reader[T], error) {
 	c, err := k.consumer()

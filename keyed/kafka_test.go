@@ -444,3 +444,70 @@ func TestKafkaStartFromLatest(t *testing.T) {
 		}
 	})
 }
+
+// TestKafkaPartitionDiscovery: partitions added to the input while a KeyBy
+// job runs are found, read from their beginning and recorded in the next
+// checkpoints: across a crash after the growth, every event's result is
+// there exactly once. In partition mode the growth fails the job with an
+// error naming the topic.
+func TestKafkaPartitionDiscovery(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newKafkaFixture(t, c, 2, 2_000, 100)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		dir := t.TempDir()
+		var commits atomic.Int64
+		crashLater := func(p string) error {
+			if p == checkpoint.FailAfterCommit && commits.Add(1) == 15 {
+				return errors.New("injected crash")
+			}
+			return nil
+		}
+		cfg := keyed.Config{Dir: dir, Hook: crashLater, PartitionDiscovery: 100 * time.Millisecond}
+		j, sink := f.build(cfg, false, 2)
+		done := make(chan error, 1)
+		go func() { done <- j.Run(ctx) }()
+		f.c.ReadAll(t, f.out, f.n, true, time.Minute)
+
+		c.AddPartitions(t, f.in, 5)
+		p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(c.Brokers))
+		require.NoError(t, err)
+		more := map[int32]int{}
+		for i := 0; i < 1_000; i++ {
+			u := fmt.Sprintf("new-%03d", i%100)
+			d, err := p.ProduceSync(ctx, producer.Record[string, event]{Topic: f.in, Key: u, Value: event{UUID: u, Seq: f.want[u]}})
+			require.NoError(t, err)
+			more[d.Partition]++
+			f.want[u]++
+			f.n++
+		}
+		require.NoError(t, p.Close())
+		require.Greater(t, more[2]+more[3]+more[4], 0, "some events on the new partitions")
+		require.ErrorIs(t, <-done, keyed.ErrCrashed, "the job crashes after its 15th commit")
+		require.NoError(t, sink.Close())
+
+		j, sink = f.build(keyed.Config{Dir: dir, PartitionDiscovery: 100 * time.Millisecond}, false, 2)
+		runCtx, stop := context.WithCancel(ctx)
+		go func() { done <- j.Run(runCtx) }()
+		f.c.ReadAll(t, f.out, f.n, true, time.Minute)
+		stop()
+		require.NoError(t, <-done)
+		require.NoError(t, sink.Close())
+		f.verify(t)
+
+		// Partition mode cannot follow a growth.
+		g := newKafkaFixture(t, c, 2, 100, 10)
+		j, sink = g.build(keyed.Config{Dir: t.TempDir(), PartitionDiscovery: 100 * time.Millisecond}, true, 2)
+		go func() { done <- j.Run(ctx) }()
+		g.c.ReadAll(t, g.out, g.n, true, time.Minute)
+		c.AddPartitions(t, g.in, 3)
+		select {
+		case err := <-done:
+			require.ErrorContains(t, err, g.in)
+			require.ErrorContains(t, err, "grew from 2 to 3 partitions")
+		case <-time.After(time.Minute):
+			t.Fatal("partition mode did not fail on a partition count change")
+		}
+		_ = sink.Close()
+	})
+}

@@ -115,7 +115,14 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 			}
 		}
 		if len(missing) > 0 {
-			start, err := s.src.Start(ctx, missing)
+			// A fresh start reads from the source's start; a partition the
+			// restored checkpoint does not know appeared later and is read
+			// from its beginning.
+			startFn := s.src.Start
+			if ns, ok := s.src.(NewPartitionStarter); ok && !rs.fresh {
+				startFn = ns.StartNew
+			}
+			start, err := startFn(ctx, missing)
 			if err != nil {
 				return fmt.Errorf("keyed: source %q: start offsets: %w", s.name, err)
 			}
@@ -205,6 +212,7 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 			}
 			assign[t] = append(assign[t], Position{Partition: p, Offset: infos[i].pos[p]})
 		}
+		srcTasks := make([]*sourceTask[T], s.parallelism)
 		for t := 0; t < s.parallelism; t++ {
 			task := r.addTask(fmt.Sprintf("%s[%d]", s.name, t))
 			from := make([]int, o.parallelism)
@@ -225,8 +233,15 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t],
 				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch}
 			st.dead, _ = j.sink.(*sinkOf[O]).sink.(DeadLetterSink)
+			st.adds = make(chan []Position, 1)
+			srcTasks[t] = st
 			r.goTask(task, st.run)
 			u++
+		}
+		if cfg.PartitionDiscovery > 0 {
+			d := &discoverer[T]{r: r, src: s, tasks: srcTasks, byPartition: o.in.byPartition, known: infos[i].parts}
+			r.wg.Add(1)
+			go d.run(cfg.PartitionDiscovery)
 		}
 	}
 	for d := 0; d < o.parallelism; d++ {
@@ -287,7 +302,121 @@ type sourceTask[T any] struct {
 	key         func(T) []byte
 	maxP, p     int
 	epoch       uint64
-	dead        DeadLetterSink // nil when the sink takes no dead letters
+	dead        DeadLetterSink  // nil when the sink takes no dead letters
+	adds        chan []Position // discovered partitions for this task
+}
+
+// discoverer lists a source's partitions every interval and hands new ones
+// to the source tasks (KeyBy mode), or fails the job (partition mode).
+type discoverer[T any] struct {
+	r           *run
+	src         *sourceOf[T]
+	tasks       []*sourceTask[T]
+	byPartition bool
+	known       []int32 // ascending
+}
+
+func (d *discoverer[T]) run(interval time.Duration) {
+	defer d.r.wg.Done()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-d.r.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := d.once(); err != nil {
+			if d.r.ctx.Err() == nil {
+				d.r.fail(fmt.Errorf("keyed: source %q: partition discovery: %w", d.src.name, err))
+			}
+			return
+		}
+	}
+}
+
+// once lists the partitions and assigns the new ones. A failed listing is
+// logged and tried again at the next interval.
+func (d *discoverer[T]) once() error {
+	ctx, cancel := context.WithTimeout(d.r.ctx, 30*time.Second)
+	defer cancel()
+	parts, err := d.src.src.Partitions(ctx)
+	if err != nil {
+		d.r.log.Warn("keyed: partition discovery", "source", d.src.name, "topic", d.src.topic(), "err", err)
+		return nil
+	}
+	sort.Slice(parts, func(a, b int) bool { return parts[a] < parts[b] })
+	known := make(map[int32]bool, len(d.known))
+	for _, p := range d.known {
+		known[p] = true
+	}
+	var fresh []int32
+	for _, p := range parts {
+		if !known[p] {
+			fresh = append(fresh, p)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	if d.byPartition {
+		return fmt.Errorf("topic %s grew from %d to %d partitions: in partition mode a key group is a partition and the job cannot follow; run it under a new name, or key it with KeyBy", d.src.topic(), len(d.known), len(parts))
+	}
+	startFn := d.src.src.Start
+	if ns, ok := d.src.src.(NewPartitionStarter); ok {
+		startFn = ns.StartNew
+	}
+	start, err := startFn(ctx, fresh)
+	if err != nil {
+		d.r.log.Warn("keyed: partition discovery: start offsets", "source", d.src.name, "topic", d.src.topic(), "partitions", fresh, "err", err)
+		return nil
+	}
+	at := map[int32]int64{}
+	for _, p := range start {
+		at[p.Partition] = p.Offset
+	}
+	// The same rule as at start: partition k of the sorted list goes to
+	// task k % parallelism.
+	per := make([][]Position, len(d.tasks))
+	for k, p := range parts {
+		if !known[p] {
+			t := k % len(d.tasks)
+			per[t] = append(per[t], Position{Partition: p, Offset: at[p]})
+		}
+	}
+	for t, ps := range per {
+		if len(ps) == 0 {
+			continue
+		}
+		select {
+		case d.tasks[t].adds <- ps:
+		case <-d.r.ctx.Done():
+			return nil
+		}
+	}
+	d.r.log.Info("keyed: new partitions", "source", d.src.name, "topic", d.src.topic(), "partitions", fresh)
+	d.known = parts
+	return nil
+}
+
+// add assigns discovered partitions to this task's reader, together with
+// its current ones at their current offsets; the next barrier records them.
+func (s *sourceTask[T]) add(ctx context.Context, pos map[int32]int64, ps []Position) error {
+	for _, p := range ps {
+		if _, dup := pos[p.Partition]; dup {
+			continue
+		}
+		s.positions = append(s.positions, p)
+		pos[p.Partition] = p.Offset
+	}
+	all := make([]Position, len(s.positions))
+	for i, p := range s.positions {
+		all[i] = Position{Partition: p.Partition, Offset: pos[p.Partition]}
+	}
+	if err := s.reader.Assign(ctx, all); err != nil {
+		return fmt.Errorf("adding partitions %v: %w", ps, err)
+	}
+	return nil
 }
 
 // deadLetter hands an undecodable record to the sink's dead letters under
@@ -330,6 +459,11 @@ func (s *sourceTask[T]) run() error {
 			select {
 			case t = <-s.trig:
 				got = true
+			case ps := <-s.adds:
+				if err := s.add(ctx, pos, ps); err != nil {
+					return err
+				}
+				continue
 			case <-ctx.Done():
 				return nil
 			default:

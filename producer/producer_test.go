@@ -380,15 +380,7 @@ func TestMetadataRefreshSeesNewPartitions(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, partitioner.KeyPartition([]byte(key), 2), d.Partition)
 
-		req := kmsg.NewPtrCreatePartitionsRequest()
-		rt := kmsg.NewCreatePartitionsRequestTopic()
-		rt.Topic = topic
-		rt.Count = 5
-		req.Topics = append(req.Topics, rt)
-		req.TimeoutMillis = 30000
-		resp, err := req.RequestWith(ctx, c.Client(t))
-		require.NoError(t, err)
-		require.NoError(t, kerr.ErrorForCode(resp.Topics[0].ErrorCode))
+		c.AddPartitions(t, topic, 5)
 
 		want := partitioner.KeyPartition([]byte(key), 5)
 		require.Eventually(t, func() bool {

@@ -115,6 +115,26 @@ func (c *Cluster) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 
 // CreateTopic creates a topic with a unique name and returns the name. It
 // waits until every partition has a leader.
+// AddPartitions grows topic to count partitions.
+func (c *Cluster) AddPartitions(t testing.TB, topic string, count int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrCreatePartitionsRequest()
+	rt := kmsg.NewCreatePartitionsRequestTopic()
+	rt.Topic = topic
+	rt.Count = count
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(ctx, c.Client(t))
+	if err != nil {
+		t.Fatalf("add partitions to %s: %v", topic, err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
+		t.Fatalf("add partitions to %s: %v", topic, err)
+	}
+}
+
 func (c *Cluster) CreateTopic(t testing.TB, partitions int32, configs map[string]string) string {
 	t.Helper()
 	topic := TopicName(t)
