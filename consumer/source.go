@@ -477,3 +477,32 @@ func (s *Source) GroupOffsets(ctx context.Context, group string, partitions []To
 		}
 	}
 }
+
+// CommitGroupOffsets commits offsets, with their metadata, to group outside
+// any transaction (the at-least-once sink's commit; the exactly-once path
+// commits inside the transaction instead). The group must have no active
+// members: kord's commit groups never have any. Bounded by ctx.
+func (s *Source) CommitGroupOffsets(ctx context.Context, group string, offsets []Committed) error {
+	a, err := kafka.NewAdminClientFromConsumer(s.c)
+	if err != nil {
+		return fmt.Errorf("consumer: admin client: %w", err)
+	}
+	defer a.Close()
+	tps := make([]kafka.TopicPartition, len(offsets))
+	for i, o := range offsets {
+		topic, md := o.Topic, o.Metadata
+		tps[i] = kafka.TopicPartition{Topic: &topic, Partition: o.Partition, Offset: kafka.Offset(o.Offset), Metadata: &md}
+	}
+	res, err := a.AlterConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: tps}})
+	if err != nil {
+		return fmt.Errorf("consumer: commit offsets to group %q: %w", group, err)
+	}
+	for _, g := range res.ConsumerGroupsTopicPartitions {
+		for _, tp := range g.Partitions {
+			if tp.Error != nil {
+				return fmt.Errorf("consumer: commit offsets to group %q: %s[%d] offset %d: %w", group, *tp.Topic, tp.Partition, tp.Offset, tp.Error)
+			}
+		}
+	}
+	return nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -199,6 +200,12 @@ type KafkaSink[T any] struct {
 	// output record too large to write. Each carries headers naming where
 	// it came from and why (kord.dlq.*).
 	DeadLetterTopic string
+	// AtLeastOnce writes output at once with an idempotent, non
+	// transactional producer instead of in transactions: Commit flushes
+	// every record written so far, then commits the checkpoint's offsets
+	// and commit record to the commit group. Output is never lost; after a
+	// failure the output since the last commit is written again.
+	AtLeastOnce bool
 	// InitTimeout bounds Reset's wait for the brokers (metadata and
 	// InitTransactions). Default 30 s.
 	InitTimeout time.Duration
@@ -220,6 +227,7 @@ type KafkaSink[T any] struct {
 	bufEpochs []uint64
 	err       error
 	tooLarge  atomic.Int64
+	commits   *consumer.Source // at-least-once: commits to the commit group
 }
 
 // NewKafkaSink returns a sink writing topic for job, whose input topics
@@ -247,8 +255,15 @@ func (s *KafkaSink[T]) Reset(ctx context.Context) error {
 		_ = s.p.Close()
 		s.p = nil
 	}
+	if s.commits != nil {
+		s.commits.Close()
+		s.commits = nil
+	}
 	s.buffer, s.bufEpochs, s.err = nil, nil, nil
-	opts := []producer.Opt{producer.Brokers(s.Brokers), producer.TransactionalID("kord." + s.Job), producer.CloseTimeout(5 * time.Second)}
+	opts := []producer.Opt{producer.Brokers(s.Brokers), producer.CloseTimeout(5 * time.Second)}
+	if !s.AtLeastOnce {
+		opts = append(opts, producer.TransactionalID("kord."+s.Job))
+	}
 	if s.Logger != nil {
 		opts = append(opts, producer.Logger(s.Logger))
 	}
@@ -273,6 +288,16 @@ func (s *KafkaSink[T]) Reset(ctx context.Context) error {
 			p.Close()
 			return fmt.Errorf("keyed: kafka sink %s (brokers %s): %w", s.Topic, s.Brokers, err)
 		}
+	}
+	if s.AtLeastOnce {
+		c, err := consumer.New(consumer.Brokers(s.Brokers), consumer.Logger(s.logger()))
+		if err != nil {
+			p.Close()
+			return err
+		}
+		s.p, s.commits = p, c
+		s.room.Broadcast()
+		return nil
 	}
 	if err := p.InitTransactions(ictx); err != nil {
 		p.Close()
@@ -343,7 +368,7 @@ func (s *KafkaSink[T]) Write(epoch uint64, v T) error {
 // write sends rec into the open transaction if its epoch belongs there,
 // or holds it in the epoch buffer; called with s.mu held.
 func (s *KafkaSink[T]) write(epoch uint64, rec producer.Record[[]byte, []byte]) error {
-	if epoch <= s.committed+1 {
+	if s.AtLeastOnce || epoch <= s.committed+1 {
 		return s.produce(context.Background(), rec)
 	}
 	for len(s.buffer) >= s.EpochBuffer && s.err == nil {
@@ -424,12 +449,31 @@ func (s *KafkaSink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef,
 		// new one); nothing more is written through it. An abortable error
 		// is aborted here first, so that a zombie copy of the job learns it
 		// is fenced instead of fencing the live copy on restart.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		err = s.p.AbortIfRequired(actx, err)
-		cancel()
+		if !s.AtLeastOnce {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			err = s.p.AbortIfRequired(actx, err)
+			cancel()
+		}
 		s.err = fmt.Errorf("keyed: kafka sink %s: commit of checkpoint %s: %w", s.Topic, ref, err)
 		s.room.Broadcast()
 		return s.err
+	}
+	if s.AtLeastOnce {
+		// Everything written so far (all output up to the checkpoint's
+		// barrier, and perhaps some after it) is delivered before the
+		// offsets that cover its input are committed.
+		if err := s.p.Flush(ctx); err != nil {
+			return fail(err)
+		}
+		cs := make([]consumer.Committed, len(offs))
+		for i, o := range offs {
+			cs[i] = consumer.Committed{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Metadata: o.Metadata}
+		}
+		if err := s.commits.CommitGroupOffsets(ctx, s.group(), cs); err != nil {
+			return fail(err)
+		}
+		s.committed = ref.ID
+		return nil
 	}
 	// The transaction carries the output of every epoch ≤ ref.ID. After an
 	// aborted checkpoint some of it still waits in the buffer (the epoch
@@ -484,12 +528,25 @@ func (s *KafkaSink[T]) Close() error {
 	if s.p == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_ = s.p.AbortTransaction(ctx)
+	if s.commits != nil {
+		s.commits.Close()
+		s.commits = nil
+	}
+	if !s.AtLeastOnce {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.p.AbortTransaction(ctx)
+	}
 	err := s.p.Close()
 	s.p = nil
 	return err
+}
+
+func (s *KafkaSink[T]) logger() *slog.Logger {
+	if s.Logger == nil {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return s.Logger
 }
 
 // TransactionTimeout formats c.TransactionTimeout() for the sink's
