@@ -431,7 +431,16 @@ func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source,
 		stopBy   time.Time
 	)
 	produce := func(r producer.Record[[]byte, []byte]) error {
-		return p.Produce(wctx, r, nil)
+		err := p.Produce(wctx, r, nil)
+		if producer.RequiresAbort(err) {
+			// The transaction failed under us: abort it here (a zombie is
+			// refused as fenced and stops), then recover from Kafka.
+			err = j.abortIfRequired(wctx, p, err)
+			if !errors.Is(err, producer.ErrFenced) {
+				err = fmt.Errorf("%w: produce: %w", errRecover, err)
+			}
+		}
+		return err
 	}
 	drain := func() error {
 		for _, r := range buffer {

@@ -403,6 +403,18 @@ func (s *KafkaSink[T]) DeadLetter(epoch uint64, b BadRecord) error {
 // refuses as too large follows OnTooLarge; called with s.mu held.
 func (s *KafkaSink[T]) produce(ctx context.Context, rec producer.Record[[]byte, []byte]) error {
 	err := s.p.Produce(ctx, rec, nil)
+	if producer.RequiresAbort(err) && !s.AtLeastOnce {
+		// The transaction failed under us (a newer copy of the job may have
+		// fenced this one): abort it on this producer, so that a zombie
+		// stops with ErrFenced instead of restarting and fencing the live
+		// copy.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err = s.p.AbortIfRequired(actx, err)
+		cancel()
+		s.err = fmt.Errorf("keyed: kafka sink %s: %w", s.Topic, err)
+		s.room.Broadcast()
+		return s.err
+	}
 	if err == nil || !errors.Is(err, producer.ErrRecordTooLarge) {
 		return err
 	}

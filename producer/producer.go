@@ -322,7 +322,11 @@ func (c *client) events() {
 			c.delivered(e)
 		case kafka.Error:
 			if e.IsFatal() {
-				c.fail(fmt.Errorf("producer: fatal librdkafka error: %w", e))
+				err := fmt.Errorf("producer: fatal librdkafka error: %w", e)
+				if fencedCode(c.kp.GetFatalError()) || fencedCode(e) {
+					err = fmt.Errorf("%w: %w", ErrFenced, err)
+				}
+				c.fail(err)
 				c.log.Error("kord producer: fatal error", "err", e)
 			} else {
 				c.log.Warn("kord producer: client error", "err", e)

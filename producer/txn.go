@@ -156,21 +156,50 @@ func (p *Producer[K, V]) AbortTransaction(ctx context.Context) error {
 	return p.c.txnGuard("abort transaction", func(kp *kafka.Producer) error { return kp.AbortTransaction(ctx) })
 }
 
-// AbortIfRequired handles a failed transactional call whose error says the
-// transaction must be aborted (TxnError.Abortable): it aborts on this same
-// producer and returns cause, or, when the abort fails, the abort's error
-// followed by cause. Any other cause is returned as is.
+// fencedCode reports whether err is librdkafka's or the broker's word that
+// a newer producer with the same transactional.id exists.
+func fencedCode(err error) bool {
+	var kerr kafka.Error
+	if !errors.As(err, &kerr) {
+		return false
+	}
+	switch kerr.Code() {
+	case kafka.ErrFenced, kafka.ErrProducerFenced, kafka.ErrInvalidProducerEpoch:
+		return true
+	}
+	return false
+}
+
+// RequiresAbort reports whether err leaves the current transaction in a
+// state that only an abort ends: a transactional call's TxnError.Abortable,
+// or a Produce refused with librdkafka's "erroneous state" (its
+// transaction failed, for instance because the broker aborted it when a
+// newer producer with the same transactional.id initialised).
+func RequiresAbort(err error) bool {
+	var te *TxnError
+	if errors.As(err, &te) {
+		return te.Abortable && !te.Fatal
+	}
+	var pe *Error
+	var kerr kafka.Error
+	return errors.As(err, &pe) && pe.Op == "produce" && errors.As(err, &kerr) && kerr.Code() == kafka.ErrState
+}
+
+// AbortIfRequired handles a failed call whose error says the transaction
+// must be aborted (RequiresAbort): it aborts on this same producer and
+// returns cause, or, when the abort fails, the abort's error followed by
+// cause. Any other cause is returned as is.
 //
 // This is how a paused copy of a job learns it is a zombie. When a newer
 // producer with the same transactional.id initialises, the broker aborts
 // the old producer's transaction; the old one may first see that as an
 // abortable error (kfake answers its produce requests with
-// INVALID_TXN_STATE). Starting a new producer at that point would fence
-// the live copy in turn. Aborting with the old epoch is refused as fenced
+// INVALID_TXN_STATE, and librdkafka then refuses further records as in an
+// erroneous state). Starting a new producer at that point would fence the
+// live copy in turn. Aborting with the old epoch is refused as fenced
 // instead, and the returned error then wraps ErrFenced.
 func (p *Producer[K, V]) AbortIfRequired(ctx context.Context, cause error) error {
-	var te *TxnError
-	if cause == nil || !errors.As(cause, &te) || !te.Abortable || te.Fatal {
+	if cause == nil || !RequiresAbort(cause) || p.c.cfg.transactionalID == "" {
 		return cause
 	}
 	if err := p.AbortTransaction(ctx); err != nil {

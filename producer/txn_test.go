@@ -137,6 +137,17 @@ func TestZombieAbortIsFenced(t *testing.T) {
 		err := old.SendOffsetsToTransaction(ctx, id+".group", []producer.Offset{{Topic: out, Partition: 0, Offset: 1}})
 		require.Error(t, err)
 		t.Logf("the zombie's first failed call: %v", err)
+		// A record produced now is refused at once: on kfake as in an
+		// erroneous state (abort required), on Apache Kafka as failed
+		// (fenced). Either way AbortIfRequired ends in ErrFenced.
+		perr := old.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("zombie 3")}, nil)
+		require.Error(t, perr)
+		t.Logf("the zombie's next produce: %v", perr)
+		if producer.RequiresAbort(perr) {
+			require.ErrorIs(t, old.AbortIfRequired(ctx, perr), producer.ErrFenced)
+		} else {
+			require.ErrorIs(t, perr, producer.ErrFenced)
+		}
 		err = old.AbortIfRequired(ctx, err)
 		require.ErrorIs(t, err, producer.ErrFenced)
 
