@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -129,7 +130,19 @@ type VerifyResult struct {
 	Records int64  `json:"records"`
 	// Distinct input records (partition, offset) represented in the output.
 	Distinct int64 `json:"distinct_inputs"`
-	OK       bool  `json:"ok"`
+	// Keys, for the keyed engine's output: distinct keys, each of whose
+	// counts were checked to run 1, 2, ... in input order (the state
+	// counted every input exactly once, across restores).
+	Keys int64 `json:"keys,omitempty"`
+	OK   bool  `json:"ok"`
+}
+
+func (v VerifyResult) String() string {
+	s := fmt.Sprintf("ok=%v records=%d distinct_inputs=%d", v.OK, v.Records, v.Distinct)
+	if v.Keys > 0 {
+		s += fmt.Sprintf(" keys=%d (per-key counts 1..n in input order)", v.Keys)
+	}
+	return s
 }
 
 var errVerify = errors.New("output verification failed")
@@ -141,10 +154,22 @@ type outputCheck struct {
 	seen       [][]int64 // input offsets, by input partition
 	records    int64
 	misplaced  error // the first output record on another partition than its input
+	// counts, for the keyed engine's output: by key, the input offset and
+	// the count of each output record.
+	counts map[string][]keyCount
 }
 
-func newOutputCheck(partitions int) *outputCheck {
-	return &outputCheck{partitions: partitions, seen: make([][]int64, partitions)}
+type keyCount struct{ offset, count int64 }
+
+// newOutputCheck returns a check of an output whose input has partitions
+// partitions; with counts, of the keyed engine's output, whose per-key
+// counts it checks too.
+func newOutputCheck(partitions int, counts bool) *outputCheck {
+	o := &outputCheck{partitions: partitions, seen: make([][]int64, partitions)}
+	if counts {
+		o.counts = map[string][]keyCount{}
+	}
+	return o
 }
 
 // add records one output record. It fails on a record it cannot parse.
@@ -155,6 +180,13 @@ func (o *outputCheck) add(m *kafka.Message) (outputFields, error) {
 	}
 	if f.inPartition < 0 || int(f.inPartition) >= o.partitions {
 		return f, fmt.Errorf("%w: %s names input partition %d", errVerify, m.TopicPartition, f.inPartition)
+	}
+	if o.counts != nil {
+		n, err := countOf(m.Value)
+		if err != nil {
+			return f, fmt.Errorf("%w: %s: %v", errVerify, m.TopicPartition, err)
+		}
+		o.counts[string(m.Key)] = append(o.counts[string(m.Key)], keyCount{offset: f.inOffset, count: n})
 	}
 	if f.inPartition != m.TopicPartition.Partition && o.misplaced == nil {
 		o.misplaced = fmt.Errorf("%w: %s holds the output of input partition %d (the same key should give the same partition)",
@@ -170,7 +202,10 @@ func (o *outputCheck) add(m *kafka.Message) (outputFields, error) {
 // offset), the offsets of every input partition forming 0..k-1 (the input
 // was written by a non-transactional producer, so its offsets have no
 // gaps), and each output record on the partition its input was on (same
-// key, same murmur2 placement, same partition count).
+// key, same murmur2 placement, same partition count). With counts, each
+// key's counts, in the order of its inputs' offsets (a key's inputs share a
+// partition), must be 1, 2, 3, ...: every input counted once, in order, by
+// state that survived every restore.
 func (o *outputCheck) result(topic string, n int64) (VerifyResult, error) {
 	res := VerifyResult{Topic: topic, Records: o.records}
 	var gap error
@@ -193,14 +228,24 @@ func (o *outputCheck) result(topic string, n int64) (VerifyResult, error) {
 	case o.misplaced != nil:
 		return res, o.misplaced
 	}
+	for key, cs := range o.counts {
+		slices.SortFunc(cs, func(a, b keyCount) int { return cmp.Compare(a.offset, b.offset) })
+		for i, c := range cs {
+			if c.count != int64(i+1) {
+				return res, fmt.Errorf("%w: key %s: input %d of %d (offset %d) has count %d: the state lost or repeated a record",
+					errVerify, key, i+1, len(cs), c.offset, c.count)
+			}
+		}
+		res.Keys++
+	}
 	res.OK = true
 	return res, nil
 }
 
 // verifyOutput reads the output topic read_committed and checks it with
-// outputCheck.
-func verifyOutput(ctx context.Context, brokers, group, topic string, partitions int, n int64) (VerifyResult, error) {
-	check := newOutputCheck(partitions)
+// outputCheck (with counts, as the keyed engine's output).
+func verifyOutput(ctx context.Context, brokers, group, topic string, partitions int, n int64, counts bool) (VerifyResult, error) {
+	check := newOutputCheck(partitions, counts)
 	r := reader{brokers: brokers, group: group, topic: topic, partitions: partitions, want: wantN(n)}
 	_, err := r.readAll(ctx, func(m *kafka.Message) error {
 		_, err := check.add(m)

@@ -10,10 +10,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -28,25 +28,28 @@ import (
 // producesInput reports whether mode writes the (a) input first.
 func producesInput(mode string) bool {
 	switch mode {
-	case "latency", "eos-latency", "recovery":
+	case "latency", "eos-latency", "recovery", "engine-latency", "engine-recovery":
 		return false
 	}
 	return true
 }
 
-// KordEOSResult is figure (e): kord's CountJob over the (a) input.
+// KordEOSResult is figure (e): kord's CountJob over the (a) input; and,
+// in EngineResult, figure (h), the keyed engine's.
 type KordEOSResult struct {
 	Input  string `json:"input"`
 	Output string `json:"output"`
 	Events int64  `json:"events"`
-	// Seconds runs from the first record the job read (its first Emit) to
-	// the OnCommitted of the checkpoint whose commit made the last output
-	// committed (its commit group's offsets then add up to Events).
+	// Seconds runs from the first record the job read (CountJob: its first
+	// Emit; the engine: its sources' first decode) to the commit of the
+	// checkpoint that made the last output committed (its commit group's
+	// offsets then add up to Events), as the job reports it (CountJob:
+	// OnCommitted; the engine: its after-commit failure point, Config.Hook).
 	Seconds        float64 `json:"seconds"`
 	EventsPerSec   float64 `json:"events_per_sec"`
 	CommitInterval string  `json:"commit_interval"`
 	// Checkpoints committed within Seconds, and the time between
-	// consecutive OnCommitted calls.
+	// consecutive commits.
 	Checkpoints int           `json:"checkpoints"`
 	CommitGap   DurationStats `json:"commit_gap"`
 	// Ambiguous: a later checkpoint committed while the commit group was
@@ -191,25 +194,33 @@ func committedSum(q *kafka.Consumer, topic string, partitions int) (int64, error
 	return sum, nil
 }
 
-// runN is figure (e): the job reads the n records of its input; it is
-// stopped once the checkpoint holding the last output has committed.
-func (k kordJob) runN(ctx context.Context, n int64) (KordEOSResult, error) {
-	res := KordEOSResult{Input: k.input, Output: k.output, Events: n, CommitInterval: k.interval.String()}
-	var (
-		emitted atomic.Int64
-		first   atomic.Int64 // Unix ns of the first Emit
-		commits = newCommitLog()
-	)
-	job := k.countJob(func(int64) {
-		if emitted.Load() == 0 {
-			first.Store(time.Now().UnixNano())
-		}
-		emitted.Add(1)
-	}, commits.add, nil)
+// jobProgress is what timeEOS watches of a job: the records it has read
+// and its commits.
+type jobProgress struct {
+	read    atomic.Int64
+	first   atomic.Int64 // Unix ns of the first record read
+	commits *commitLog
+}
 
-	q, err := kafka.NewConsumer(consumerConfig(k.brokers, job.CommitGroup()))
+func newJobProgress() *jobProgress { return &jobProgress{commits: newCommitLog()} }
+
+// readOne counts one record read; safe from several goroutines.
+func (p *jobProgress) readOne() {
+	if p.read.Add(1) == 1 {
+		p.first.Store(time.Now().UnixNano())
+	}
+}
+
+// timeEOS is figures (e) and (h): run runs a job, until its context is
+// cancelled, over the res.Events records of res.Input, reporting to p; the
+// job is stopped once the checkpoint holding the last output has committed,
+// which timeEOS learns by reading the job's commit group at each commit
+// once the job has read every record. It fills in res's timings.
+func timeEOS(ctx context.Context, res *KordEOSResult, brokers, commitGroup string, partitions int, p *jobProgress, run func(context.Context) error) error {
+	n := res.Events
+	q, err := kafka.NewConsumer(consumerConfig(brokers, commitGroup))
 	if err != nil {
-		return res, fmt.Errorf("commit group reader: %w", err)
+		return fmt.Errorf("commit group reader: %w", err)
 	}
 	defer q.Close()
 
@@ -217,33 +228,33 @@ func (k kordJob) runN(ctx context.Context, n int64) (KordEOSResult, error) {
 	defer jcancel()
 	started := time.Now()
 	done := make(chan error, 1)
-	go func() { done <- job.Run(jctx) }()
+	go func() { done <- run(jctx) }()
 	stopJob := func() error { jcancel(); return <-done }
 
 	var end time.Time
 	for end.IsZero() {
 		select {
 		case err := <-done:
-			return res, fmt.Errorf("kord job ended after %d records, before its output was complete: %v", emitted.Load(), err)
+			return fmt.Errorf("job ended after %d records, before its output was complete: %v", p.read.Load(), err)
 		case <-ctx.Done():
-			return res, fmt.Errorf("kord job: %d of %d records read: %w (stop: %v)", emitted.Load(), n, ctx.Err(), stopJob())
-		case <-commits.notify:
+			return fmt.Errorf("job: %d of %d records read: %w (stop: %v)", p.read.Load(), n, ctx.Err(), stopJob())
+		case <-p.commits.notify:
 		}
-		if emitted.Load() < n {
+		if p.read.Load() < n {
 			continue
 		}
-		before := len(commits.snapshot())
-		sum, err := committedSum(q, k.input, k.partitions)
+		before := len(p.commits.snapshot())
+		sum, err := committedSum(q, res.Input, partitions)
 		if err != nil {
-			return res, fmt.Errorf("kord job: %w (stop: %v)", err, stopJob())
+			return fmt.Errorf("job: %w (stop: %v)", err, stopJob())
 		}
 		if sum > n {
-			return res, fmt.Errorf("kord job: commit group covers %d records, more than the %d written (stop: %v)", sum, n, stopJob())
+			return fmt.Errorf("job: commit group covers %d records, more than the %d written (stop: %v)", sum, n, stopJob())
 		}
 		if sum < n {
 			continue
 		}
-		at := commits.snapshot()
+		at := p.commits.snapshot()
 		end = at[before-1]
 		if len(at) != before {
 			res.Ambiguous = true
@@ -252,16 +263,16 @@ func (k kordJob) runN(ctx context.Context, n int64) (KordEOSResult, error) {
 	}
 	stopAt := time.Now()
 	if err := stopJob(); err != nil {
-		return res, fmt.Errorf("kord job stop: %w", err)
+		return fmt.Errorf("job stop: %w", err)
 	}
 	res.StopSeconds = time.Since(stopAt).Seconds()
-	f := time.Unix(0, first.Load())
+	f := time.Unix(0, p.first.Load())
 	res.StartupSeconds = f.Sub(started).Seconds()
 	res.Seconds = end.Sub(f).Seconds()
 	res.EventsPerSec = float64(n) / res.Seconds
 	var gaps []time.Duration
 	prev := f
-	for _, t := range commits.snapshot() {
+	for _, t := range p.commits.snapshot() {
 		if t.After(f) && !t.After(end) {
 			res.Checkpoints++
 			gaps = append(gaps, t.Sub(prev))
@@ -269,122 +280,77 @@ func (k kordJob) runN(ctx context.Context, n int64) (KordEOSResult, error) {
 		}
 	}
 	res.CommitGap = durationStats(gaps)
+	return nil
+}
+
+// runN is figure (e): the job reads the n records of its input; it is
+// stopped once the checkpoint holding the last output has committed.
+func (k kordJob) runN(ctx context.Context, n int64) (KordEOSResult, error) {
+	res := KordEOSResult{Input: k.input, Output: k.output, Events: n, CommitInterval: k.interval.String()}
+	p := newJobProgress()
+	job := k.countJob(func(int64) { p.readOne() }, p.commits.add, nil)
+	if err := timeEOS(ctx, &res, k.brokers, job.CommitGroup(), k.partitions, p, job.Run); err != nil {
+		return res, fmt.Errorf("kord %w", err)
+	}
 	return res, nil
 }
 
-// latency is figure (f): (d) with the job in place of the raw loop. The
-// job's "loop lag" is taken at each OnCommitted: now - produce time of the
-// last record the job read. The job does not expose its commit duration;
-// Commit stays empty and Transactions counts checkpoints committed.
-func (k kordJob) latency(ctx context.Context, rate float64, warmup, window, drain time.Duration) (LatencyResult, error) {
-	res := LatencyResult{
-		Input: k.input, Output: k.output, Rate: rate,
-		WarmupSeconds: warmup.Seconds(), WindowSeconds: window.Seconds(),
-		CommitInterval: k.interval.String(),
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	jctx, jcancel := context.WithCancel(ctx)
-	defer jcancel()
+// lagLog is a job's lag behind a paced input: at each commit, now - the
+// produce time of the last record the job read.
+type lagLog struct {
+	lastAt  atomic.Int64 // Unix ns
+	mu      sync.Mutex
+	commits int
+	lags    []time.Duration
+}
 
-	var target atomic.Int64
-	target.Store(-1)
-	var windowStart atomic.Int64
-	windowStart.Store(math.MaxInt64)
-	var lastAt atomic.Int64
-	var (
-		lagMu     sync.Mutex
-		lags      []time.Duration
-		commits   int
-		lats      []time.Duration
-		check     = newOutputCheck(k.partitions)
-		jobReady  = make(chan struct{})
-		readReady = make(chan struct{})
-		readyOnce sync.Once
-		wg        sync.WaitGroup
-	)
-	job := k.countJob(func(at int64) { lastAt.Store(at) }, func(uint64) {
-		now := time.Now().UnixNano()
-		lagMu.Lock()
-		commits++
-		if at := lastAt.Load(); at > 0 {
-			lags = append(lags, time.Duration(now-at))
-		}
-		lagMu.Unlock()
-	}, func(msg string, _ time.Time) {
-		if msg == msgRunning {
-			readyOnce.Do(func() { close(jobReady) })
-		}
-	})
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := job.Run(jctx); err != nil {
-			cancel(fmt.Errorf("kord latency: job: %w", err))
-		} else if jctx.Err() == nil {
-			cancel(fmt.Errorf("kord latency: job stopped on its own"))
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		defer jcancel() // the output is complete: stop the job
-		rd := reader{brokers: k.brokers, group: k.name + ".reader", topic: k.output,
-			partitions: k.partitions, want: target.Load, ready: readReady}
-		_, err := rd.readAll(ctx, func(m *kafka.Message) error {
-			now := time.Now().UnixNano()
-			f, err := check.add(m)
-			if err != nil {
-				return err
+// read notes the produce time of a record read.
+func (l *lagLog) read(producedAtNs int64) { l.lastAt.Store(producedAtNs) }
+
+// committed notes a commit.
+func (l *lagLog) committed() {
+	now := time.Now().UnixNano()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.commits++
+	if at := l.lastAt.Load(); at > 0 {
+		l.lags = append(l.lags, time.Duration(now-at))
+	}
+}
+
+// figures returns the commits and lags; the job's commit durations are not
+// known.
+func (l *lagLog) figures() commitFigures {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return commitFigures{transactions: l.commits, lag: durationStats(l.lags)}
+}
+
+// pipeline is the job as the pipeline of figure (f): (d) with the job in
+// place of the raw loop. It is ready once the job logs that it is running.
+// Its lag is taken at each OnCommitted; Transactions counts checkpoints
+// committed, and Commit stays empty (the job does not expose its commit
+// duration).
+func (k kordJob) pipeline() pipeline {
+	return func(ctx context.Context, _ *atomic.Int64, ready chan<- struct{}) (commitFigures, error) {
+		var (
+			lag  lagLog
+			once sync.Once
+		)
+		job := k.countJob(lag.read, func(uint64) { lag.committed() }, func(msg string, _ time.Time) {
+			if msg == msgRunning {
+				once.Do(func() { close(ready) })
 			}
-			if f.producedAtNs >= windowStart.Load() {
-				lats = append(lats, time.Duration(now-f.producedAtNs))
-			}
-			return nil
 		})
+		err := job.Run(ctx)
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("stopped on its own")
+		}
 		if err != nil {
-			cancel(fmt.Errorf("kord latency: output reader: %w", err))
+			err = fmt.Errorf("job: %w", err)
 		}
-	}()
-	for _, ch := range []chan struct{}{jobReady, readReady} {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-		}
+		return lag.figures(), err
 	}
-	if ctx.Err() == nil {
-		windowStart.Store(time.Now().Add(warmup).UnixNano())
-		start := time.Now()
-		n, err := producePaced(ctx, k.brokers, k.input, rate, warmup+window, k.valueBytes)
-		res.Produced = n
-		res.AchievedRate = float64(n) / time.Since(start).Seconds()
-		if err != nil {
-			cancel(fmt.Errorf("kord latency: paced producer: %w", err))
-		} else {
-			target.Store(n)
-		}
-	}
-	produced := time.Now()
-	stop := time.AfterFunc(drain, func() {
-		cancel(fmt.Errorf("kord latency: job and reader not done %s after the producer stopped", drain))
-	})
-	wg.Wait()
-	stop.Stop()
-	res.DrainSeconds = time.Since(produced).Seconds()
-	if ctx.Err() != nil {
-		return res, context.Cause(ctx)
-	}
-	lagMu.Lock()
-	res.Transactions = commits
-	res.LoopLag = durationStats(lags)
-	lagMu.Unlock()
-	res.Measured = int64(len(lats))
-	res.Latency = durationStats(lats)
-	v, err := check.result(k.output, res.Produced)
-	res.Verified = &v
-	if err != nil {
-		return res, fmt.Errorf("kord latency: %w", err)
-	}
-	return res, nil
 }
 
 // runKordEOS runs (e) over the (a) input.
@@ -411,7 +377,7 @@ func runKordEOS(ctx context.Context, c config, sum *Summary, id, input string, c
 	logf("(e) %d events in %.2fs: %.0f events/s, %d checkpoints, startup %.2fs, stop %.2fs",
 		res.Events, res.Seconds, res.EventsPerSec, res.Checkpoints, res.StartupSeconds, res.StopSeconds)
 	sctx, cancel = context.WithTimeout(ctx, c.stepTimeout)
-	v, err := verifyOutput(sctx, c.brokers, c.group+".kverify", output, c.partitions, c.n)
+	v, err := verifyOutput(sctx, c.brokers, c.group+".kverify", output, c.partitions, c.n, false)
 	cancel()
 	res.Verified = &v
 	if err != nil {
@@ -440,7 +406,7 @@ func runKordPaced(ctx context.Context, c config, sum *Summary, id string, create
 		k := kordJob{brokers: c.brokers, name: "rawloop." + id + ".latency", input: lin, output: lout, dir: dir,
 			partitions: c.partitions, valueBytes: c.valueBytes, interval: c.commitInterval, log: c.log}
 		logf("(f) kord latency at %.0f records/s for %s + %s warmup, checkpoint every %s", rate, c.duration, c.warmup, c.commitInterval)
-		res, err := k.latency(ctx, rate, c.warmup, c.duration, c.stepTimeout)
+		res, err := c.pacedRun("kord latency", k.name, lin, lout, rate, false).measure(ctx, k.pipeline())
 		sum.KordLatency = &res
 		if err != nil {
 			return fmt.Errorf("(f) %w", err)
@@ -453,9 +419,9 @@ func runKordPaced(ctx context.Context, c config, sum *Summary, id string, create
 		if err := create(rin, rout); err != nil {
 			return err
 		}
-		r := recoveryRun{brokers: c.brokers, name: "rawloop." + id + ".recovery", input: rin, output: rout,
+		r := recoveryRun{child: childCountJob, brokers: c.brokers, name: "rawloop." + id + ".recovery", input: rin, output: rout,
 			partitions: c.partitions, valueBytes: c.valueBytes, interval: c.commitInterval,
-			rate: c.recoveryRate, kills: c.kills, killAfter: c.killAfter, timeout: c.stepTimeout, logf: logf}
+			rate: c.recoveryRate, keys: newKeys(c.keysFor()), kills: c.kills, killAfter: c.killAfter, timeout: c.stepTimeout, logf: logf}
 		logf("(g) kord recovery: %d SIGKILLs at %.0f records/s, checkpoint every %s", c.kills, c.recoveryRate, c.commitInterval)
 		res, err := r.run(ctx)
 		sum.Recovery = &res
@@ -474,7 +440,7 @@ func printKord(w io.Writer, s *Summary) {
 			r.EventsPerSec, r.Events, r.Seconds, r.Checkpoints, r.CommitInterval, r.StartupSeconds, r.StopSeconds)
 		fmt.Fprintf(w, "    commit gap %s\n", r.CommitGap)
 		if v := r.Verified; v != nil {
-			fmt.Fprintf(w, "    verified  ok=%v records=%d distinct_inputs=%d\n", v.OK, v.Records, v.Distinct)
+			fmt.Fprintf(w, "    verified  %s\n", v)
 		}
 		if s.TxLoop != nil && s.TxLoop.EventsPerSec > 0 {
 			fmt.Fprintf(w, "    kord/raw  %.2f (events/s of (e) over (c), same input)\n", r.EventsPerSec/s.TxLoop.EventsPerSec)
@@ -488,7 +454,7 @@ func printKord(w io.Writer, s *Summary) {
 			r.DrainSeconds, backlogNote(r))
 		fmt.Fprintf(w, "    job lag   %s  (at each OnCommitted: now - produce time of the last record read)\n", r.LoopLag)
 		if v := r.Verified; v != nil {
-			fmt.Fprintf(w, "    verified  ok=%v records=%d distinct_inputs=%d\n", v.OK, v.Records, v.Distinct)
+			fmt.Fprintf(w, "    verified  %s\n", v)
 		}
 	}
 	if r := s.Recovery; r != nil {

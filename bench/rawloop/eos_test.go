@@ -14,8 +14,8 @@ import (
 // TestMain lets the recovery figure re-execute this test binary as a job
 // incarnation, as the rawloop binary re-executes itself.
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == childCountJob {
-		os.Exit(childMain())
+	if kind := os.Getenv(childEnv); kind != "" {
+		os.Exit(childMain(kind))
 	}
 	os.Exit(m.Run())
 }

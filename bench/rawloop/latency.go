@@ -25,7 +25,7 @@ type LatencyResult struct {
 	Transactions   int           `json:"transactions"`
 	Commit         DurationStats `json:"commit"`
 	// LoopLag is the loop's lag behind the paced input at each commit
-	// (TxLoopResult.Lag).
+	// (TxLoopResult.Lag; for a kord job, at each committed checkpoint).
 	LoopLag DurationStats `json:"loop_lag"`
 	// Latency = when a read_committed consumer of the output got the
 	// record − when the input record was handed to Produce.
@@ -37,28 +37,60 @@ type LatencyResult struct {
 	Verified     *VerifyResult `json:"verified,omitempty"`
 }
 
-type latencyRun struct {
+// pacedRun measures end-to-end latency around a pipeline under test: a
+// producer paced at rate writes the input, the pipeline turns it into
+// output, and a read_committed reader of the output times each record from
+// the produce time its value carries. Records produced during the warmup
+// are processed and checked but not measured.
+type pacedRun struct {
+	name       string // prefixes errors: "latency", "kord latency", ...
 	brokers    string
-	group      string
-	txnID      string
+	group      string // the raw loop commits to it; the reader uses group + ".reader"
 	input      string
 	output     string
 	partitions int
 	valueBytes int
-	interval   time.Duration
+	interval   time.Duration // the pipeline's commit interval
 	rate       float64
 	warmup     time.Duration
 	window     time.Duration
-	// drain bounds the wait for the loop and the reader after the
+	// drain bounds the wait for the pipeline and the reader after the
 	// producer has stopped.
 	drain time.Duration
+	keys  keySource
+	// counts: the output is the keyed engine's; check its per-key counts.
+	counts bool
 }
 
-// run is figure (d): a paced producer writes the input, the transactional
-// loop turns it into output, and a read_committed reader of the output
-// measures each record's latency. Records produced during the warmup are
-// processed and checked but not measured.
-func (r latencyRun) run(ctx context.Context) (LatencyResult, error) {
+// pipeline is what a latency run measures. It turns the input into the
+// output, closes ready once it is reading, and returns once it has
+// processed target records (target is -1 until the producer is done) or ctx
+// is cancelled, which happens when the whole output has been read.
+type pipeline func(ctx context.Context, target *atomic.Int64, ready chan<- struct{}) (commitFigures, error)
+
+// commitFigures are what a pipeline knows of its own commits.
+type commitFigures struct {
+	transactions int           // commits (transactions or checkpoints)
+	commit       DurationStats // how long each commit took, if known
+	lag          DurationStats // at each commit: now - produce time of the last record read
+}
+
+// loop is the raw transactional loop (c) as a pipeline.
+func (r pacedRun) loop(txnID string) pipeline {
+	return func(ctx context.Context, target *atomic.Int64, ready chan<- struct{}) (commitFigures, error) {
+		l := &txLoop{
+			brokers: r.brokers, group: r.group, txnID: txnID,
+			input: r.input, output: r.output, partitions: r.partitions,
+			valueBytes: r.valueBytes, interval: r.interval,
+			target: target, ready: ready,
+		}
+		res, err := l.run(ctx)
+		return commitFigures{transactions: res.Transactions, commit: res.Commit, lag: res.Lag}, err
+	}
+}
+
+// measure runs p between the paced producer and the reader.
+func (r pacedRun) measure(ctx context.Context, p pipeline) (LatencyResult, error) {
 	res := LatencyResult{
 		Input: r.input, Output: r.output, Rate: r.rate,
 		WarmupSeconds: r.warmup.Seconds(), WindowSeconds: r.window.Seconds(),
@@ -67,6 +99,9 @@ func (r latencyRun) run(ctx context.Context) (LatencyResult, error) {
 	// The first failure cancels the rest and is the one reported.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// The pipeline's context ends once the output is complete.
+	pctx, pcancel := context.WithCancel(ctx)
+	defer pcancel()
 
 	var target atomic.Int64 // records written, once the producer is done
 	target.Store(-1)
@@ -75,28 +110,23 @@ func (r latencyRun) run(ctx context.Context) (LatencyResult, error) {
 
 	var (
 		wg        sync.WaitGroup
-		loopRes   TxLoopResult
+		figs      commitFigures
 		lats      []time.Duration
-		check     = newOutputCheck(r.partitions)
-		loopReady = make(chan struct{})
+		check     = newOutputCheck(r.partitions, r.counts)
+		pipeReady = make(chan struct{})
 		readReady = make(chan struct{})
 	)
-	loop := &txLoop{
-		brokers: r.brokers, group: r.group, txnID: r.txnID,
-		input: r.input, output: r.output, partitions: r.partitions,
-		valueBytes: r.valueBytes, interval: r.interval,
-		target: &target, ready: loopReady,
-	}
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		var err error
-		if loopRes, err = loop.run(ctx); err != nil {
-			cancel(fmt.Errorf("latency: %w", err))
+		if figs, err = p(pctx, &target, pipeReady); err != nil {
+			cancel(fmt.Errorf("%s: %w", r.name, err))
 		}
 	}()
 	go func() {
 		defer wg.Done()
+		defer pcancel()
 		rd := reader{brokers: r.brokers, group: r.group + ".reader", topic: r.output,
 			partitions: r.partitions, want: target.Load, ready: readReady}
 		_, err := rd.readAll(ctx, func(m *kafka.Message) error {
@@ -111,12 +141,12 @@ func (r latencyRun) run(ctx context.Context) (LatencyResult, error) {
 			return nil
 		})
 		if err != nil {
-			cancel(fmt.Errorf("latency: output reader: %w", err))
+			cancel(fmt.Errorf("%s: output reader: %w", r.name, err))
 		}
 	}()
 
-	// Measure only once the loop and the reader are set up.
-	for _, ch := range []chan struct{}{loopReady, readReady} {
+	// Measure only once the pipeline and the reader are set up.
+	for _, ch := range []chan struct{}{pipeReady, readReady} {
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -125,20 +155,20 @@ func (r latencyRun) run(ctx context.Context) (LatencyResult, error) {
 	if ctx.Err() == nil {
 		windowStart.Store(time.Now().Add(r.warmup).UnixNano())
 		start := time.Now()
-		n, err := producePaced(ctx, r.brokers, r.input, r.rate, r.warmup+r.window, r.valueBytes)
+		n, err := producePaced(ctx, r.brokers, r.input, r.rate, r.warmup+r.window, r.valueBytes, r.keys)
 		res.Produced = n
 		res.AchievedRate = float64(n) / time.Since(start).Seconds()
 		if err != nil {
-			cancel(fmt.Errorf("latency: paced producer: %w", err))
+			cancel(fmt.Errorf("%s: paced producer: %w", r.name, err))
 		} else {
 			target.Store(n)
 		}
 	}
-	// The loop and the reader end on their own once they reach the target;
-	// bound that.
+	// The pipeline and the reader end once they reach the target; bound
+	// that.
 	produced := time.Now()
 	stop := time.AfterFunc(r.drain, func() {
-		cancel(fmt.Errorf("latency: loop and reader not done %s after the producer stopped", r.drain))
+		cancel(fmt.Errorf("%s: pipeline and reader not done %s after the producer stopped", r.name, r.drain))
 	})
 	wg.Wait()
 	stop.Stop()
@@ -146,15 +176,15 @@ func (r latencyRun) run(ctx context.Context) (LatencyResult, error) {
 	if ctx.Err() != nil {
 		return res, context.Cause(ctx)
 	}
-	res.Transactions = loopRes.Transactions
-	res.Commit = loopRes.Commit
-	res.LoopLag = loopRes.Lag
+	res.Transactions = figs.transactions
+	res.Commit = figs.commit
+	res.LoopLag = figs.lag
 	res.Measured = int64(len(lats))
 	res.Latency = durationStats(lats)
 	v, err := check.result(r.output, res.Produced)
 	res.Verified = &v
 	if err != nil {
-		return res, fmt.Errorf("latency: %w", err)
+		return res, fmt.Errorf("%s: %w", r.name, err)
 	}
 	return res, nil
 }

@@ -1,6 +1,6 @@
 // Command rawloop measures raw confluent-kafka-go (librdkafka) against a
 // Kafka cluster, with no kord code: the baseline every kord figure is judged
-// against.
+// against; and kord's jobs against it, on the same input, in the same run.
 //
 //	go run ./bench/rawloop -brokers 127.0.0.1:9092 [-mode all] [-n 1000000]
 //
@@ -21,6 +21,19 @@
 //	recovery (g): CountJob in a child process on a paced input
 //	         (-recovery-rate), SIGKILLed -kills times and restarted
 //	compare  (a), (c), (e), (d), (f), (g)
+//	engine   (a), (c), then (h): kord's keyed engine (package keyed) over
+//	         the same input: KafkaSource → ByPartition (-keyby: KeyBy) →
+//	         a ValueState[int64] counter, -parallelism tasks → KafkaSink,
+//	         checkpoint every -commit-interval, verified like (c) and each
+//	         key's counts checked
+//	engine-latency   (i): (d) with the engine job in place of the loop
+//	engine-recovery  (j): the engine job in a child process on a paced
+//	         input of -recovery-users keys, all in state, SIGKILLed -kills
+//	         times and restarted
+//	engine-compare   (a), (c), (h), (i), (j)
+//
+// Keys are 36-byte UUIDs: a fresh one per record, or -users distinct ones
+// (the engine modes' default is 10,000, as examples/userbehavior).
 //
 // The client settings are in kafka.go; -producer-conf and -consumer-conf
 // override them (librdkafka names, "key=value,..."). Progress goes to
@@ -71,14 +84,54 @@ type config struct {
 	// the latency drain).
 	stepTimeout time.Duration
 	log         io.Writer // progress
-	// (g): SIGKILLs, run time after each restart's first commit, input rate.
+	// (g), (j): SIGKILLs, run time after each restart's first commit, input rate.
 	kills        int
 	killAfter    time.Duration
 	recoveryRate float64
+	// users: distinct keys of every input but (j)'s, 0 for the mode's
+	// default (keysFor).
+	users int
+	// The engine job (h), (i), (j): tasks per stage, KeyBy instead of
+	// ByPartition, and the distinct keys of (j)'s input.
+	parallelism   int
+	keyBy         bool
+	recoveryUsers int
+}
+
+// engineMode reports whether mode runs the keyed engine.
+func engineMode(mode string) bool { return strings.HasPrefix(mode, "engine") }
+
+// keysFor returns the distinct keys of c's inputs: -users, else 10,000 in
+// the engine modes and a fresh UUID per record (0) in the others.
+func (c config) keysFor() int {
+	switch {
+	case c.users > 0:
+		return c.users
+	case engineMode(c.mode):
+		return defaultEngineUsers
+	}
+	return 0
+}
+
+// pacedRun returns the latency measurement of figures (d), (f) and (i)
+// around a pipeline reading input and writing output; counts: the output
+// is the keyed engine's.
+func (c config) pacedRun(name, group, input, output string, rate float64, counts bool) pacedRun {
+	return pacedRun{name: name, brokers: c.brokers, group: group, input: input, output: output,
+		partitions: c.partitions, valueBytes: c.valueBytes, interval: c.commitInterval,
+		rate: rate, warmup: c.warmup, window: c.duration, drain: c.stepTimeout,
+		keys: newKeys(c.keysFor()), counts: counts}
 }
 
 var modes = map[string]bool{"all": true, "produce": true, "consume": true, "txloop": true, "latency": true,
-	"eos": true, "eos-latency": true, "recovery": true, "compare": true}
+	"eos": true, "eos-latency": true, "recovery": true, "compare": true,
+	"engine": true, "engine-latency": true, "engine-recovery": true, "engine-compare": true}
+
+const modeNames = "all, produce, consume, txloop, latency, eos, eos-latency, recovery, compare, engine, engine-latency, engine-recovery or engine-compare"
+
+// minRecoveryUsers keeps every operator task of (j) owning keys: each
+// restart's "running" waits for all of them to process a record.
+const minRecoveryUsers = 1000
 
 func (c *config) validate() error {
 	var errs []error
@@ -86,7 +139,7 @@ func (c *config) validate() error {
 		errs = append(errs, errors.New("-brokers is required"))
 	}
 	if !modes[c.mode] {
-		errs = append(errs, fmt.Errorf("-mode %q: want all, produce, consume, txloop, latency, eos, eos-latency, recovery or compare", c.mode))
+		errs = append(errs, fmt.Errorf("-mode %q: want %s", c.mode, modeNames))
 	}
 	if c.n < 1 {
 		errs = append(errs, fmt.Errorf("-n %d: want at least 1", c.n))
@@ -105,6 +158,20 @@ func (c *config) validate() error {
 	}
 	if c.duration <= 0 || c.warmup < 0 {
 		errs = append(errs, fmt.Errorf("-duration %s, -warmup %s: want > 0 and >= 0", c.duration, c.warmup))
+	}
+	if c.users < 0 {
+		errs = append(errs, fmt.Errorf("-users %d: want >= 0", c.users))
+	}
+	if engineMode(c.mode) {
+		if c.valueBytes < minEngineValueBytes {
+			errs = append(errs, fmt.Errorf("-value-bytes %d: the engine modes want at least %d (the output carries the count)", c.valueBytes, minEngineValueBytes))
+		}
+		if c.parallelism < 1 {
+			errs = append(errs, fmt.Errorf("-parallelism %d: want at least 1", c.parallelism))
+		}
+		if c.recoveryUsers < minRecoveryUsers && (c.mode == "engine-recovery" || c.mode == "engine-compare") {
+			errs = append(errs, fmt.Errorf("-recovery-users %d: want at least %d", c.recoveryUsers, minRecoveryUsers))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -131,23 +198,35 @@ type Summary struct {
 	KordEOS     *KordEOSResult  `json:"kord_eos,omitempty"`
 	KordLatency *LatencyResult  `json:"kord_latency,omitempty"`
 	Recovery    *RecoveryResult `json:"kord_recovery,omitempty"`
+	// kord's keyed engine (engine.go, recovery.go): its settings, and
+	// figures (h), (i), (j).
+	Users          int             `json:"users,omitempty"` // distinct keys of the inputs but (j)'s; 0: one per record
+	Parallelism    int             `json:"parallelism,omitempty"`
+	Keying         string          `json:"keying,omitempty"` // "partition" (ByPartition) or "keyby" (KeyBy)
+	Engine         *EngineResult   `json:"engine,omitempty"`
+	EngineLatency  *LatencyResult  `json:"engine_latency,omitempty"`
+	EngineRecovery *RecoveryResult `json:"engine_recovery,omitempty"`
 }
 
 func main() {
-	if os.Getenv(childEnv) == childCountJob {
-		os.Exit(childMain())
+	if kind := os.Getenv(childEnv); kind != "" {
+		os.Exit(childMain(kind))
 	}
 	c := config{log: os.Stderr, stepTimeout: 10 * time.Minute}
 	flag.StringVar(&c.brokers, "brokers", os.Getenv("KORD_KAFKA_BROKERS"), "bootstrap servers (default $KORD_KAFKA_BROKERS)")
 	flag.Int64Var(&c.n, "n", 1_000_000, "records for produce, consume and txloop")
 	flag.IntVar(&c.valueBytes, "value-bytes", 100, "value size in bytes (keys are 36-byte UUIDs)")
 	flag.IntVar(&c.partitions, "partitions", 12, "partitions of every topic created")
-	flag.DurationVar(&c.commitInterval, "commit-interval", time.Second, "transaction commit interval of the loop")
-	flag.StringVar(&c.mode, "mode", "all", "all, produce, consume, txloop, latency, eos, eos-latency, recovery or compare")
-	flag.IntVar(&c.kills, "kills", 5, "SIGKILLs of the kord job in -mode recovery and compare")
+	flag.DurationVar(&c.commitInterval, "commit-interval", time.Second, "transaction commit interval of the loop, checkpoint interval of the kord jobs")
+	flag.StringVar(&c.mode, "mode", "all", modeNames)
+	flag.IntVar(&c.users, "users", 0, fmt.Sprintf("distinct keys of the input (0: %d in the engine modes, else a fresh UUID per record)", defaultEngineUsers))
+	flag.IntVar(&c.parallelism, "parallelism", 2, "tasks of the engine job's source and counter stages")
+	flag.BoolVar(&c.keyBy, "keyby", false, "the engine job keys by the record key with KeyBy (xxhash key groups, shuffled) instead of ByPartition")
+	flag.IntVar(&c.recoveryUsers, "recovery-users", 100_000, "distinct keys of the engine recovery input, all in the job's state before the first kill")
+	flag.IntVar(&c.kills, "kills", 5, "SIGKILLs of the kord job in -mode recovery, engine-recovery and the compare modes")
 	flag.DurationVar(&c.killAfter, "kill-after", 4*time.Second, "each kord incarnation runs this long (plus up to one commit interval) after its first commit before the SIGKILL")
-	flag.Float64Var(&c.recoveryRate, "recovery-rate", 20000, "records/s of the input in -mode recovery and compare")
-	flag.Float64Var(&c.rate, "rate", 0, fmt.Sprintf("records/s of the latency producer; 0 = half of txloop's rate in -mode all, %d in -mode latency", defaultLatencyRate))
+	flag.Float64Var(&c.recoveryRate, "recovery-rate", 20000, "records/s of the input in -mode recovery, engine-recovery and the compare modes")
+	flag.Float64Var(&c.rate, "rate", 0, fmt.Sprintf("records/s of the latency producer; 0 = half of txloop's rate in -mode all, half of the engine's (h) in -mode engine-compare, else %d", defaultLatencyRate))
 	flag.DurationVar(&c.duration, "duration", 30*time.Second, "latency measuring window")
 	flag.DurationVar(&c.warmup, "warmup", 5*time.Second, "latency warmup before the window (processed, not measured)")
 	flag.StringVar(&c.group, "group", "rawloop", "group id the loop commits its offsets to")
@@ -194,6 +273,12 @@ func run(ctx context.Context, c config) (*Summary, error) {
 		CommitInterval: c.commitInterval.String(), Librdkafka: ver,
 		LoadStart: loadavg(),
 	}
+	if c.mode != "engine-recovery" { // (j) has keys of its own
+		sum.Users = c.keysFor()
+	}
+	if engineMode(c.mode) {
+		sum.Parallelism, sum.Keying = c.parallelism, keying(c.keyBy)
+	}
 	defer func() { sum.LoadEnd = loadavg() }()
 	id := runID()
 	logf := func(format string, args ...any) { fmt.Fprintf(c.log, "rawloop: "+format+"\n", args...) }
@@ -227,7 +312,7 @@ func run(ctx context.Context, c config) (*Summary, error) {
 		}
 		logf("(a) producing %d records to %s", c.n, input)
 		sctx, cancel := step()
-		res, err := produceN(sctx, c.brokers, input, c.n, c.valueBytes)
+		res, err := produceN(sctx, c.brokers, input, c.n, c.valueBytes, newKeys(c.keysFor()))
 		cancel()
 		if err != nil {
 			return sum, fmt.Errorf("(a) produce: %w", err)
@@ -248,7 +333,7 @@ func run(ctx context.Context, c config) (*Summary, error) {
 		logf("(b) %d records in %.2fs: %.0f records/s, %.1f MB/s", res.Records, res.Seconds, res.RecordsPerSec, res.MBPerSec)
 	}
 
-	if c.mode == "txloop" || c.mode == "all" || c.mode == "eos" || c.mode == "compare" {
+	if c.mode == "txloop" || c.mode == "all" || c.mode == "eos" || c.mode == "compare" || c.mode == "engine" || c.mode == "engine-compare" {
 		output := "rawloop." + id + ".out"
 		if err := create(output); err != nil {
 			return sum, err
@@ -269,7 +354,7 @@ func run(ctx context.Context, c config) (*Summary, error) {
 		logf("(c) %d events in %.2fs: %.0f events/s, %d transactions, commit %s",
 			res.Events, res.Seconds, res.EventsPerSec, res.Transactions, res.Commit)
 		sctx, cancel = step()
-		v, err := verifyOutput(sctx, c.brokers, c.group+".verify", output, c.partitions, c.n)
+		v, err := verifyOutput(sctx, c.brokers, c.group+".verify", output, c.partitions, c.n, false)
 		cancel()
 		res.Verified = &v
 		if err != nil {
@@ -280,6 +365,11 @@ func run(ctx context.Context, c config) (*Summary, error) {
 
 	if c.mode == "eos" || c.mode == "compare" {
 		if err := runKordEOS(ctx, c, sum, id, input, create, logf); err != nil {
+			return sum, err
+		}
+	}
+	if c.mode == "engine" || c.mode == "engine-compare" {
+		if err := runEngine(ctx, c, sum, id, input, create, logf); err != nil {
 			return sum, err
 		}
 	}
@@ -297,14 +387,9 @@ func run(ctx context.Context, c config) (*Summary, error) {
 		if err := create(lin, lout); err != nil {
 			return sum, err
 		}
-		lr := latencyRun{
-			brokers: c.brokers, group: c.group, txnID: "rawloop." + id + ".latency",
-			input: lin, output: lout, partitions: c.partitions, valueBytes: c.valueBytes,
-			interval: c.commitInterval, rate: rate, warmup: c.warmup, window: c.duration,
-			drain: c.stepTimeout,
-		}
 		logf("(d) latency at %.0f records/s for %s + %s warmup, commit every %s", rate, c.duration, c.warmup, c.commitInterval)
-		res, err := lr.run(ctx)
+		pr := c.pacedRun("latency", c.group, lin, lout, rate, false)
+		res, err := pr.measure(ctx, pr.loop("rawloop."+id+".latency"))
 		sum.Latency = &res
 		if err != nil {
 			return sum, fmt.Errorf("(d) %w", err)
@@ -313,6 +398,9 @@ func run(ctx context.Context, c config) (*Summary, error) {
 			res.Measured, res.Produced, res.Latency, res.DrainSeconds, backlogNote(&res))
 	}
 	if err := runKordPaced(ctx, c, sum, id, create, logf); err != nil {
+		return sum, err
+	}
+	if err := runEnginePaced(ctx, c, sum, id, create, logf); err != nil {
 		return sum, err
 	}
 	return sum, nil
@@ -366,6 +454,12 @@ func printSummary(w io.Writer, s *Summary, asJSON bool) error {
 	}
 	fmt.Fprintf(w, "rawloop %s  mode=%s n=%d value=%dB key=%dB partitions=%d commit-interval=%s librdkafka=%s\n",
 		s.Date, s.Mode, s.N, s.ValueBytes, keyLen, s.Partitions, s.CommitInterval, s.Librdkafka)
+	if s.Users > 0 {
+		fmt.Fprintf(w, "    keys      %d distinct\n", s.Users)
+	}
+	if s.Parallelism > 0 {
+		fmt.Fprintf(w, "    engine    keying=%s parallelism=%d, a ValueState[int64] counter per key\n", s.Keying, s.Parallelism)
+	}
 	fmt.Fprintf(w, "    loadavg   start %s, end %s\n", s.LoadStart, s.LoadEnd)
 	if r := s.Produce; r != nil {
 		fmt.Fprintf(w, "(a) produce   %9.0f records/s  %6.1f MB/s  (%d records, %.2fs, idempotent, acks=all)\n",
@@ -380,7 +474,7 @@ func printSummary(w io.Writer, s *Summary, asJSON bool) error {
 			r.EventsPerSec, r.Events, r.Seconds, r.Transactions, r.CommitInterval)
 		fmt.Fprintf(w, "    commit    %s\n", r.Commit)
 		if v := r.Verified; v != nil {
-			fmt.Fprintf(w, "    verified  ok=%v records=%d distinct_inputs=%d\n", v.OK, v.Records, v.Distinct)
+			fmt.Fprintf(w, "    verified  %s\n", v)
 		}
 	}
 	if r := s.Latency; r != nil {
@@ -392,9 +486,10 @@ func printSummary(w io.Writer, s *Summary, asJSON bool) error {
 		fmt.Fprintf(w, "    commit    %s\n", r.Commit)
 		fmt.Fprintf(w, "    loop lag  %s  (at each commit: now - produce time of the last record read)\n", r.LoopLag)
 		if v := r.Verified; v != nil {
-			fmt.Fprintf(w, "    verified  ok=%v records=%d distinct_inputs=%d\n", v.OK, v.Records, v.Distinct)
+			fmt.Fprintf(w, "    verified  %s\n", v)
 		}
 	}
 	printKord(w, s)
+	printEngine(w, s)
 	return nil
 }

@@ -91,9 +91,9 @@ func (d *deliveries) wait(ctx context.Context, n int64) (time.Time, error) {
 	return d.last, nil
 }
 
-// produceN writes n keyed records to topic with an idempotent producer and
-// waits for every delivery report.
-func produceN(ctx context.Context, brokers, topic string, n int64, valueBytes int) (ProduceResult, error) {
+// produceN writes n records keyed by keys to topic with an idempotent
+// producer and waits for every delivery report.
+func produceN(ctx context.Context, brokers, topic string, n int64, valueBytes int, keys keySource) (ProduceResult, error) {
 	p, err := kafka.NewProducer(producerConfig(brokers))
 	if err != nil {
 		return ProduceResult{}, fmt.Errorf("producer: %w", err)
@@ -104,7 +104,6 @@ func produceN(ctx context.Context, brokers, topic string, n int64, valueBytes in
 		<-d.done
 	}()
 
-	keys := newKeyGen(uint64(time.Now().UnixNano()))
 	key := make([]byte, keyLen)
 	val := make([]byte, valueBytes)
 	m := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}}
@@ -133,10 +132,10 @@ func produceN(ctx context.Context, brokers, topic string, n int64, valueBytes in
 	}, nil
 }
 
-// producePaced writes keyed records to topic at rate records/s for d, with
-// the produce wall time in each value, and waits for every delivery report.
-// It returns how many records it wrote.
-func producePaced(ctx context.Context, brokers, topic string, rate float64, d time.Duration, valueBytes int) (int64, error) {
+// producePaced writes records keyed by keys to topic at rate records/s for
+// d, with the produce wall time in each value, and waits for every delivery
+// report. It returns how many records it wrote.
+func producePaced(ctx context.Context, brokers, topic string, rate float64, d time.Duration, valueBytes int, keys keySource) (int64, error) {
 	p, err := kafka.NewProducer(producerConfig(brokers))
 	if err != nil {
 		return 0, fmt.Errorf("paced producer: %w", err)
@@ -147,7 +146,6 @@ func producePaced(ctx context.Context, brokers, topic string, rate float64, d ti
 		<-dl.done
 	}()
 
-	keys := newKeyGen(uint64(time.Now().UnixNano()))
 	key := make([]byte, keyLen)
 	val := make([]byte, valueBytes)
 	m := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"time"
 )
 
 // Record layout. Every value starts with the wall time its input record was
@@ -17,10 +18,30 @@ import (
 //	              [8:12) input partition
 //	              [12:20) input offset
 //	              [20:)  the input's filler, bytes reversed
+//
+// The keyed engine's output (engine.go) is the same with [20:28) replaced by
+// the key's count after the record, big endian.
 const (
-	keyLen        = 36 // a UUID in its text form
-	minValueBytes = 20 // the output header
+	keyLen              = 36 // a UUID in its text form
+	minValueBytes       = 20 // the output header
+	minEngineValueBytes = 28 // the output header and the count
 )
+
+// keySource gives the key of each input record: written into dst[:keyLen],
+// or a slice of its own (librdkafka copies keys when a record is produced).
+type keySource interface {
+	next(dst []byte) []byte
+}
+
+// newKeys returns the keys of one input: users distinct UUIDs (keyPool), or
+// a fresh UUID for every record when users is 0.
+func newKeys(users int) keySource {
+	seed := uint64(time.Now().UnixNano())
+	if users <= 0 {
+		return newKeyGen(seed)
+	}
+	return newKeyPool(users, seed)
+}
 
 // keyGen makes random version-4 UUID strings, written into a caller's
 // buffer (librdkafka copies keys and values, so one buffer serves every
@@ -51,6 +72,33 @@ func (g *keyGen) next(dst []byte) []byte {
 	dst[23] = '-'
 	hex.Encode(dst[24:36], b[10:16])
 	return dst
+}
+
+// keyPool draws keys from a fixed set of random UUIDs, one per user: the
+// first len(keys) records get every key once, in turn, so that the state of
+// a job that has read them holds every key; later records pick a key at
+// random, as users' events come.
+type keyPool struct {
+	keys [][]byte
+	i    int
+	r    *rand.Rand
+}
+
+func newKeyPool(users int, seed uint64) *keyPool {
+	g := newKeyGen(seed)
+	p := &keyPool{keys: make([][]byte, users), r: rand.New(rand.NewPCG(seed^0x5bd1e995, seed))}
+	for i := range p.keys {
+		p.keys[i] = g.next(make([]byte, keyLen))
+	}
+	return p
+}
+
+func (p *keyPool) next([]byte) []byte {
+	if p.i < len(p.keys) {
+		p.i++
+		return p.keys[p.i-1]
+	}
+	return p.keys[p.r.IntN(len(p.keys))]
 }
 
 // fillInput writes an input value of len(dst) bytes.
@@ -99,6 +147,17 @@ func parseOutput(v []byte) (outputFields, error) {
 		inPartition:  int32(binary.BigEndian.Uint32(v[8:12])),
 		inOffset:     int64(binary.BigEndian.Uint64(v[12:20])),
 	}, nil
+}
+
+// putCount writes a key's count into an engine output value.
+func putCount(dst []byte, n int64) { binary.BigEndian.PutUint64(dst[20:28], uint64(n)) }
+
+// countOf reads the count from an engine output value.
+func countOf(v []byte) (int64, error) {
+	if len(v) < minEngineValueBytes {
+		return 0, fmt.Errorf("engine output value of %d bytes, want at least %d", len(v), minEngineValueBytes)
+	}
+	return int64(binary.BigEndian.Uint64(v[20:28])), nil
 }
 
 func producedAt(inputValue []byte) (int64, error) {

@@ -1,10 +1,13 @@
 package main
 
-// (g) kord recovery: CountJob runs in a child process (this binary,
+// (g) kord recovery and (j) engine recovery: the job (CountJob, or the
+// keyed engine job of engine.go) runs in a child process (this binary,
 // re-executed with childEnv set) on a paced input; the parent SIGKILLs it
 // mid-run, restarts it at once on the same checkpoint directory, and times
 // the SIGKILL to the first committed output of an input produced after the
-// kill, as a read_committed reader of the output sees it.
+// kill, as a read_committed reader of the output sees it. For (j) the input
+// starts with one record for each of its keys, and the first kill waits
+// until a checkpoint covers them: every restart restores that many keys.
 
 import (
 	"bufio"
@@ -26,12 +29,13 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
-// childEnv, set to childCountJob, makes this binary run one CountJob
-// incarnation (settings in the RAWLOOP_JOB_* environment) instead of the
-// benchmark.
+// childEnv, set to childCountJob or childEngine, makes this binary run one
+// incarnation of that job (settings in the RAWLOOP_JOB_* environment)
+// instead of the benchmark.
 const (
 	childEnv      = "RAWLOOP_CHILD"
 	childCountJob = "countjob"
+	childEngine   = "engine"
 )
 
 // RecoverySample is one SIGKILL and restart; times are ms after the
@@ -42,11 +46,14 @@ type RecoverySample struct {
 	SinceCommitMs float64 `json:"since_commit_ms"`
 	// StartMs: the restarted process is in main.
 	StartMs float64 `json:"start_ms"`
-	// RecoveryMs: the job logged its recovery decision (after
+	// RecoveryMs: the job took its recovery decision (after
 	// InitTransactions fenced the killed incarnation and aborted its open
-	// transaction, and the commit group was read).
+	// transaction, and the commit group was read): CountJob logs it; the
+	// engine passes its during-restore failure point.
 	RecoveryMs float64 `json:"recovery_ms"`
-	// RunningMs: state restored, partitions assigned, reading.
+	// RunningMs: state restored, partitions assigned, reading. CountJob
+	// logs it; for the engine, every operator task has restored its key
+	// groups and processed a record.
 	RunningMs float64 `json:"running_ms"`
 	// FirstCommitMs: the restarted job's first checkpoint committed
 	// (OnCommitted).
@@ -56,8 +63,12 @@ type RecoverySample struct {
 	FirstNewMs float64 `json:"first_new_ms"`
 }
 
-// RecoveryResult is figure (g).
+// RecoveryResult is figure (g) or (j).
 type RecoveryResult struct {
+	Job string `json:"job"` // "checkpoint.CountJob" or "keyed"
+	// StateKeys: the distinct keys of the input, all in the job's state
+	// from before the first kill on ((j) only).
+	StateKeys      int              `json:"state_keys,omitempty"`
 	Input          string           `json:"input"`
 	Output         string           `json:"output"`
 	Rate           float64          `json:"rate"`
@@ -76,15 +87,25 @@ type RecoveryResult struct {
 }
 
 type recoveryRun struct {
-	brokers    string
-	name       string
-	input      string
-	output     string
-	partitions int
-	valueBytes int
-	interval   time.Duration
-	rate       float64
-	kills      int
+	// child is the job: childCountJob or childEngine, with parallelism
+	// and keyBy.
+	child       string
+	parallelism int
+	keyBy       bool
+	brokers     string
+	name        string
+	input       string
+	output      string
+	partitions  int
+	valueBytes  int
+	interval    time.Duration
+	rate        float64
+	// keys key the input. With a pool of users keys, the input starts with
+	// one record for each (written before the first incarnation starts),
+	// and the paced input begins once a checkpoint covers them.
+	keys  keySource
+	users int
+	kills int
 	// killAfter: each incarnation runs this long after its first commit
 	// (plus a random part of one interval) before it is killed.
 	killAfter time.Duration
@@ -121,7 +142,8 @@ func (r recoveryRun) startChild(dir string) (*childProc, error) {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(),
-		childEnv+"="+childCountJob,
+		childEnv+"="+r.child,
+		"RAWLOOP_JOB_PARALLELISM="+strconv.Itoa(r.parallelism), "RAWLOOP_JOB_KEYBY="+strconv.FormatBool(r.keyBy),
 		"RAWLOOP_JOB_NAME="+r.name, "RAWLOOP_JOB_BROKERS="+r.brokers,
 		"RAWLOOP_JOB_INPUT="+r.input, "RAWLOOP_JOB_OUTPUT="+r.output, "RAWLOOP_JOB_DIR="+dir,
 		"RAWLOOP_JOB_INTERVAL="+r.interval.String(),
@@ -215,7 +237,10 @@ func (r recoveryRun) waitFor(ctx context.Context, c *childProc, what string, con
 }
 
 func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
-	res := RecoveryResult{Input: r.input, Output: r.output, Rate: r.rate, CommitInterval: r.interval.String()}
+	res := RecoveryResult{Job: "checkpoint.CountJob", Input: r.input, Output: r.output, Rate: r.rate, CommitInterval: r.interval.String()}
+	if r.child == childEngine {
+		res.Job, res.StateKeys = "keyed", r.users
+	}
 	if r.kills < 1 || r.rate <= 0 {
 		return res, fmt.Errorf("recovery: want at least 1 kill and a rate > 0, got %d, %g", r.kills, r.rate)
 	}
@@ -231,7 +256,7 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 		target    atomic.Int64
 		killAt    atomic.Int64 // Unix ns of the latest SIGKILL, 0 before the first
 		firstNew  atomic.Int64 // arrival of the first output of an input produced after killAt
-		check     = newOutputCheck(r.partitions)
+		check     = newOutputCheck(r.partitions, r.child == childEngine)
 		readReady = make(chan struct{})
 		readDone  = make(chan error, 1)
 		stopProd  = make(chan struct{})
@@ -259,6 +284,12 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 	case err := <-readDone:
 		return res, fmt.Errorf("recovery: output reader: %w", err)
 	}
+	prefix := int64(r.users)
+	if prefix > 0 {
+		if _, err := produceN(ctx, r.brokers, r.input, prefix, r.valueBytes, r.keys); err != nil {
+			return res, fmt.Errorf("recovery: one record per key: %w", err)
+		}
+	}
 
 	c, err := r.startChild(dir)
 	if err != nil {
@@ -273,11 +304,16 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 	if err := r.waitFor(ctx, c, "the first incarnation to run", func() bool { _, _, run, _, _, _ := c.times(); return !run.IsZero() }); err != nil {
 		return res, fmt.Errorf("recovery: %w", err)
 	}
+	if prefix > 0 {
+		if err := r.waitCovered(ctx, c, prefix); err != nil {
+			return res, fmt.Errorf("recovery: %w", err)
+		}
+	}
 	prodStart := time.Now()
 	go func() {
-		n, err := producePacedUntil(ctx, r.brokers, r.input, r.rate, stopProd, r.valueBytes)
+		n, err := producePacedUntil(ctx, r.brokers, r.input, r.rate, stopProd, r.valueBytes, r.keys)
 		if err == nil {
-			target.Store(n)
+			target.Store(prefix + n)
 		}
 		prodDone <- prodResult{n: n, rate: float64(n) / time.Since(prodStart).Seconds(), err: err}
 	}()
@@ -289,7 +325,10 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 		if err := r.waitFor(ctx, c, "a committed checkpoint", func() bool { _, _, _, _, _, n := c.times(); return n >= 1 }); err != nil {
 			return res, fmt.Errorf("recovery: kill %d: %w", k, err)
 		}
+		// The first incarnation may have committed before the paced input
+		// began (its first records were the per-key prefix).
 		_, _, _, first, _, _ := c.times()
+		first = later(first, prodStart)
 		wait := time.Until(first.Add(r.killAfter + time.Duration(rng.Int64N(int64(r.interval)))))
 		select {
 		case <-time.After(wait):
@@ -338,8 +377,8 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 		toRun = append(toRun, running.Sub(kill))
 		toCmt = append(toCmt, firstCmt.Sub(kill))
 		if r.logf != nil {
-			r.logf("(g) kill %d (%.0fms after a commit): restarted process up %.0fms, recovery decided %.0fms, running %.0fms, first commit %.0fms, first new output visible %.0fms",
-				k, s.SinceCommitMs, s.StartMs, s.RecoveryMs, s.RunningMs, s.FirstCommitMs, s.FirstNewMs)
+			r.logf("%s kill %d (%.0fms after a commit): restarted process up %.0fms, recovery decided %.0fms, running %.0fms, first commit %.0fms, first new output visible %.0fms",
+				r.tag(), k, s.SinceCommitMs, s.StartMs, s.RecoveryMs, s.RunningMs, s.FirstCommitMs, s.FirstNewMs)
 		}
 	}
 	res.Recovery = durationStats(recs)
@@ -357,7 +396,7 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 	}
 	close(stopProd)
 	p := <-prodDone
-	res.Produced, res.AchievedRate = p.n, p.rate
+	res.Produced, res.AchievedRate = prefix+p.n, p.rate
 	if p.err != nil {
 		return res, fmt.Errorf("recovery: paced producer: %w", p.err)
 	}
@@ -387,6 +426,51 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 	return res, nil
 }
 
+// tag is the figure's letter, for progress lines.
+func (r recoveryRun) tag() string {
+	if r.child == childEngine {
+		return "(j)"
+	}
+	return "(g)"
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// waitCovered waits until the job's commit group covers the first n
+// records of the input, reading the group after each commit of c; the
+// input holds no more than them yet.
+func (r recoveryRun) waitCovered(ctx context.Context, c *childProc, n int64) error {
+	q, err := kafka.NewConsumer(consumerConfig(r.brokers, "kord."+r.name+".commit"))
+	if err != nil {
+		return fmt.Errorf("commit group reader: %w", err)
+	}
+	defer q.Close()
+	seen := 0
+	var qerr error
+	err = r.waitFor(ctx, c, fmt.Sprintf("a checkpoint covering the first %d records", n), func() bool {
+		_, _, _, _, _, commits := c.times()
+		if commits == seen {
+			return false
+		}
+		seen = commits
+		sum, err := committedSum(q, r.input, r.partitions)
+		if err != nil {
+			qerr = err
+			return true
+		}
+		return sum >= n
+	})
+	if err == nil {
+		err = qerr
+	}
+	return err
+}
+
 type prodResult struct {
 	n    int64
 	rate float64
@@ -395,7 +479,7 @@ type prodResult struct {
 
 // producePacedUntil is producePaced until stop is closed; it then waits for
 // every delivery report and returns how many records it wrote.
-func producePacedUntil(ctx context.Context, brokers, topic string, rate float64, stop <-chan struct{}, valueBytes int) (int64, error) {
+func producePacedUntil(ctx context.Context, brokers, topic string, rate float64, stop <-chan struct{}, valueBytes int, keys keySource) (int64, error) {
 	p, err := kafka.NewProducer(producerConfig(brokers))
 	if err != nil {
 		return 0, fmt.Errorf("paced producer: %w", err)
@@ -405,7 +489,6 @@ func producePacedUntil(ctx context.Context, brokers, topic string, rate float64,
 		p.Close()
 		<-dl.done
 	}()
-	keys := newKeyGen(uint64(time.Now().UnixNano()))
 	key := make([]byte, keyLen)
 	val := make([]byte, valueBytes)
 	m := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}}
@@ -436,12 +519,12 @@ func producePacedUntil(ctx context.Context, brokers, topic string, rate float64,
 	return sent, nil
 }
 
-// childMain runs one CountJob incarnation until SIGTERM. It prints to
-// stdout "start", "recovery", "running" and "committed <id>" lines, each
-// ending in the Unix ns it happened.
-func childMain() int {
-	now := func() int64 { return time.Now().UnixNano() }
-	fmt.Printf("start %d\n", now())
+// childMain runs one incarnation of the job kind (childCountJob or
+// childEngine) until SIGTERM. It prints to stdout "start", "recovery",
+// "running" and "committed" lines, each ending in the Unix ns it happened.
+func childMain(kind string) int {
+	say := func(what string, at time.Time) { fmt.Printf("%s %d\n", what, at.UnixNano()) }
+	say("start", time.Now())
 	env := os.Getenv
 	interval, err := time.ParseDuration(env("RAWLOOP_JOB_INTERVAL"))
 	if err != nil {
@@ -457,22 +540,35 @@ func childMain() int {
 		fmt.Fprintln(os.Stderr, "rawloop child:", err)
 		return 2
 	}
-	k := kordJob{brokers: env("RAWLOOP_JOB_BROKERS"), name: env("RAWLOOP_JOB_NAME"),
-		input: env("RAWLOOP_JOB_INPUT"), output: env("RAWLOOP_JOB_OUTPUT"), dir: env("RAWLOOP_JOB_DIR"),
-		partitions: parts, valueBytes: vb, interval: interval, log: os.Stderr}
-	job := k.countJob(nil, func(id uint64) {
-		fmt.Printf("committed %d %d\n", id, now())
-	}, func(msg string, at time.Time) {
-		switch msg {
-		case msgRecovery:
-			fmt.Printf("recovery %d\n", at.UnixNano())
-		case msgRunning:
-			fmt.Printf("running %d\n", at.UnixNano())
-		}
-	})
+	var run func(context.Context) error
+	switch kind {
+	case childCountJob:
+		k := kordJob{brokers: env("RAWLOOP_JOB_BROKERS"), name: env("RAWLOOP_JOB_NAME"),
+			input: env("RAWLOOP_JOB_INPUT"), output: env("RAWLOOP_JOB_OUTPUT"), dir: env("RAWLOOP_JOB_DIR"),
+			partitions: parts, valueBytes: vb, interval: interval, log: os.Stderr}
+		job := k.countJob(nil, func(uint64) { say("committed", time.Now()) }, func(msg string, at time.Time) {
+			switch msg {
+			case msgRecovery:
+				say("recovery", at)
+			case msgRunning:
+				say("running", at)
+			}
+		})
+		run = job.Run
+	case childEngine:
+		par, _ := strconv.Atoi(env("RAWLOOP_JOB_PARALLELISM"))
+		keyBy, _ := strconv.ParseBool(env("RAWLOOP_JOB_KEYBY"))
+		e := engineJob{brokers: env("RAWLOOP_JOB_BROKERS"), name: env("RAWLOOP_JOB_NAME"),
+			input: env("RAWLOOP_JOB_INPUT"), output: env("RAWLOOP_JOB_OUTPUT"), dir: env("RAWLOOP_JOB_DIR"),
+			partitions: parts, valueBytes: vb, parallelism: par, keyBy: keyBy, interval: interval, log: os.Stderr}
+		run = e.childRun(say)
+	default:
+		fmt.Fprintf(os.Stderr, "rawloop child: unknown job %q\n", kind)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	if err := job.Run(ctx); err != nil {
+	if err := run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "rawloop child: job:", err)
 		return 3
 	}
@@ -480,17 +576,26 @@ func childMain() int {
 }
 
 func printRecovery(w io.Writer, r *RecoveryResult) {
-	fmt.Fprintf(w, "(g) recovery  %d SIGKILLs at %.0f/s (achieved %.0f/s), checkpoint every %s; ms after the SIGKILL:\n",
-		len(r.Samples), r.Rate, r.AchievedRate, r.CommitInterval)
+	if r.Job == "keyed" {
+		fmt.Fprintf(w, "(j) eng rec   %d SIGKILLs at %.0f/s (achieved %.0f/s), %d keys of state, checkpoint every %s; ms after the SIGKILL:\n",
+			len(r.Samples), r.Rate, r.AchievedRate, r.StateKeys, r.CommitInterval)
+	} else {
+		fmt.Fprintf(w, "(g) recovery  %d SIGKILLs at %.0f/s (achieved %.0f/s), checkpoint every %s; ms after the SIGKILL:\n",
+			len(r.Samples), r.Rate, r.AchievedRate, r.CommitInterval)
+	}
+	running := "running                   "
+	if r.Job == "keyed" {
+		running = "state restored, running   "
+	}
 	fmt.Fprintf(w, "    first new output visible  %s\n", r.Recovery)
 	fmt.Fprintf(w, "    recovery decided          %s\n", r.ToRecovery)
-	fmt.Fprintf(w, "    running                   %s\n", r.ToRunning)
+	fmt.Fprintf(w, "    %s%s\n", running, r.ToRunning)
 	fmt.Fprintf(w, "    first commit              %s\n", r.FirstCommit)
 	for i, s := range r.Samples {
 		fmt.Fprintf(w, "    kill %d: %.0fms after a commit; up %.0f, decided %.0f, running %.0f, committed %.0f, visible %.0f\n",
 			i+1, s.SinceCommitMs, s.StartMs, s.RecoveryMs, s.RunningMs, s.FirstCommitMs, s.FirstNewMs)
 	}
 	if v := r.Verified; v != nil {
-		fmt.Fprintf(w, "    verified  ok=%v records=%d distinct_inputs=%d (all incarnations)\n", v.OK, v.Records, v.Distinct)
+		fmt.Fprintf(w, "    verified  %s (all incarnations)\n", v)
 	}
 }

@@ -15,6 +15,7 @@ type DurationStats struct {
 	MeanMs float64 `json:"mean_ms"`
 	MinMs  float64 `json:"min_ms"`
 	P50Ms  float64 `json:"p50_ms"`
+	P90Ms  float64 `json:"p90_ms"`
 	P95Ms  float64 `json:"p95_ms"`
 	P99Ms  float64 `json:"p99_ms"`
 	MaxMs  float64 `json:"max_ms"`
@@ -35,6 +36,7 @@ func durationStats(ds []time.Duration) DurationStats {
 		MeanMs: ms(sum) / float64(len(s)),
 		MinMs:  ms(s[0]),
 		P50Ms:  ms(rank(s, 0.50)),
+		P90Ms:  ms(rank(s, 0.90)),
 		P95Ms:  ms(rank(s, 0.95)),
 		P99Ms:  ms(rank(s, 0.99)),
 		MaxMs:  ms(s[len(s)-1]),
@@ -50,6 +52,6 @@ func rank(s []time.Duration, q float64) time.Duration {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (s DurationStats) String() string {
-	return fmt.Sprintf("n=%d mean=%.1fms min=%.1fms p50=%.1fms p95=%.1fms p99=%.1fms max=%.1fms",
-		s.Count, s.MeanMs, s.MinMs, s.P50Ms, s.P95Ms, s.P99Ms, s.MaxMs)
+	return fmt.Sprintf("n=%d mean=%.1fms min=%.1fms p50=%.1fms p90=%.1fms p95=%.1fms p99=%.1fms max=%.1fms",
+		s.Count, s.MeanMs, s.MinMs, s.P50Ms, s.P90Ms, s.P95Ms, s.P99Ms, s.MaxMs)
 }
