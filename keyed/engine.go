@@ -50,6 +50,7 @@ type sinkNode interface {
 	recorded(ctx context.Context) (*checkpoint.CheckpointRef, error)
 	commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error
 	takesDeadLetters() bool
+	sinkName() string
 }
 
 type outputNode[O any] interface {

@@ -48,8 +48,13 @@ func (c *counter) Process(key []byte, e event, out *keyed.Collector[result]) err
 // input fills a bounded memory source with n events over keys uuids,
 // each key on its Java-exact partition, numbered per key.
 func input(seed uint64, partitions, keys, n int) (*keyed.MemorySource[event], map[string]int64) {
+	return inputOf(seed, partitions, keys, n, true)
+}
+
+// inputOf is input, bounded or not.
+func inputOf(seed uint64, partitions, keys, n int, bounded bool) (*keyed.MemorySource[event], map[string]int64) {
 	r := rand.New(rand.NewPCG(seed, 99))
-	src := keyed.NewMemorySource[event]("events", partitions, true)
+	src := keyed.NewMemorySource[event]("events", partitions, bounded)
 	uuids := make([]string, keys)
 	for i := range uuids {
 		uuids[i] = fmt.Sprintf("%08x-%04x-4%03x-a%03x-%012x", r.Uint32(), r.Uint32()&0xffff, r.Uint32()&0xfff, r.Uint32()&0xfff, r.Uint64()&0xffffffffffff)

@@ -174,6 +174,25 @@ func (j *Job) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	// Sources, the operator and the sink name their state files: the
+	// names must differ.
+	names := map[string]bool{}
+	var all []string
+	for _, s := range j.sources {
+		all = append(all, s.sourceName())
+	}
+	if j.op != nil {
+		all = append(all, j.op.opName())
+	}
+	if j.sink != nil {
+		all = append(all, j.sink.sinkName())
+	}
+	for _, n := range all {
+		if names[n] {
+			errs = append(errs, fmt.Errorf("keyed: two parts of the job are named %q: sources, the operator and the sink need distinct names", n))
+		}
+		names[n] = true
+	}
 	for _, s := range j.sources {
 		if s.sendsDeadLetters() && j.sink != nil && !j.sink.takesDeadLetters() {
 			errs = append(errs, fmt.Errorf("keyed: source %q sends dead letters but the sink takes none (it does not implement DeadLetterSink)", s.sourceName()))
@@ -233,6 +252,24 @@ type Source[T any] interface {
 	Start(ctx context.Context, partitions []int32) ([]Position, error)
 	// Reader opens a reader for one source task.
 	Reader(ctx context.Context) (Reader[T], error)
+}
+
+// OperatorState is implemented by a Sink, or by a source's Reader, that
+// keeps state of its own besides the offsets the engine keeps for it
+// (Flink's operator list state). The state is a list of byte strings,
+// written with each checkpoint as an Avro file per instance.
+type OperatorState interface {
+	// SnapshotState returns the state as of the barrier of checkpoint id:
+	// the sink's when every output before the barrier has been written to
+	// it, a reader's at the point its offsets are recorded.
+	SnapshotState(id uint64) ([][]byte, error)
+	// RestoreState is called once, before any record, when the job
+	// restores a checkpoint (not on a fresh start). It receives the
+	// elements of every instance's snapshot, in instance order (union
+	// redistribution, as Flink's union list state): at the same
+	// parallelism and at another, each instance gets all of them and keeps
+	// what concerns it.
+	RestoreState(elements [][]byte) error
 }
 
 // NewPartitionStarter is implemented by sources whose partitions can

@@ -2,6 +2,7 @@ package keyed
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sort"
 	"time"
@@ -68,6 +69,7 @@ type sinkOf[O any] struct {
 }
 
 func (s *sinkOf[O]) reset(ctx context.Context) error { return s.sink.Reset(ctx) }
+func (s *sinkOf[O]) sinkName() string                { return s.name }
 func (s *sinkOf[O]) takesDeadLetters() bool {
 	_, ok := s.sink.(DeadLetterSink)
 	return ok
@@ -224,6 +226,10 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 			if err != nil {
 				return fmt.Errorf("keyed: source %q: %w", s.name, err)
 			}
+			if err := restoreOpState(rs, reader, s.name); err != nil {
+				reader.Close()
+				return fmt.Errorf("keyed: source %q task %d: %w", s.name, t, err)
+			}
 			if err := reader.Assign(ctx, assign[t]); err != nil {
 				reader.Close()
 				return fmt.Errorf("keyed: source %q task %d: %w", s.name, t, err)
@@ -231,7 +237,7 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 			trig := make(chan trigger, 1)
 			r.triggers = append(r.triggers, trig)
 			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t],
-				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch}
+				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch, name: s.name, instance: t}
 			st.dead, _ = j.sink.(*sinkOf[O]).sink.(DeadLetterSink)
 			st.adds = make(chan []Position, 1)
 			srcTasks[t] = st
@@ -282,7 +288,11 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 		}
 		cancels := make(chan uint64, 16)
 		r.cancels = append(r.cancels, cancels)
-		kt := &sinkTask[O]{r: r, task: task, in: sinkIn, al: al, cancels: cancels, sink: j.sink.(*sinkOf[O]).sink, epoch: epoch}
+		sn := j.sink.(*sinkOf[O])
+		if err := restoreOpState(rs, sn.sink, sn.name); err != nil {
+			return fmt.Errorf("keyed: sink %q: %w", sn.name, err)
+		}
+		kt := &sinkTask[O]{r: r, task: task, in: sinkIn, al: al, cancels: cancels, sink: sn.sink, epoch: epoch, name: sn.name}
 		r.goTask(task, kt.run)
 	}
 	return nil
@@ -304,6 +314,8 @@ type sourceTask[T any] struct {
 	epoch       uint64
 	dead        DeadLetterSink  // nil when the sink takes no dead letters
 	adds        chan []Position // discovered partitions for this task
+	name        string          // the source's name
+	instance    int             // this task's index among the source's
 }
 
 // discoverer lists a source's partitions every interval and hands new ones
@@ -476,10 +488,14 @@ func (s *sourceTask[T]) run() error {
 			for _, p := range s.positions {
 				offs = append(offs, checkpoint.PartitionOffset{Topic: s.topic, Partition: p.Partition, Offset: pos[p.Partition]})
 			}
+			files, err := s.r.writeOpState(s.reader, s.name, s.instance, t.id)
+			if err != nil {
+				return err
+			}
 			if err := s.out.broadcast(ctx, t.id, false); err != nil {
 				return err
 			}
-			s.r.ack(ack{task: s.task, id: t.id, offsets: offs})
+			s.r.ack(ack{task: s.task, id: t.id, offsets: offs, files: files})
 			epoch = t.id + 1
 			if t.final {
 				return s.out.broadcast(ctx, 0, true)
@@ -650,6 +666,7 @@ type sinkTask[O any] struct {
 	cancels chan uint64
 	sink    Sink[O]
 	epoch   uint64
+	name    string
 }
 
 func (t *sinkTask[O]) run() error {
@@ -688,7 +705,11 @@ func (t *sinkTask[O]) run() error {
 			case checkpoint.AlignSnapshot:
 				t.r.align.add(e.Alignment)
 				t.epoch = e.ID + 1
-				t.r.ack(ack{task: t.task, id: e.ID})
+				files, err := t.r.writeOpState(t.sink, t.name, 0, e.ID)
+				if err != nil {
+					return err
+				}
+				t.r.ack(ack{task: t.task, id: e.ID, files: files})
 			case checkpoint.AlignAllFinished:
 				return nil
 			case checkpoint.AlignError:
@@ -726,4 +747,64 @@ func (s stash[T]) keep(al *checkpoint.Aligner, m message[T]) bool {
 	}
 	s[m.from] = append(s[m.from], m)
 	return true
+}
+
+// opStateName is the operator part of the name of an operator-state file:
+// the source's or sink's name, then ".operator-state"; the key-group field
+// of the name is the instance index.
+func opStateName(name string) string { return name + ".operator-state" }
+
+// writeOpState writes, if v keeps operator state, instance's snapshot for
+// checkpoint id as an Avro file (one entry per element, keyed by its
+// index), and returns its reference.
+func (r *run) writeOpState(v any, name string, instance int, id uint64) ([]checkpoint.FileRef, error) {
+	st, ok := v.(OperatorState)
+	if !ok {
+		return nil, nil
+	}
+	elems, err := st.SnapshotState(id)
+	if err != nil {
+		return nil, fmt.Errorf("operator state of %s[%d]: %w", name, instance, err)
+	}
+	entries := make([]checkpoint.Entry, len(elems))
+	for k, e := range elems {
+		entries[k] = checkpoint.Entry{Key: binary.BigEndian.AppendUint32(nil, uint32(k)), Value: e}
+	}
+	data, err := checkpoint.EncodeKeyGroup(entries)
+	if err != nil {
+		return nil, fmt.Errorf("operator state of %s[%d]: %w", name, instance, err)
+	}
+	return r.store.PutAll(map[string][]byte{checkpoint.StateFileName(r.runID, id, opStateName(name), instance): data})
+}
+
+// restoreOpState gives v, if it keeps operator state and a checkpoint is
+// restored, the elements of every instance's snapshot in instance order.
+func restoreOpState(rs *restoreState, v any, name string) error {
+	st, ok := v.(OperatorState)
+	if !ok || rs.fresh {
+		return nil
+	}
+	names := make([]string, 0, len(rs.files))
+	for n := range rs.files {
+		names = append(names, n)
+	}
+	sort.Strings(names) // instance order: the index is zero-padded
+	var elems [][]byte
+	for _, n := range names {
+		pn, ok := checkpoint.ParseName(n)
+		if !ok || pn.Kind != checkpoint.KindState || pn.Operator != opStateName(name) {
+			continue
+		}
+		entries, err := checkpoint.DecodeKeyGroup(n, rs.files[n])
+		if err != nil {
+			return fmt.Errorf("operator state of %s: %w", name, err)
+		}
+		for _, e := range entries {
+			elems = append(elems, e.Value)
+		}
+	}
+	if err := st.RestoreState(elems); err != nil {
+		return fmt.Errorf("operator state of %s: restore %s: %w", name, rs.meta.Ref(), err)
+	}
+	return nil
 }
