@@ -168,12 +168,17 @@ func (j *Job) Run(ctx context.Context) error {
 	}
 	defer store.Close()
 	attempts := 0
+	stable := j.cfg.Restart.StableAfter
+	if stable <= 0 {
+		stable = time.Minute
+	}
 	for {
+		began := time.Now()
 		progressed, err := j.runOnce(ctx, store)
 		if err == nil || errors.Is(err, ErrCrashed) || permanent(err) {
 			return err
 		}
-		if progressed {
+		if progressed && time.Since(began) >= stable {
 			attempts = 0
 		}
 		attempts++

@@ -62,11 +62,20 @@ type Config struct {
 
 // Restart is a restart strategy: after a task fails, every task restarts
 // from the last committed checkpoint, after Delay(attempt), at most
-// Attempts times in a row (a committed checkpoint resets the count).
+// Attempts times in a row. The count starts again only after an attempt
+// that committed a checkpoint and ran at least StableAfter (default 1
+// minute) before failing: a record that fails the job on every attempt
+// (a poison record) must end it after Attempts restarts, although each
+// attempt may commit checkpoints before reaching the record. (Flink's
+// exponential-delay strategy resets its backoff after a stable period the
+// same way.)
 type Restart struct {
 	Attempts int
 	// Delay returns the wait before attempt n (1-based).
 	Delay func(attempt int) time.Duration
+	// StableAfter is how long an attempt must run, committing, for a
+	// later failure to count as the first in a row again.
+	StableAfter time.Duration
 }
 
 // FixedDelay restarts up to attempts times, d apart (Flink fixed-delay).
