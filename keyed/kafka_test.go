@@ -524,9 +524,19 @@ func TestKafkaAtLeastOnce(t *testing.T) {
 		defer cancel()
 		dir := t.TempDir()
 		var sinks []*keyed.KafkaSink[result]
-		// The first crash comes before the first checkpoint commits, after
-		// its output was written: the restart writes it again.
-		for _, hook := range []func(string) error{crashAt(checkpoint.FailBeforeCommit, 1), crashAt(checkpoint.FailAfterSnapshots, 1), crashAt(checkpoint.FailAfterCommit, 2), nil} {
+		// The first crash comes before the first checkpoint commits, once
+		// some output is written (the tasks run on while the hook waits):
+		// the restart writes it again.
+		afterOutput := func(p string) error {
+			if p != checkpoint.FailBeforeCommit {
+				return nil
+			}
+			if len(c.ReadAll(t, f.out, 1, false, 30*time.Second)) == 0 {
+				return nil // no crash: the test then fails on the missing ErrCrashed
+			}
+			return errors.New("injected crash")
+		}
+		for _, hook := range []func(string) error{afterOutput, crashAt(checkpoint.FailAfterSnapshots, 1), crashAt(checkpoint.FailAfterCommit, 2), nil} {
 			j, sink := f.build(keyed.Config{Dir: dir, Hook: hook, Mode: checkpoint.AtLeastOnce}, false, 2)
 			sink.AtLeastOnce = true
 			sinks = append(sinks, sink)
