@@ -52,6 +52,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -234,7 +235,19 @@ func main() {
 	flag.BoolVar(&c.json, "json", false, "print the summary as JSON")
 	pconf := flag.String("producer-conf", "", "librdkafka settings for every producer, key=value,...")
 	cconf := flag.String("consumer-conf", "", "librdkafka settings for every consumer, key=value,...")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (Go code only; librdkafka's threads are not sampled)")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "rawloop: -cpuprofile: %v\n", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var err error
 	if extra.producer, err = parseConf(*pconf); err != nil {
 		fmt.Fprintf(os.Stderr, "rawloop: -producer-conf: %v\n", err)
