@@ -27,7 +27,9 @@ import (
 type KafkaSource[T any] struct {
 	Brokers   string
 	TopicName string // the topic
-	Decode    func(rec consumer.Record) (T, error)
+	// Decode turns a record into a T: consumer.JSONValue, AvroValue,
+	// StringValue, BytesValue, or a function of the user's.
+	Decode func(rec consumer.Record) (T, error)
 	// OnDecodeError says what an undecodable record does: Fail (default)
 	// or DeadLetter.
 	OnDecodeError Policy

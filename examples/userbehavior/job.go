@@ -84,10 +84,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 		}
 		cfg := keyed.Config{Dir: dir, Checkpoint: checkpoint.Config{Interval: o.interval}, Hook: hook, Restart: keyed.FixedDelay(3, time.Second)}
 		j := keyed.NewJob("userbehavior", cfg)
-		src := keyed.NewKafkaSource(o.brokers, o.topic, func(rec consumer.Record) (Event, error) {
-			var e Event
-			return e, json.Unmarshal(rec.Value, &e)
-		})
+		src := keyed.NewKafkaSource(o.brokers, o.topic, consumer.JSONValue[Event]())
 		sink := keyed.NewKafkaSink(o.brokers, o.output, job, []string{o.topic}, func(r Result) ([]byte, []byte, error) {
 			b, err := json.Marshal(r)
 			return []byte(r.UUID), b, err
