@@ -79,6 +79,19 @@ func (f *kafkaFixture) build(cfg keyed.Config, byPartition bool, par int) (*keye
 	return j, sink
 }
 
+// runJobUntil runs j until until returns, then stops it gracefully (a final
+// checkpoint) and requires a clean end.
+func runJobUntil(t *testing.T, ctx context.Context, j *keyed.Job, until func()) {
+	t.Helper()
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- j.Run(runCtx) }()
+	until()
+	stop()
+	require.NoError(t, <-done)
+}
+
 // verify reads the output with a read_committed reader and checks that
 // every event's result is there exactly once, in per-key order, with counts
 // that match.
@@ -119,12 +132,7 @@ func TestKafkaExactlyOnce(t *testing.T) {
 			_ = sink // abandoned, as by a dead process: the next incarnation fences it
 		}
 		j, sink := f.build(keyed.Config{Dir: dir}, true, 2)
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- j.Run(runCtx) }()
-		f.c.ReadAll(t, f.out, f.n, true, 2*time.Minute)
-		stop()
-		require.NoError(t, <-done)
+		runJobUntil(t, ctx, j, func() { f.c.ReadAll(t, f.out, f.n, true, 2*time.Minute) })
 		require.NoError(t, sink.Close())
 		f.verify(t)
 	})
@@ -306,13 +314,10 @@ func TestKafkaDeadLetters(t *testing.T) {
 				require.ErrorIs(t, j.Run(ctx), keyed.ErrCrashed)
 				continue
 			}
-			runCtx, stop := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- j.Run(runCtx) }()
-			f.c.ReadAll(t, f.out, f.n, true, 2*time.Minute)
-			f.c.ReadAll(t, dlq, nBad, true, time.Minute)
-			stop()
-			require.NoError(t, <-done)
+			runJobUntil(t, ctx, j, func() {
+				f.c.ReadAll(t, f.out, f.n, true, 2*time.Minute)
+				f.c.ReadAll(t, dlq, nBad, true, time.Minute)
+			})
 			require.NoError(t, sink.Close())
 		}
 		f.verify(t)
@@ -487,11 +492,7 @@ func TestKafkaPartitionDiscovery(t *testing.T) {
 		require.NoError(t, sink.Close())
 
 		j, sink = f.build(keyed.Config{Dir: dir, PartitionDiscovery: 100 * time.Millisecond}, false, 2)
-		runCtx, stop := context.WithCancel(ctx)
-		go func() { done <- j.Run(runCtx) }()
-		f.c.ReadAll(t, f.out, f.n, true, time.Minute)
-		stop()
-		require.NoError(t, <-done)
+		runJobUntil(t, ctx, j, func() { f.c.ReadAll(t, f.out, f.n, true, time.Minute) })
 		require.NoError(t, sink.Close())
 		f.verify(t)
 
@@ -544,15 +545,12 @@ func TestKafkaAtLeastOnce(t *testing.T) {
 				require.ErrorIs(t, j.Run(ctx), keyed.ErrCrashed)
 				continue
 			}
-			runCtx, stop := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- j.Run(runCtx) }()
-			require.Eventually(t, func() bool {
-				ref, err := sink.Recorded(ctx)
-				return err == nil && ref != nil && committedAll(t, c, f)
-			}, 2*time.Minute, 200*time.Millisecond)
-			stop()
-			require.NoError(t, <-done)
+			runJobUntil(t, ctx, j, func() {
+				require.Eventually(t, func() bool {
+					ref, err := sink.Recorded(ctx)
+					return err == nil && ref != nil && committedAll(t, c, f)
+				}, 2*time.Minute, 200*time.Millisecond)
+			})
 		}
 		for _, s := range sinks {
 			require.NoError(t, s.Close())
