@@ -133,34 +133,21 @@ func containsAny(s string, subs ...string) bool {
 // neither broker creates topics on demand (scripts/kafka.sh sets
 // auto.create.topics.enable=false; kfake creates none unless
 // kfake.AllowAutoTopicCreation; kord's producer refuses
-// allow.auto.create.topics anyway). The job fails within 30 s with
+// allow.auto.create.topics anyway). With input waiting and with none (an
+// idle job would otherwise commit checkpoints for days and fail only at
+// its first result), the job fails within 30 s with
 // producer.ErrUnknownTopic naming the topic, and commits no output.
 func TestKafkaFaultMissingOutputTopic(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		f := newKafkaFixture(t, c, 2, 200, 20)
-		f.out = kafkatest.TopicName(t) + ".missing"
-		j, sink := f.build(keyed.Config{Dir: t.TempDir()}, true, 1)
-		err := runBounded(t, j, 30*time.Second)
-		require.ErrorIs(t, err, producer.ErrUnknownTopic)
-		require.Contains(t, err.Error(), f.out)
-		_ = sink.Close()
-	})
-}
-
-// TestKafkaFaultMissingOutputTopicIdle: as TestKafkaFaultMissingOutputTopic,
-// but no input arrives. The job should still fail within 30 s naming the
-// topic (as a missing input topic fails at once, TestKafkaUnknownTopic),
-// since an idle job would otherwise commit checkpoints for days and fail
-// only when the first result is written.
-func TestKafkaFaultMissingOutputTopicIdle(t *testing.T) {
-	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		f := newKafkaFixture(t, c, 2, 0, 20)
-		f.out = kafkatest.TopicName(t) + ".missing"
-		j, sink := f.build(keyed.Config{Dir: t.TempDir()}, true, 1)
-		err := runBounded(t, j, 30*time.Second)
-		require.ErrorIs(t, err, producer.ErrUnknownTopic)
-		require.Contains(t, err.Error(), f.out)
-		_ = sink.Close()
+		for _, events := range []int{200, 0} {
+			f := newKafkaFixture(t, c, 2, events, 20)
+			f.out = kafkatest.TopicName(t) + ".missing"
+			j, sink := f.build(keyed.Config{Dir: t.TempDir()}, true, 1)
+			err := runBounded(t, j, 30*time.Second)
+			require.ErrorIs(t, err, producer.ErrUnknownTopic, "%d events waiting", events)
+			require.Contains(t, err.Error(), f.out)
+			_ = sink.Close()
+		}
 	})
 }
 

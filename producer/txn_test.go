@@ -77,23 +77,31 @@ func TestTransactionalCallsNeedTransactionalID(t *testing.T) {
 	require.ErrorIs(t, p.BeginTransaction(), producer.ErrConfig)
 }
 
+// fencedPair returns a topic, a transactional.id and two producers with
+// it: old, with a transaction open holding one record, then fenced by cur,
+// initialised after it.
+func fencedPair(t *testing.T, ctx context.Context, c *kafkatest.Cluster) (out, id string, old, cur *producer.Producer[string, []byte]) {
+	t.Helper()
+	out = c.CreateTopic(t, 1, nil)
+	id = kafkatest.TopicName(t)
+	old = newBytesProducer(t, c, producer.TransactionalID(id))
+	require.NoError(t, old.InitTransactions(ctx))
+	require.NoError(t, old.BeginTransaction())
+	require.NoError(t, old.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("zombie")}, nil))
+	require.NoError(t, old.Flush(ctx))
+	cur = newBytesProducer(t, c, producer.TransactionalID(id))
+	require.NoError(t, cur.InitTransactions(ctx))
+	return out, id, old, cur
+}
+
 // TestZombieIsFenced: a second producer with the same transactional.id
 // fences the first; the first's next transactional call fails fatally with
 // ErrFenced and it refuses further records.
 func TestZombieIsFenced(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		out := c.CreateTopic(t, 1, nil)
-		id := kafkatest.TopicName(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		old := newBytesProducer(t, c, producer.TransactionalID(id))
-		require.NoError(t, old.InitTransactions(ctx))
-		require.NoError(t, old.BeginTransaction())
-		require.NoError(t, old.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("zombie")}, nil))
-		require.NoError(t, old.Flush(ctx))
-
-		cur := newBytesProducer(t, c, producer.TransactionalID(id))
-		require.NoError(t, cur.InitTransactions(ctx))
+		out, id, old, cur := fencedPair(t, ctx, c)
 
 		err := old.CommitTransaction(ctx)
 		require.Error(t, err)
@@ -119,18 +127,9 @@ func TestZombieIsFenced(t *testing.T) {
 // starting a new producer that would fence the live one.
 func TestZombieAbortIsFenced(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		out := c.CreateTopic(t, 1, nil)
-		id := kafkatest.TopicName(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		old := newBytesProducer(t, c, producer.TransactionalID(id))
-		require.NoError(t, old.InitTransactions(ctx))
-		require.NoError(t, old.BeginTransaction())
-		require.NoError(t, old.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("zombie")}, nil))
-		require.NoError(t, old.Flush(ctx))
-
-		cur := newBytesProducer(t, c, producer.TransactionalID(id))
-		require.NoError(t, cur.InitTransactions(ctx))
+		out, id, old, cur := fencedPair(t, ctx, c)
 
 		_ = old.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("zombie 2")}, nil)
 		_ = old.Flush(ctx)
