@@ -83,6 +83,9 @@ func process(ctx context.Context, o options, sum *summary) error {
 			return nil
 		}
 		cfg := keyed.Config{Dir: dir, Checkpoint: checkpoint.Config{Interval: o.interval}, Hook: hook, Restart: keyed.FixedDelay(3, time.Second)}
+		if o.atLeastOnce {
+			cfg.Mode = checkpoint.AtLeastOnce
+		}
 		j := keyed.NewJob("userbehavior", cfg)
 		src := keyed.NewKafkaSource(o.brokers, o.topic, consumer.JSONValue[Event]())
 		sink := keyed.NewKafkaSink(o.brokers, o.output, job, []string{o.topic}, func(r Result) ([]byte, []byte, error) {
@@ -90,6 +93,9 @@ func process(ctx context.Context, o options, sum *summary) error {
 			return []byte(r.UUID), b, err
 		})
 		sink.ProducerSettings = map[string]string{"transaction.timeout.ms": keyed.TransactionTimeout(cfg.Checkpoint)}
+		if o.atLeastOnce {
+			sink.AtLeastOnce, sink.ProducerSettings = true, nil
+		}
 		s := keyed.FromSource(j, "events", 2, keyed.Source[Event](src))
 		var k *keyed.KeyedStream[Event]
 		if o.keyBy {
@@ -153,7 +159,10 @@ func watch(ctx context.Context, o options, done func()) error {
 	if err := c.Assign(tps); err != nil {
 		return err
 	}
+	// n counts distinct results: per user, the results for seq 0..next-1
+	// (at-least-once output repeats some after a restart).
 	n := 0
+	next := map[string]int64{}
 	last := time.Now()
 	for n < o.events {
 		if ctx.Err() != nil {
@@ -161,7 +170,14 @@ func watch(ctx context.Context, o options, done func()) error {
 		}
 		ev := c.Poll(100)
 		if m, ok := ev.(*kafka.Message); ok && m.TopicPartition.Error == nil {
-			n++
+			var res Result
+			if err := json.Unmarshal(m.Value, &res); err != nil {
+				return fmt.Errorf("%s[%d]@%d: %w", o.output, m.TopicPartition.Partition, m.TopicPartition.Offset, err)
+			}
+			if res.Seq == next[res.UUID] {
+				next[res.UUID]++
+				n++
+			}
 		}
 		if !o.quiet && time.Since(last) > 200*time.Millisecond {
 			last = time.Now()

@@ -58,7 +58,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 func TestMain(m *testing.M) {
 	if os.Getenv("USERBEHAVIOR_CHILD") == "1" {
 		o := options{brokers: os.Getenv("UB_BROKERS"), topic: os.Getenv("UB_INPUT"), events: tortureEvents(), users: 500, partitions: 6,
-			phase: "process", interval: 150 * time.Millisecond, dir: os.Getenv("UB_DIR"), quiet: true}
+			phase: "process", interval: 150 * time.Millisecond, dir: os.Getenv("UB_DIR"), quiet: true, atLeastOnce: os.Getenv("UB_AT_LEAST_ONCE") == "1"}
 		if err := run(context.Background(), o); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(3)
@@ -72,73 +72,85 @@ func TestMain(m *testing.M) {
 // is SIGKILLed at checkpoint failpoints and at random times, then
 // restarted, at least five times; a last run finishes, and the independent
 // read_committed verification must find every result exactly once, in
-// per-user order, with the right counts.
+// per-user order, with the right counts. In at-least-once mode the same
+// torture may repeat results but must lose none, and counts stay right.
 func TestCrashTorture(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-		defer cancel()
-		// Input keeps arriving (2,000 events/s) while the job is killed and
-		// restarted.
-		o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: tortureEvents(), users: 500, partitions: 6, seed: 9,
-			phase: "produce", quiet: true, rate: 2_000}
-		_, err := ensureTopic(ctx, o.brokers, o.topic, o.partitions)
-		require.NoError(t, err)
-		produced := make(chan error, 1)
-		go func() { produced <- run(ctx, o) }()
-		dir := t.TempDir()
-		child := func(failpoints string) *exec.Cmd {
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), "USERBEHAVIOR_CHILD=1", "UB_BROKERS="+c.Brokers, "UB_INPUT="+o.topic, "UB_DIR="+dir,
-				failpoint.Env+"="+failpoints)
-			return cmd
-		}
-		r := rand.New(rand.NewPCG(4, 4))
-		cycles := []string{checkpoint.FailAfterSnapshots + "@2", checkpoint.FailAfterMetadata + "@2", checkpoint.FailBeforeCommit + "@2",
-			checkpoint.FailAfterCommit + "@2", checkpoint.FailDuringRestore, "", ""}
-		// Long mode: KORD_TORTURE_CYCLES=50 (input then lasts long enough).
-		if n, _ := strconv.Atoi(os.Getenv("KORD_TORTURE_CYCLES")); n > len(cycles) {
-			points := []string{checkpoint.FailAfterSnapshots, checkpoint.FailAfterMetadata, checkpoint.FailBeforeCommit, checkpoint.FailAfterCommit, checkpoint.FailAfterMarker}
-			for len(cycles) < n {
-				if r.IntN(2) == 0 {
-					cycles = append(cycles, "")
-				} else {
-					cycles = append(cycles, fmt.Sprintf("%s@%d", points[r.IntN(len(points))], 1+r.IntN(3)))
-				}
-			}
-		}
-		kills := 0
-		for _, fp := range cycles {
-			cmd := child(fp)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			require.NoError(t, cmd.Start())
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			var err error
-			select {
-			case err = <-done:
-			case <-time.After(time.Duration(200+r.IntN(1200)) * time.Millisecond):
-				if fp == "" {
-					_ = cmd.Process.Kill() // a random-time SIGKILL
-				}
-				err = <-done
-			}
-			// Killed, or finished early because everything was done: either
-			// way no error of its own.
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				require.True(t, ee.Sys().(syscall.WaitStatus).Signaled(), "cycle %q: child failed: %v\n%s", fp, err, stderr.String())
-				kills++
-			}
-		}
-		require.GreaterOrEqual(t, kills, 5, "the job finished before it could be killed often enough")
-		require.NoError(t, <-produced)
-		cmd := child("")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "last run: %s", out)
-		o.phase = "verify"
-		require.NoError(t, run(ctx, o))
+		t.Run("exactly-once", func(t *testing.T) { torture(t, c, false) })
+		t.Run("at-least-once", func(t *testing.T) { torture(t, c, true) })
 	})
+}
+
+func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	// Input keeps arriving (2,000 events/s) while the job is killed and
+	// restarted.
+	o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: tortureEvents(), users: 500, partitions: 6, seed: 9,
+		phase: "produce", quiet: true, rate: 2_000, atLeastOnce: atLeastOnce}
+	_, err := ensureTopic(ctx, o.brokers, o.topic, o.partitions)
+	require.NoError(t, err)
+	produced := make(chan error, 1)
+	go func() { produced <- run(ctx, o) }()
+	dir := t.TempDir()
+	child := func(failpoints string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "USERBEHAVIOR_CHILD=1", "UB_BROKERS="+c.Brokers, "UB_INPUT="+o.topic, "UB_DIR="+dir,
+			failpoint.Env+"="+failpoints)
+		if atLeastOnce {
+			cmd.Env = append(cmd.Env, "UB_AT_LEAST_ONCE=1")
+		}
+		return cmd
+	}
+	r := rand.New(rand.NewPCG(4, 4))
+	cycles := []string{checkpoint.FailAfterSnapshots + "@2", checkpoint.FailAfterMetadata + "@2", checkpoint.FailBeforeCommit + "@2",
+		checkpoint.FailAfterCommit + "@2", checkpoint.FailDuringRestore, "", ""}
+	// Long mode: KORD_TORTURE_CYCLES=50 (input then lasts long enough).
+	if n, _ := strconv.Atoi(os.Getenv("KORD_TORTURE_CYCLES")); n > len(cycles) {
+		points := []string{checkpoint.FailAfterSnapshots, checkpoint.FailAfterMetadata, checkpoint.FailBeforeCommit, checkpoint.FailAfterCommit, checkpoint.FailAfterMarker}
+		for len(cycles) < n {
+			if r.IntN(2) == 0 {
+				cycles = append(cycles, "")
+			} else {
+				cycles = append(cycles, fmt.Sprintf("%s@%d", points[r.IntN(len(points))], 1+r.IntN(3)))
+			}
+		}
+	}
+	kills := 0
+	for _, fp := range cycles {
+		cmd := child(fp)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		require.NoError(t, cmd.Start())
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(time.Duration(200+r.IntN(1200)) * time.Millisecond):
+			if fp == "" {
+				_ = cmd.Process.Kill() // a random-time SIGKILL
+			}
+			err = <-done
+		}
+		// Killed, or finished early because everything was done: either
+		// way no error of its own.
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			require.True(t, ee.Sys().(syscall.WaitStatus).Signaled(), "cycle %q: child failed: %v\n%s", fp, err, stderr.String())
+			kills++
+		}
+	}
+	require.GreaterOrEqual(t, kills, 5, "the job finished before it could be killed often enough")
+	require.NoError(t, <-produced)
+	cmd := child("")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "last run: %s", out)
+	o.phase = "verify"
+	var summary bytes.Buffer
+	o.stdout = &summary
+	require.NoError(t, run(ctx, o))
+	t.Log(strings.TrimSpace(summary.String()))
 }
 
 // tortureEvents is the crash test's input size: 24,000 (12 s at 2,000/s,
