@@ -222,6 +222,12 @@ func newRunID() string {
 // committed during it.
 func (j *Job) runOnce(ctx context.Context, store *checkpoint.Store) (progressed bool, err error) {
 	if err := j.sink.reset(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped before anything ran: nothing to checkpoint, a clean
+			// stop.
+			j.cfg.Logger.Info("keyed: stopped while the sink was starting", "job", j.name, "err", err)
+			return false, nil
+		}
 		return false, fmt.Errorf("keyed: sink reset: %w", err)
 	}
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))

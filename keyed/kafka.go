@@ -189,6 +189,13 @@ type KafkaSink[T any] struct {
 	Inputs []string
 	// Encode turns a result into the record key and value.
 	Encode func(v T) (key, value []byte, err error)
+	// TopicOf, if set, routes a result to another topic (a side output:
+	// alerts beside counts, say); "" means Topic. Every topic is written
+	// by the same transactional producer, so side outputs commit with the
+	// main output and the dead letters, exactly once. Name the topics in
+	// SideTopics so that Reset checks they exist.
+	TopicOf    func(v T) string
+	SideTopics []string
 	// EpochBuffer bounds the records held after a barrier until the commit;
 	// Write blocks while it is full. Default 100,000.
 	EpochBuffer int
@@ -282,7 +289,7 @@ func (s *KafkaSink[T]) Reset(ctx context.Context) error {
 	}
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	for _, topic := range []string{s.Topic, s.DeadLetterTopic} {
+	for _, topic := range append([]string{s.Topic, s.DeadLetterTopic}, s.SideTopics...) {
 		if topic == "" {
 			continue
 		}
@@ -358,7 +365,13 @@ func (s *KafkaSink[T]) Write(epoch uint64, v T) error {
 	if err != nil {
 		return fmt.Errorf("keyed: kafka sink %s: encode: %w", s.Topic, err)
 	}
-	rec := producer.Record[[]byte, []byte]{Topic: s.Topic, Key: key, Value: val}
+	topic := s.Topic
+	if s.TopicOf != nil {
+		if t := s.TopicOf(v); t != "" {
+			topic = t
+		}
+	}
+	rec := producer.Record[[]byte, []byte]{Topic: topic, Key: key, Value: val}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {

@@ -602,3 +602,60 @@ func committedAll(t *testing.T, c *kafkatest.Cluster, f *kafkaFixture) bool {
 	}
 	return true
 }
+
+// TestKafkaSideOutput: results routed to a side topic (TopicOf) commit in
+// the same transactions as the main output: across crashes after and
+// before a commit, each event's result is in exactly one of the two topics,
+// the one its route names, exactly once.
+func TestKafkaSideOutput(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newKafkaFixture(t, c, 3, 3_000, 100)
+		side := c.CreateTopic(t, 3, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		toSide := func(r result) bool { return r.Seq%5 == 0 }
+		nSide := 0
+		for _, n := range f.want {
+			nSide += int((n + 4) / 5) // seq 0, 5, 10, ... < n
+		}
+		dir := t.TempDir()
+		for _, hook := range []func(string) error{crashAt(checkpoint.FailAfterCommit, 2), crashAt(checkpoint.FailBeforeCommit, 1), nil} {
+			j, sink := f.build(keyed.Config{Dir: dir, Hook: hook}, false, 2)
+			sink.SideTopics = []string{side}
+			sink.TopicOf = func(r result) string {
+				if toSide(r) {
+					return side
+				}
+				return ""
+			}
+			if hook != nil {
+				require.ErrorIs(t, j.Run(ctx), keyed.ErrCrashed)
+				continue
+			}
+			runJobUntil(t, ctx, j, func() {
+				f.c.ReadAll(t, f.out, f.n-nSide, true, 2*time.Minute)
+				f.c.ReadAll(t, side, nSide, true, time.Minute)
+			})
+			require.NoError(t, sink.Close())
+		}
+		seen := map[string]bool{}
+		for _, topic := range []string{f.out, side} {
+			want := f.n - nSide
+			if topic == side {
+				want = nSide
+			}
+			recs := f.c.ReadAll(t, topic, want+1, true, 3*time.Second)
+			require.Len(t, recs, want, "topic %s", topic)
+			for _, rec := range recs {
+				var r result
+				require.NoError(t, json.Unmarshal(rec.Value, &r))
+				require.Equal(t, toSide(r), topic == side, "%s seq %d in %s", r.UUID, r.Seq, topic)
+				require.Equal(t, r.Seq+1, r.Count)
+				k := fmt.Sprintf("%s/%d", r.UUID, r.Seq)
+				require.False(t, seen[k], "%s twice", k)
+				seen[k] = true
+			}
+		}
+		require.Len(t, seen, f.n)
+	})
+}
