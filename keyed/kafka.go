@@ -271,7 +271,9 @@ func (s *KafkaSink[T]) Reset(ctx context.Context) error {
 	s.buffer, s.bufEpochs, s.err = nil, nil, nil
 	opts := []producer.Opt{producer.Brokers(s.Brokers), producer.CloseTimeout(5 * time.Second)}
 	if !s.AtLeastOnce {
-		opts = append(opts, producer.TransactionalID("kord."+s.Job))
+		// Exactly-once: a failed record fails the transaction's commit,
+		// so per-record delivery reports are not needed.
+		opts = append(opts, producer.TransactionalID("kord."+s.Job), producer.CommitReports())
 	}
 	if s.Logger != nil {
 		opts = append(opts, producer.Logger(s.Logger))

@@ -28,6 +28,7 @@ type cfg struct {
 	closeTimeout    time.Duration
 	allowReordering bool
 	transactionalID string
+	noReports       bool
 }
 
 func defaultCfg() cfg {
@@ -101,6 +102,17 @@ func TransactionalID(id string) Opt {
 	return opt(func(c *cfg) { c.transactionalID = id })
 }
 
+// CommitReports makes a transactional producer skip per-record delivery
+// reports: CommitTransaction is where a failed record shows (the commit
+// fails and the transaction must be aborted), as librdkafka's
+// transactional API reports it. Produce then takes no done callback, and
+// Flush waits for librdkafka's queue to drain. It saves a report crossing
+// from C to Go per record (the raw loop in bench/rawloop runs this way).
+// Refused without TransactionalID.
+func CommitReports() Opt {
+	return opt(func(c *cfg) { c.noReports = true })
+}
+
 // forced are settings kord owns. Each maps to the reason a user value is
 // refused.
 var forced = map[string]string{
@@ -165,6 +177,9 @@ func (c *cfg) build() (map[string]string, error) {
 	}
 	if c.transactionalID != "" {
 		s["transactional.id"] = c.transactionalID
+	}
+	if c.noReports && c.transactionalID == "" {
+		return nil, fmt.Errorf("%w: producer.CommitReports needs producer.TransactionalID: outside a transaction a failed record would go unreported", ErrConfig)
 	}
 	s["allow.auto.create.topics"] = "false"
 	return s, nil

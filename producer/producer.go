@@ -202,7 +202,7 @@ func newClient(opts []Opt) (*client, error) {
 	c.log = c.cfg.log
 	cm := kafka.ConfigMap{
 		"go.logs.channel.enable":    true,
-		"go.delivery.reports":       true,
+		"go.delivery.reports":       !c.cfg.noReports,
 		"go.delivery.report.fields": "none",
 	}
 	for k, v := range settings {
@@ -224,6 +224,9 @@ func newClient(opts []Opt) (*client, error) {
 func (c *client) produce(ctx context.Context, topic string, key, val []byte, hdrs []Header, ts time.Time, done func(Delivery, error)) error {
 	if err := c.failure(); err != nil {
 		return err
+	}
+	if done != nil && c.cfg.noReports {
+		return fmt.Errorf("%w: a done callback needs delivery reports, which producer.CommitReports turns off", ErrConfig)
 	}
 	part, err := c.partition(ctx, topic, key)
 	if err != nil {
@@ -267,6 +270,20 @@ func (c *client) enqueue(m *kafka.Message) error {
 	defer c.closeMu.RUnlock()
 	if c.closed {
 		return ErrClosed
+	}
+	if c.cfg.noReports {
+		m.Opaque = nil
+		if err := c.kp.Produce(m, nil); err != nil {
+			var kerr kafka.Error
+			if errors.As(err, &kerr) && kerr.Code() == kafka.ErrQueueFull {
+				return err
+			}
+			if errors.As(err, &kerr) && kerr.Code() == kafka.ErrMsgSizeTooLarge {
+				err = fmt.Errorf("%w (%d bytes of key and value): %w", ErrRecordTooLarge, len(m.Key)+len(m.Value), err)
+			}
+			return &Error{Op: "produce", Topic: *m.TopicPartition.Topic, Partition: m.TopicPartition.Partition, Offset: -1, Err: err}
+		}
+		return nil
 	}
 	c.inflight.Add(1)
 	if err := c.kp.Produce(m, nil); err != nil {
@@ -431,6 +448,17 @@ func (c *client) waitProgress(ctx context.Context, d time.Duration) error {
 }
 
 func (c *client) flush(ctx context.Context) error {
+	if c.cfg.noReports {
+		// No reports: wait for librdkafka's queues to drain; failures show
+		// at CommitTransaction.
+		for c.kp.Len() > 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("producer: flush: %d records undelivered: %w", c.kp.Len(), context.Cause(ctx))
+			}
+			c.kp.Flush(50)
+		}
+		return nil
+	}
 	for c.inflight.Load() > 0 {
 		if err := c.waitProgress(ctx, 50*time.Millisecond); err != nil {
 			return fmt.Errorf("producer: flush: %d records undelivered: %w", c.inflight.Load(), err)
@@ -458,7 +486,11 @@ func (c *client) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.closeTimeout)
 	ferr := c.flush(ctx)
 	cancel()
-	if n := c.inflight.Load(); n > 0 {
+	n := c.inflight.Load()
+	if c.cfg.noReports {
+		n = int64(c.kp.Len())
+	}
+	if n > 0 {
 		// Purge what is still queued or in flight; librdkafka reports each
 		// purged record as failed, through the events goroutine.
 		c.log.Warn("kord producer: close timeout, purging undelivered records", "records", n, "timeout", c.cfg.closeTimeout)

@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -156,5 +157,45 @@ func TestZombieAbortIsFenced(t *testing.T) {
 		recs := c.ReadAll(t, out, 1, true, 30*time.Second)
 		require.Len(t, recs, 1)
 		require.Equal(t, "live", string(recs[0].Value))
+	})
+}
+
+// TestCommitReports: a transactional producer without per-record delivery
+// reports commits what it produced (read_committed sees every record, in
+// order per key) and aborts what it aborts; Produce with a callback and the
+// option without a transactional.id are refused.
+func TestCommitReports(t *testing.T) {
+	_, err := producer.New(producer.String(), producer.Bytes(), producer.Brokers("127.0.0.1:1"), producer.CommitReports())
+	require.ErrorIs(t, err, producer.ErrConfig)
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		out := c.CreateTopic(t, 3, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p := newBytesProducer(t, c, producer.TransactionalID(kafkatest.TopicName(t)), producer.CommitReports())
+		require.NoError(t, p.InitTransactions(ctx))
+		require.NoError(t, p.BeginTransaction())
+		require.ErrorIs(t, p.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k"}, func(producer.Delivery, error) {}), producer.ErrConfig)
+		for i := 0; i < 500; i++ {
+			require.NoError(t, p.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: fmt.Sprintf("k%d", i%7), Value: []byte("aborted")}, nil))
+		}
+		require.NoError(t, p.AbortTransaction(ctx))
+		require.NoError(t, p.BeginTransaction())
+		const n = 10_000
+		for i := 0; i < n; i++ {
+			require.NoError(t, p.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: fmt.Sprintf("k%d", i%7), Value: []byte(strconv.Itoa(i))}, nil))
+		}
+		require.NoError(t, p.Flush(ctx))
+		require.NoError(t, p.CommitTransaction(ctx))
+		recs := c.ReadAll(t, out, n+1, true, 5*time.Second)
+		require.Len(t, recs, n)
+		last := map[string]int{}
+		for _, r := range recs {
+			v, err := strconv.Atoi(string(r.Value))
+			require.NoError(t, err, "an aborted record was read: %q", r.Value)
+			if prev, ok := last[string(r.Key)]; ok {
+				require.Greater(t, v, prev, "key %s out of order", r.Key)
+			}
+			last[string(r.Key)] = v
+		}
 	})
 }
