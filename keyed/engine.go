@@ -400,7 +400,17 @@ func (r *run) coordinate(ctx context.Context, committed uint64, maxP int) (progr
 				if err := r.hook(checkpoint.FailBeforeCommit); err != nil {
 					return false, err
 				}
-				if err := r.j.sink.commit(ctx, checkpoint.CheckpointRef{Run: r.runID, ID: e.ID}, pending[e.ID].offsets); err != nil {
+				// The commit is not cut short by a stop request (the final
+				// checkpoint of a graceful stop commits after it), only by
+				// the checkpoint timeout.
+				timeout := r.cfg.Checkpoint.Timeout
+				if timeout <= 0 {
+					timeout = 60 * time.Second
+				}
+				cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+				err := r.j.sink.commit(cctx, checkpoint.CheckpointRef{Run: r.runID, ID: e.ID}, pending[e.ID].offsets)
+				ccancel()
+				if err != nil {
 					lc.CommitFailed(e.ID)
 					return false, fmt.Errorf("keyed: commit of checkpoint %d: %w", e.ID, err)
 				}

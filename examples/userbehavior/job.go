@@ -32,8 +32,14 @@ type summary struct {
 }
 
 // userCounter counts each user's events in keyed state and refuses an
-// event out of order.
-type userCounter struct{ n *keyed.ValueState[int64] }
+// event out of order. In at-least-once mode an event already counted can
+// come again (the restored state may be ahead of the restored offsets, as
+// barriers are not aligned): it is answered again with its own count and
+// not counted twice.
+type userCounter struct {
+	n           *keyed.ValueState[int64]
+	atLeastOnce bool
+}
 
 func (c *userCounter) Open(b *keyed.Backend) (err error) {
 	c.n, err = keyed.Value(b, "events", keyed.Int64())
@@ -42,6 +48,10 @@ func (c *userCounter) Open(b *keyed.Backend) (err error) {
 
 func (c *userCounter) Process(_ []byte, e Event, out *keyed.Collector[Result]) error {
 	n, _ := c.n.Get()
+	if c.atLeastOnce && e.Seq < n {
+		out.Emit(Result{UUID: e.UUID, Seq: e.Seq, Count: e.Seq + 1, Action: e.Action})
+		return nil
+	}
 	if e.Seq != n {
 		return fmt.Errorf("user %s: event %d after %d events: out of order", e.UUID, e.Seq, n)
 	}
@@ -103,7 +113,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 		} else {
 			k = keyed.ByPartition(s)
 		}
-		keyed.ToSink(keyed.Process(k, "count", 2, func() keyed.Operator[Event, Result] { return &userCounter{} }), "results", keyed.Sink[Result](sink))
+		keyed.ToSink(keyed.Process(k, "count", 2, func() keyed.Operator[Event, Result] { return &userCounter{atLeastOnce: o.atLeastOnce} }), "results", keyed.Sink[Result](sink))
 		return j, sink
 	}
 
