@@ -253,9 +253,11 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 	defer cancel(nil)
 
 	var (
-		target    atomic.Int64
-		killAt    atomic.Int64 // Unix ns of the latest SIGKILL, 0 before the first
-		firstNew  atomic.Int64 // arrival of the first output of an input produced after killAt
+		target atomic.Int64
+		// cur is the latest SIGKILL (nil before the first) and the arrival
+		// of the first output of an input produced after it: one value, so
+		// that the reader never pairs an arrival with an older kill.
+		cur       atomic.Pointer[killMark]
 		check     = newOutputCheck(r.partitions, r.child == childEngine)
 		readReady = make(chan struct{})
 		readDone  = make(chan error, 1)
@@ -272,8 +274,8 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 			if err != nil {
 				return err
 			}
-			if ka := killAt.Load(); ka > 0 && f.producedAtNs > ka && now >= ka {
-				firstNew.CompareAndSwap(0, now)
+			if k := cur.Load(); k != nil && f.producedAtNs > k.at && now >= k.at {
+				k.firstNew.CompareAndSwap(0, now)
 			}
 			return nil
 		})
@@ -337,9 +339,9 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 		case p := <-prodDone:
 			return res, fmt.Errorf("recovery: producer stopped: %v", p.err)
 		}
-		firstNew.Store(0)
 		kill := time.Now()
-		killAt.Store(kill.UnixNano())
+		mark := &killMark{at: kill.UnixNano()}
+		cur.Store(mark)
 		if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			return res, fmt.Errorf("recovery: SIGKILL: %w", err)
 		}
@@ -353,7 +355,7 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 			return res, err
 		}
 		children = append(children, c)
-		if err := r.waitFor(ctx, c, "the first new output", func() bool { return firstNew.Load() != 0 }); err != nil {
+		if err := r.waitFor(ctx, c, "the first new output", func() bool { return mark.firstNew.Load() != 0 }); err != nil {
 			return res, fmt.Errorf("recovery: kill %d: %w", k, err)
 		}
 		// The child's first commit may be reported a moment after the reader
@@ -369,10 +371,10 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 		s := RecoverySample{
 			SinceCommitMs: ms(kill.Sub(last)), StartMs: since(start), RecoveryMs: since(decided),
 			RunningMs: since(running), FirstCommitMs: since(firstCmt),
-			FirstNewMs: ms(time.Duration(firstNew.Load() - kill.UnixNano())),
+			FirstNewMs: ms(time.Duration(mark.firstNew.Load() - kill.UnixNano())),
 		}
 		res.Samples = append(res.Samples, s)
-		recs = append(recs, time.Duration(firstNew.Load()-kill.UnixNano()))
+		recs = append(recs, time.Duration(mark.firstNew.Load()-kill.UnixNano()))
 		toRec = append(toRec, decided.Sub(kill))
 		toRun = append(toRun, running.Sub(kill))
 		toCmt = append(toCmt, firstCmt.Sub(kill))
@@ -598,4 +600,11 @@ func printRecovery(w io.Writer, r *RecoveryResult) {
 	if v := r.Verified; v != nil {
 		fmt.Fprintf(w, "    verified  %s (all incarnations)\n", v)
 	}
+}
+
+// killMark is one SIGKILL of a recovery run: its time (Unix ns) and the
+// arrival of the first output of an input produced after it.
+type killMark struct {
+	at       int64
+	firstNew atomic.Int64
 }
