@@ -506,3 +506,26 @@ func (s *Source) CommitGroupOffsets(ctx context.Context, group string, offsets [
 	}
 	return nil
 }
+
+// TopicConfig returns the value of one configuration entry of topic, as
+// the broker reports it (its own default when the topic sets none).
+func (s *Source) TopicConfig(ctx context.Context, topic, name string) (string, error) {
+	a, err := kafka.NewAdminClientFromConsumer(s.c)
+	if err != nil {
+		return "", fmt.Errorf("consumer: admin client: %w", err)
+	}
+	defer a.Close()
+	res, err := a.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}})
+	if err != nil {
+		return "", fmt.Errorf("consumer: configuration of topic %q: %w", topic, err)
+	}
+	for _, r := range res {
+		if r.Error.Code() != kafka.ErrNoError {
+			return "", fmt.Errorf("consumer: configuration of topic %q: %w", topic, r.Error)
+		}
+		if e, ok := r.Config[name]; ok {
+			return e.Value, nil
+		}
+	}
+	return "", fmt.Errorf("consumer: topic %q has no configuration entry %q", topic, name)
+}

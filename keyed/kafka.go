@@ -278,19 +278,23 @@ func (s *KafkaSink[T]) Reset(ctx context.Context) error {
 	if s.Logger != nil {
 		opts = append(opts, producer.Logger(s.Logger))
 	}
-	for k, v := range s.ProducerSettings {
-		opts = append(opts, producer.Set(k, v))
-	}
-	p, err := producer.New(producer.Bytes(), producer.Bytes(), opts...)
-	if err != nil {
-		return err
-	}
 	timeout := s.InitTimeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
 	ictx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	settings, err := s.sizedSettings(ictx)
+	if err != nil {
+		return err
+	}
+	for k, v := range settings {
+		opts = append(opts, producer.Set(k, v))
+	}
+	p, err := producer.New(producer.Bytes(), producer.Bytes(), opts...)
+	if err != nil {
+		return err
+	}
 	for _, topic := range append([]string{s.Topic, s.DeadLetterTopic}, s.SideTopics...) {
 		if topic == "" {
 			continue
@@ -324,6 +328,62 @@ func (s *KafkaSink[T]) Reset(ctx context.Context) error {
 	s.p = p
 	s.room.Broadcast()
 	return nil
+}
+
+// sizedSettings returns ProducerSettings with message.max.bytes (and
+// batch.size) no larger than the smallest max.message.bytes of the topics
+// the sink writes: librdkafka then refuses a record the broker would
+// refuse, when it is produced, where OnTooLarge classifies it, instead of
+// the broker failing every transaction that carries it.
+func (s *KafkaSink[T]) sizedSettings(ctx context.Context) (map[string]string, error) {
+	c, err := consumer.New(consumer.Brokers(s.Brokers), consumer.Logger(s.logger()))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	limit := int64(-1)
+	for _, topic := range append([]string{s.Topic, s.DeadLetterTopic}, s.SideTopics...) {
+		if topic == "" {
+			continue
+		}
+		if _, err := c.Partitions(ctx, topic); err != nil {
+			if errors.Is(err, consumer.ErrUnknownTopic) {
+				err = fmt.Errorf("%w: %w", producer.ErrUnknownTopic, err)
+			}
+			return nil, fmt.Errorf("keyed: kafka sink %s (brokers %s): %w", s.Topic, s.Brokers, err)
+		}
+		v, err := c.TopicConfig(ctx, topic, "max.message.bytes")
+		if err != nil {
+			return nil, fmt.Errorf("keyed: kafka sink %s (brokers %s): %w", s.Topic, s.Brokers, err)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("keyed: kafka sink %s: topic %s: max.message.bytes %q: %w", s.Topic, topic, v, err)
+		}
+		if limit < 0 || n < limit {
+			limit = n
+		}
+	}
+	out := make(map[string]string, len(s.ProducerSettings)+2)
+	for k, v := range s.ProducerSettings {
+		out[k] = v
+	}
+	if limit <= 0 {
+		return out, nil
+	}
+	own := int64(1_000_000) // librdkafka's default message.max.bytes
+	if v, ok := out["message.max.bytes"]; ok {
+		if own, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("keyed: kafka sink %s: message.max.bytes %q: %w", s.Topic, v, err)
+		}
+	}
+	if limit < own {
+		out["message.max.bytes"] = strconv.FormatInt(limit, 10)
+		if _, ok := out["batch.size"]; !ok {
+			out["batch.size"] = strconv.FormatInt(limit, 10)
+		}
+	}
+	return out, nil
 }
 
 // Recorded implements Sink: the checkpoint Kafka's commit group records.

@@ -350,6 +350,44 @@ func TestKafkaDeadLetters(t *testing.T) {
 	})
 }
 
+// TestKafkaSinkTopicLimit: an output topic whose max.message.bytes is
+// below the producer's message.max.bytes: a record the broker would refuse
+// (and so fail every transaction carrying it) is refused when produced and
+// goes to the dead-letter topic as a stand-in; the rest commits.
+func TestKafkaSinkTopicLimit(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		in := c.CreateTopic(t, 1, nil)
+		out := c.CreateTopic(t, 1, map[string]string{"max.message.bytes": "20000"})
+		dlq := c.CreateTopic(t, 1, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sink := keyed.NewKafkaSink(c.Brokers, out, kafkatest.TopicName(t), []string{in}, func(v string) ([]byte, []byte, error) {
+			if v == "big" {
+				return []byte("big-key"), make([]byte, 50_000), nil
+			}
+			return []byte("k"), []byte(v), nil
+		})
+		sink.DeadLetterTopic, sink.OnTooLarge = dlq, keyed.DeadLetter
+		require.NoError(t, sink.Reset(ctx))
+		defer sink.Close()
+		_, err := sink.Recorded(ctx)
+		require.NoError(t, err)
+		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 0}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 0}}))
+		for _, v := range []string{"before", "big", "after"} {
+			require.NoError(t, sink.Write(1, v))
+		}
+		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 1}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 3}}))
+		var got []string
+		for _, r := range c.ReadAll(t, out, 3, true, 5*time.Second) {
+			got = append(got, string(r.Value))
+		}
+		require.Equal(t, []string{"before", "after"}, got)
+		dead := c.ReadAll(t, dlq, 2, true, 5*time.Second)
+		require.Len(t, dead, 1)
+		require.Equal(t, "big-key", string(dead[0].Key))
+	})
+}
+
 // TestKafkaSinkTooLarge: an output record larger than message.max.bytes
 // fails the write naming its key under OnTooLarge = Fail, and under
 // DeadLetter leaves a stand-in (key, size, error) in the dead-letter topic
