@@ -271,33 +271,30 @@ func (c *client) enqueue(m *kafka.Message) error {
 	if c.closed {
 		return ErrClosed
 	}
-	if c.cfg.noReports {
+	// Without delivery reports (CommitReports) nothing would ever count a
+	// record back out: only reported records are in flight.
+	counted := !c.cfg.noReports
+	if !counted {
 		m.Opaque = nil
-		if err := c.kp.Produce(m, nil); err != nil {
-			var kerr kafka.Error
-			if errors.As(err, &kerr) && kerr.Code() == kafka.ErrQueueFull {
-				return err
-			}
-			if errors.As(err, &kerr) && kerr.Code() == kafka.ErrMsgSizeTooLarge {
-				err = fmt.Errorf("%w (%d bytes of key and value): %w", ErrRecordTooLarge, len(m.Key)+len(m.Value), err)
-			}
-			return &Error{Op: "produce", Topic: *m.TopicPartition.Topic, Partition: m.TopicPartition.Partition, Offset: -1, Err: err}
-		}
+	}
+	if counted {
+		c.inflight.Add(1)
+	}
+	err := c.kp.Produce(m, nil)
+	if err == nil {
 		return nil
 	}
-	c.inflight.Add(1)
-	if err := c.kp.Produce(m, nil); err != nil {
+	if counted {
 		c.inflight.Add(-1)
-		var kerr kafka.Error
-		if errors.As(err, &kerr) && kerr.Code() == kafka.ErrQueueFull {
-			return err
-		}
-		if errors.As(err, &kerr) && kerr.Code() == kafka.ErrMsgSizeTooLarge {
-			err = fmt.Errorf("%w (%d bytes of key and value): %w", ErrRecordTooLarge, len(m.Key)+len(m.Value), err)
-		}
-		return &Error{Op: "produce", Topic: *m.TopicPartition.Topic, Partition: m.TopicPartition.Partition, Offset: -1, Err: err}
 	}
-	return nil
+	var kerr kafka.Error
+	if errors.As(err, &kerr) && kerr.Code() == kafka.ErrQueueFull {
+		return err
+	}
+	if errors.As(err, &kerr) && kerr.Code() == kafka.ErrMsgSizeTooLarge {
+		err = fmt.Errorf("%w (%d bytes of key and value): %w", ErrRecordTooLarge, len(m.Key)+len(m.Value), err)
+	}
+	return &Error{Op: "produce", Topic: *m.TopicPartition.Topic, Partition: m.TopicPartition.Partition, Offset: -1, Err: err}
 }
 
 func (c *client) partition(ctx context.Context, topic string, key []byte) (int32, error) {

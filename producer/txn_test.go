@@ -95,6 +95,18 @@ func fencedPair(t *testing.T, ctx context.Context, c *kafkatest.Cluster) (out, i
 	return out, id, old, cur
 }
 
+// liveCommits checks that cur, which fenced a zombie, commits a record and
+// that a read_committed reader sees only it (nothing of the zombie's).
+func liveCommits(t *testing.T, ctx context.Context, c *kafkatest.Cluster, cur *producer.Producer[string, []byte], out string) {
+	t.Helper()
+	require.NoError(t, cur.BeginTransaction())
+	require.NoError(t, cur.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("live")}, nil))
+	require.NoError(t, cur.CommitTransaction(ctx))
+	recs := c.ReadAll(t, out, 1, true, 30*time.Second)
+	require.Len(t, recs, 1)
+	require.Equal(t, "live", string(recs[0].Value))
+}
+
 // TestZombieIsFenced: a second producer with the same transactional.id
 // fences the first; the first's next transactional call fails fatally with
 // ErrFenced and it refuses further records.
@@ -113,12 +125,7 @@ func TestZombieIsFenced(t *testing.T) {
 		require.Contains(t, err.Error(), id)
 		require.ErrorIs(t, old.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k"}, nil), producer.ErrFailed)
 
-		require.NoError(t, cur.BeginTransaction())
-		require.NoError(t, cur.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("live")}, nil))
-		require.NoError(t, cur.CommitTransaction(ctx))
-		recs := c.ReadAll(t, out, 1, true, 30*time.Second)
-		require.Len(t, recs, 1)
-		require.Equal(t, "live", string(recs[0].Value))
+		liveCommits(t, ctx, c, cur, out)
 	})
 }
 
@@ -151,12 +158,7 @@ func TestZombieAbortIsFenced(t *testing.T) {
 		err = old.AbortIfRequired(ctx, err)
 		require.ErrorIs(t, err, producer.ErrFenced)
 
-		require.NoError(t, cur.BeginTransaction())
-		require.NoError(t, cur.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: "k", Value: []byte("live")}, nil))
-		require.NoError(t, cur.CommitTransaction(ctx))
-		recs := c.ReadAll(t, out, 1, true, 30*time.Second)
-		require.Len(t, recs, 1)
-		require.Equal(t, "live", string(recs[0].Value))
+		liveCommits(t, ctx, c, cur, out)
 	})
 }
 
