@@ -1,14 +1,12 @@
 package checkpoint_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"sync"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/crashtest"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
 	"github.com/kordproject/kord/internal/testdir"
@@ -143,41 +142,21 @@ func (h *harness) produce(ctx context.Context, n, rate int) error {
 	return nil
 }
 
-type child struct {
-	cmd    *exec.Cmd
-	stdout *lockedBuffer
-	stderr *lockedBuffer
-	done   chan error
-}
-
-func (h *harness) start(failpoints, dir string) *child {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(),
+func (h *harness) start(failpoints, dir string) *crashtest.Child {
+	return crashtest.Start(h.t,
 		"KORD_TEST_CHILD=countjob",
 		"KORD_JOB_NAME="+h.name, "KORD_JOB_BROKERS="+h.c.Brokers,
 		"KORD_JOB_INPUT="+h.input, "KORD_JOB_OUTPUT="+h.output,
 		"KORD_JOB_DIR="+dir, "KORD_JOB_INTERVAL="+h.interval.String(),
 		failpoint.Env+"="+failpoints)
-	c := &child{cmd: cmd, stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = c.stdout, c.stderr
-	require.NoError(h.t, cmd.Start())
-	go func() { c.done <- cmd.Wait() }()
-	return c
 }
 
 // waitKilled waits for the child to die by SIGKILL (from a failpoint or
-// from us after timeout).
-func (h *harness) waitKilled(c *child, what string, killAfter time.Duration) {
+// from us after killAfter).
+func (h *harness) waitKilled(c *crashtest.Child, what string, killAfter time.Duration) {
 	h.t.Helper()
-	select {
-	case err := <-c.done:
-		ee, ok := err.(*exec.ExitError)
-		if !ok || !ee.Sys().(syscall.WaitStatus).Signaled() {
-			h.t.Fatalf("%s: child exited without being killed (%v)\nstdout:\n%s\nstderr:\n%s", what, err, c.stdout, c.stderr)
-		}
-	case <-time.After(killAfter):
-		_ = c.cmd.Process.Signal(syscall.SIGKILL)
-		<-c.done
+	if signaled, err := c.Wait(killAfter, true); !signaled {
+		h.t.Fatalf("%s: child exited without being killed (%v)\nstdout:\n%s\nstderr:\n%s", what, err, c.Stdout, c.Stderr)
 	}
 }
 
@@ -238,16 +217,16 @@ func (h *harness) finish(n int) {
 	c := h.start("", h.dir)
 	// Wait until every result is visible, then stop gracefully.
 	recs := h.c.ReadAll(t, h.output, n, true, 90*time.Second)
-	require.Equal(t, n, len(recs), "stderr:\n%s", c.stderr)
-	require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
+	require.Equal(t, n, len(recs), "stderr:\n%s", c.Stderr)
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
 	select {
-	case err := <-c.done:
-		require.NoError(t, err, "graceful stop\nstderr:\n%s", c.stderr)
+	case err := <-c.Done:
+		require.NoError(t, err, "graceful stop\nstderr:\n%s", c.Stderr)
 	case <-time.After(45 * time.Second):
-		_ = c.cmd.Process.Kill()
-		t.Fatalf("graceful stop took over 45s\nstderr:\n%s", c.stderr)
+		_ = c.Cmd.Process.Kill()
+		t.Fatalf("graceful stop took over 45s\nstderr:\n%s", c.Stderr)
 	}
-	require.Contains(t, c.stdout.String(), "stopped")
+	require.Contains(t, c.Stdout.String(), "stopped")
 	h.verify(n)
 }
 
@@ -276,11 +255,11 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 			case checkpoint.SimCommitUnknown:
 				ch := h.start(fp+"@2", h.dir)
 				deadline := time.Now().Add(30 * time.Second)
-				for !strings.Contains(ch.stderr.String(), "recovering") && time.Now().Before(deadline) {
+				for !strings.Contains(ch.Stderr.String(), "recovering") && time.Now().Before(deadline) {
 					time.Sleep(50 * time.Millisecond)
 				}
 				h.waitKilled(ch, fp, 500*time.Millisecond)
-				require.Contains(t, ch.stderr.String(), "recovering", "no in-process recovery after the unknown commit outcome")
+				require.Contains(t, ch.Stderr.String(), "recovering", "no in-process recovery after the unknown commit outcome")
 			case checkpoint.FailDuringRestore:
 				h.waitKilled(h.start(fp, h.dir), fp, 60*time.Second)
 			default:
@@ -306,45 +285,27 @@ func TestZombieIsFenced(t *testing.T) {
 		go func() { prodErr <- h.produce(ctx, n, 3_000) }()
 
 		zombie := h.start("", h.dir)
-		require.Eventually(t, func() bool { return strings.Count(zombie.stdout.String(), "committed") >= 3 }, 60*time.Second, 20*time.Millisecond, "stderr:\n%s", zombie.stderr)
-		require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGSTOP))
+		require.Eventually(t, func() bool { return strings.Count(zombie.Stdout.String(), "committed") >= 3 }, 60*time.Second, 20*time.Millisecond, "stderr:\n%s", zombie.Stderr)
+		require.NoError(t, zombie.Cmd.Process.Signal(syscall.SIGSTOP))
 		// The survivor gets the zombie's checkpoints, as from shared storage.
 		survivorDir := t.TempDir()
 		testdir.Copy(t, h.dir, survivorDir)
 		survivor := h.start("", survivorDir)
-		require.Eventually(t, func() bool { return strings.Count(survivor.stdout.String(), "committed") >= 2 }, 60*time.Second, 20*time.Millisecond, "stderr:\n%s", survivor.stderr)
-		require.NoError(t, zombie.cmd.Process.Signal(syscall.SIGCONT))
+		require.Eventually(t, func() bool { return strings.Count(survivor.Stdout.String(), "committed") >= 2 }, 60*time.Second, 20*time.Millisecond, "stderr:\n%s", survivor.Stderr)
+		require.NoError(t, zombie.Cmd.Process.Signal(syscall.SIGCONT))
 		select {
-		case err := <-zombie.done:
+		case err := <-zombie.Done:
 			require.Error(t, err, "the zombie must not keep running")
-			require.Contains(t, zombie.stderr.String(), "fenced", "stderr:\n%s", zombie.stderr)
+			require.Contains(t, zombie.Stderr.String(), "fenced", "stderr:\n%s", zombie.Stderr)
 		case <-time.After(60 * time.Second):
-			_ = zombie.cmd.Process.Kill()
-			t.Fatalf("zombie not stopped 60s after resuming\nstderr:\n%s", zombie.stderr)
+			_ = zombie.Cmd.Process.Kill()
+			t.Fatalf("zombie not stopped 60s after resuming\nstderr:\n%s", zombie.Stderr)
 		}
 		require.NoError(t, <-prodErr)
 		recs := h.c.ReadAll(t, h.output, n, true, 90*time.Second)
-		require.Equal(t, n, len(recs), "survivor stderr:\n%s", survivor.stderr)
-		require.NoError(t, survivor.cmd.Process.Signal(syscall.SIGTERM))
-		require.NoError(t, <-survivor.done, "survivor stderr:\n%s", survivor.stderr)
+		require.Equal(t, n, len(recs), "survivor stderr:\n%s", survivor.Stderr)
+		require.NoError(t, survivor.Cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, <-survivor.Done, "survivor stderr:\n%s", survivor.Stderr)
 		h.verify(n)
 	})
-}
-
-// lockedBuffer is a bytes.Buffer safe to read while the child writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

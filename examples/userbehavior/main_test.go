@@ -3,20 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/crashtest"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
 )
@@ -93,14 +91,12 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce bool) {
 	produced := make(chan error, 1)
 	go func() { produced <- run(ctx, o) }()
 	dir := t.TempDir()
-	child := func(failpoints string) *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "USERBEHAVIOR_CHILD=1", "UB_BROKERS="+c.Brokers, "UB_INPUT="+o.topic, "UB_DIR="+dir,
-			failpoint.Env+"="+failpoints)
+	env := func(failpoints string) []string {
+		e := []string{"USERBEHAVIOR_CHILD=1", "UB_BROKERS=" + c.Brokers, "UB_INPUT=" + o.topic, "UB_DIR=" + dir, failpoint.Env + "=" + failpoints}
 		if atLeastOnce {
-			cmd.Env = append(cmd.Env, "UB_AT_LEAST_ONCE=1")
+			e = append(e, "UB_AT_LEAST_ONCE=1")
 		}
-		return cmd
+		return e
 	}
 	r := rand.New(rand.NewPCG(4, 4))
 	cycles := []string{checkpoint.FailAfterSnapshots + "@2", checkpoint.FailAfterMetadata + "@2", checkpoint.FailBeforeCommit + "@2",
@@ -118,34 +114,19 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce bool) {
 	}
 	kills := 0
 	for _, fp := range cycles {
-		cmd := child(fp)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		require.NoError(t, cmd.Start())
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(time.Duration(200+r.IntN(1200)) * time.Millisecond):
-			if fp == "" {
-				_ = cmd.Process.Kill() // a random-time SIGKILL
-			}
-			err = <-done
-		}
-		// Killed, or finished early because everything was done: either
-		// way no error of its own.
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			require.True(t, ee.Sys().(syscall.WaitStatus).Signaled(), "cycle %q: child failed: %v\n%s", fp, err, stderr.String())
+		ch := crashtest.Start(t, env(fp)...)
+		// A random-time SIGKILL for "", else the failpoint's; a child that
+		// finished early because everything was done exits cleanly.
+		signaled, err := ch.Wait(time.Duration(200+r.IntN(1200))*time.Millisecond, fp == "")
+		require.NoError(t, err, "cycle %q: child failed\n%s", fp, ch.Stderr)
+		if signaled {
 			kills++
 		}
 	}
 	require.GreaterOrEqual(t, kills, 5, "the job finished before it could be killed often enough")
 	require.NoError(t, <-produced)
-	cmd := child("")
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "last run: %s", out)
+	last := crashtest.Start(t, env("")...)
+	require.NoError(t, <-last.Done, "last run: %s", last.Stderr)
 	o.phase = "verify"
 	var summary bytes.Buffer
 	o.stdout = &summary
