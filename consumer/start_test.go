@@ -19,6 +19,7 @@ import (
 
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/syncbuf"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
 )
@@ -106,23 +107,12 @@ func commitGroup(t *testing.T, c *kafkatest.Cluster, group, topic string, offset
 
 // logBuffer collects a source's JSON log lines; the source writes from its
 // own goroutine (librdkafka's log) too.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+type logBuffer struct{ syncbuf.Buffer }
 
 // lines returns the decoded log lines whose message is msg.
 func (l *logBuffer) lines(t *testing.T, msg string) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	data := append([]byte(nil), l.b.Bytes()...)
-	l.mu.Unlock()
+	data := l.Bytes()
 	var out []map[string]any
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(nil, 1<<20)
@@ -512,9 +502,7 @@ func TestFetchQueueDefaults(t *testing.T) {
 			mu.Unlock()
 			require.NotNil(t, got, "no Fetch request seen")
 			require.Equal(t, tc.fetch, *got, "Fetch MaxBytes, PartitionMaxBytes")
-			logs.mu.Lock()
-			text := logs.b.String()
-			logs.mu.Unlock()
+			text := logs.String()
 			for _, w := range tc.conf {
 				require.Contains(t, text, "librdkafka: [thrd:app]:   "+w)
 			}

@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/syncbuf"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
 )
@@ -288,22 +289,7 @@ func TestConfigRefusesReorderingAndForcedSettings(t *testing.T) {
 }
 
 // syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = syncbuf.Buffer
 
 func TestLogsGoToSlogWithSecretsRedacted(t *testing.T) {
 	c := kafkatest.Fake(t)

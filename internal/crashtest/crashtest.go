@@ -6,20 +6,20 @@
 package crashtest
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kordproject/kord/internal/syncbuf"
 )
 
 // Child is the test binary re-run as a job, its output captured.
 type Child struct {
 	Cmd            *exec.Cmd
-	Stdout, Stderr *Buffer
+	Stdout, Stderr *syncbuf.Buffer
 	// Done receives the child's exit (cmd.Wait's error) once.
 	Done chan error
 }
@@ -30,7 +30,7 @@ func Start(t testing.TB, env ...string) *Child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), env...)
-	c := &Child{Cmd: cmd, Stdout: &Buffer{}, Stderr: &Buffer{}, Done: make(chan error, 1)}
+	c := &Child{Cmd: cmd, Stdout: &syncbuf.Buffer{}, Stderr: &syncbuf.Buffer{}, Done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = c.Stdout, c.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("crashtest: start the child: %v", err)
@@ -57,22 +57,4 @@ func (c *Child) Wait(d time.Duration, kill bool) (signaled bool, err error) {
 		return true, nil
 	}
 	return false, err
-}
-
-// Buffer is a bytes.Buffer safe to read while the child writes to it.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *Buffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *Buffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
