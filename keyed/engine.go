@@ -221,7 +221,26 @@ func newRunID() string {
 // runOnce runs one attempt. progressed reports that a checkpoint
 // committed during it.
 func (j *Job) runOnce(ctx context.Context, store *checkpoint.Store) (progressed bool, err error) {
-	if err := j.sink.reset(ctx); err != nil {
+	// Startup is not cut short by a stop request (the job then stops with
+	// a final checkpoint), except when the sink cannot start: a stop then
+	// ends the wait for the brokers after a short grace.
+	resetCtx, cancelReset := context.WithCancel(context.WithoutCancel(ctx))
+	resetDone := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			select {
+			case <-time.After(5 * time.Second):
+				cancelReset()
+			case <-resetDone:
+			}
+		case <-resetDone:
+		}
+	}()
+	err = j.sink.reset(resetCtx)
+	close(resetDone)
+	cancelReset()
+	if err != nil {
 		if ctx.Err() != nil {
 			// Stopped before anything ran: nothing to checkpoint, a clean
 			// stop.
