@@ -155,7 +155,7 @@ func (r pacedRun) measure(ctx context.Context, p pipeline) (LatencyResult, error
 	if ctx.Err() == nil {
 		windowStart.Store(time.Now().Add(r.warmup).UnixNano())
 		start := time.Now()
-		n, err := producePaced(ctx, r.brokers, r.input, r.rate, r.warmup+r.window, r.valueBytes, r.keys)
+		n, err := producePaced(ctx, r.brokers, r.input, r.rate, r.warmup+r.window, nil, r.valueBytes, r.keys)
 		res.Produced = n
 		res.AchievedRate = float64(n) / time.Since(start).Seconds()
 		if err != nil {

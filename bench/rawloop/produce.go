@@ -132,10 +132,11 @@ func produceN(ctx context.Context, brokers, topic string, n int64, valueBytes in
 	}, nil
 }
 
-// producePaced writes records keyed by keys to topic at rate records/s for
-// d, with the produce wall time in each value, and waits for every delivery
-// report. It returns how many records it wrote.
-func producePaced(ctx context.Context, brokers, topic string, rate float64, d time.Duration, valueBytes int, keys keySource) (int64, error) {
+// producePaced writes records keyed by keys to topic at rate records/s,
+// with the produce wall time in each value, for d (d <= 0: no limit) or
+// until stop is closed (nil: never), then waits for every delivery report.
+// It returns how many records it wrote.
+func producePaced(ctx context.Context, brokers, topic string, rate float64, d time.Duration, stop <-chan struct{}, valueBytes int, keys keySource) (int64, error) {
 	p, err := kafka.NewProducer(producerConfig(brokers))
 	if err != nil {
 		return 0, fmt.Errorf("paced producer: %w", err)
@@ -153,10 +154,10 @@ func producePaced(ctx context.Context, brokers, topic string, rate float64, d ti
 	defer tick.Stop()
 	start := time.Now()
 	var sent int64
-	for {
+	for stopped := false; !stopped; {
 		elapsed := time.Since(start)
-		if elapsed > d {
-			elapsed = d
+		if d > 0 && elapsed >= d {
+			elapsed, stopped = d, true
 		}
 		// Catch up to the schedule: the ticker may fire late, never early.
 		for due := int64(rate * elapsed.Seconds()); sent < due; sent++ {
@@ -167,10 +168,12 @@ func producePaced(ctx context.Context, brokers, topic string, rate float64, d ti
 				return sent, err
 			}
 		}
-		if elapsed >= d {
+		if stopped {
 			break
 		}
 		select {
+		case <-stop:
+			stopped = true
 		case <-tick.C:
 		case <-ctx.Done():
 			return sent, ctx.Err()

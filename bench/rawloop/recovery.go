@@ -313,7 +313,7 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 	}
 	prodStart := time.Now()
 	go func() {
-		n, err := producePacedUntil(ctx, r.brokers, r.input, r.rate, stopProd, r.valueBytes, r.keys)
+		n, err := producePaced(ctx, r.brokers, r.input, r.rate, 0, stopProd, r.valueBytes, r.keys)
 		if err == nil {
 			target.Store(prefix + n)
 		}
@@ -477,48 +477,6 @@ type prodResult struct {
 	n    int64
 	rate float64
 	err  error
-}
-
-// producePacedUntil is producePaced until stop is closed; it then waits for
-// every delivery report and returns how many records it wrote.
-func producePacedUntil(ctx context.Context, brokers, topic string, rate float64, stop <-chan struct{}, valueBytes int, keys keySource) (int64, error) {
-	p, err := kafka.NewProducer(producerConfig(brokers))
-	if err != nil {
-		return 0, fmt.Errorf("paced producer: %w", err)
-	}
-	dl := countDeliveries(p)
-	defer func() {
-		p.Close()
-		<-dl.done
-	}()
-	key := make([]byte, keyLen)
-	val := make([]byte, valueBytes)
-	m := &kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}}
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	start := time.Now()
-	var sent int64
-	for stopped := false; !stopped; {
-		select {
-		case <-stop:
-			stopped = true
-		case <-tick.C:
-		case <-ctx.Done():
-			return sent, ctx.Err()
-		}
-		for due := int64(rate * time.Since(start).Seconds()); sent < due && !stopped; sent++ {
-			m.Key = keys.next(key)
-			fillInput(val, time.Now().UnixNano(), uint64(sent))
-			m.Value = val
-			if err := produceRetry(ctx, p, m); err != nil {
-				return sent, err
-			}
-		}
-	}
-	if _, err := dl.wait(ctx, sent); err != nil {
-		return sent, err
-	}
-	return sent, nil
 }
 
 // childMain runs one incarnation of the job kind (childCountJob or
