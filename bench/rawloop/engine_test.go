@@ -14,8 +14,9 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
-// engineConfig is a tiny run of mode: every figure, in seconds.
-func engineConfig(t *testing.T, mode string) config {
+// tinyConfig is a tiny run of mode (every figure in seconds), changed by
+// edit if not nil, then validated.
+func tinyConfig(t *testing.T, mode string, edit func(*config)) config {
 	c := config{
 		brokers:        brokers(t),
 		n:              2000,
@@ -39,11 +40,17 @@ func engineConfig(t *testing.T, mode string) config {
 	if testing.Verbose() {
 		c.log = os.Stderr
 	}
+	if edit != nil {
+		edit(&c)
+	}
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
+
+// engineConfig is a tiny run of an engine mode.
+func engineConfig(t *testing.T, mode string) config { return tinyConfig(t, mode, nil) }
 
 // TestEngineCompare runs -mode engine-compare on a tiny input: the keyed
 // engine next to the raw loop (h), its latency (i), and its SIGKILL-and-

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -25,29 +24,7 @@ func TestMain(m *testing.M) {
 // output checked exactly-once.
 func TestCompare(t *testing.T) {
 	const n = 2000
-	c := config{
-		brokers:        brokers(t),
-		n:              n,
-		valueBytes:     100,
-		partitions:     12,
-		commitInterval: 200 * time.Millisecond,
-		mode:           "compare",
-		rate:           2000,
-		duration:       1 * time.Second,
-		warmup:         300 * time.Millisecond,
-		group:          "rawloop.test",
-		stepTimeout:    30 * time.Second,
-		kills:          2,
-		killAfter:      300 * time.Millisecond,
-		recoveryRate:   2000,
-		log:            io.Discard,
-	}
-	if testing.Verbose() {
-		c.log = os.Stderr
-	}
-	if err := c.validate(); err != nil {
-		t.Fatal(err)
-	}
+	c := tinyConfig(t, "compare", func(c *config) { c.users, c.parallelism, c.recoveryUsers = 0, 0, 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	s, err := run(ctx, c)

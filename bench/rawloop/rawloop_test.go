@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"os"
 	"regexp"
 	"runtime"
@@ -33,26 +32,10 @@ func brokers(t *testing.T) string {
 // tool must keep producing exactly-once output and sane figures.
 func TestRunAll(t *testing.T) {
 	const n = 2000
-	c := config{
-		brokers:        brokers(t),
-		n:              n,
-		valueBytes:     100,
-		partitions:     12,
-		commitInterval: 200 * time.Millisecond,
-		mode:           "all",
-		rate:           2000,
-		duration:       1500 * time.Millisecond,
-		warmup:         500 * time.Millisecond,
-		group:          "rawloop.test",
-		stepTimeout:    30 * time.Second,
-		log:            io.Discard,
-	}
-	if testing.Verbose() {
-		c.log = os.Stderr
-	}
-	if err := c.validate(); err != nil {
-		t.Fatal(err)
-	}
+	c := tinyConfig(t, "all", func(c *config) {
+		c.duration, c.warmup = 1500*time.Millisecond, 500*time.Millisecond
+		c.users, c.parallelism, c.recoveryUsers, c.kills, c.killAfter, c.recoveryRate = 0, 0, 0, 0, 0, 0
+	})
 	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
