@@ -97,6 +97,31 @@ func runJobUntil(t *testing.T, ctx context.Context, j *keyed.Job, until func()) 
 	require.NoError(t, <-done)
 }
 
+// incarnations builds and runs the job once per hook, each of which must
+// crash it, then once without a hook until until returns, with a graceful
+// stop. setup adjusts each build. It returns every job and sink, in order.
+func (f *kafkaFixture) incarnations(t *testing.T, ctx context.Context, cfg keyed.Config, hooks []func(string) error,
+	setup func(*keyed.Job, *keyed.KafkaSink[result]), until func(*keyed.KafkaSink[result])) ([]*keyed.Job, []*keyed.KafkaSink[result]) {
+	t.Helper()
+	var jobs []*keyed.Job
+	var sinks []*keyed.KafkaSink[result]
+	for _, hook := range append(hooks, nil) {
+		c := cfg
+		c.Hook = hook
+		j, sink := f.build(c, false, 2)
+		if setup != nil {
+			setup(j, sink)
+		}
+		jobs, sinks = append(jobs, j), append(sinks, sink)
+		if hook != nil {
+			require.ErrorIs(t, j.Run(ctx), keyed.ErrCrashed)
+			continue
+		}
+		runJobUntil(t, ctx, j, func() { until(sink) })
+	}
+	return jobs, sinks
+}
+
 // verify reads the output with a read_committed reader and checks that
 // every event's result is there exactly once, in per-key order, with counts
 // that match.
@@ -309,22 +334,16 @@ func TestKafkaDeadLetters(t *testing.T) {
 		}
 
 		dir := t.TempDir()
-		var jobs []*keyed.Job
-		for _, hook := range []func(string) error{lateBadThenCrash(3), crashAt(checkpoint.FailBeforeCommit, 1), lateBadThenCrash(2), nil} {
-			j, sink := f.build(keyed.Config{Dir: dir, Hook: hook}, false, 2)
-			f.sourceOf(j).OnDecodeError = keyed.DeadLetter
-			sink.DeadLetterTopic = dlq
-			jobs = append(jobs, j)
-			if hook != nil {
-				require.ErrorIs(t, j.Run(ctx), keyed.ErrCrashed)
-				continue
-			}
-			runJobUntil(t, ctx, j, func() {
+		jobs, sinks := f.incarnations(t, ctx, keyed.Config{Dir: dir}, []func(string) error{lateBadThenCrash(3), crashAt(checkpoint.FailBeforeCommit, 1), lateBadThenCrash(2)},
+			func(j *keyed.Job, sink *keyed.KafkaSink[result]) {
+				f.sourceOf(j).OnDecodeError = keyed.DeadLetter
+				sink.DeadLetterTopic = dlq
+			},
+			func(*keyed.KafkaSink[result]) {
 				f.c.ReadAll(t, f.out, f.n, true, 2*time.Minute)
 				f.c.ReadAll(t, dlq, nBad, true, time.Minute)
 			})
-			require.NoError(t, sink.Close())
-		}
+		require.NoError(t, sinks[len(sinks)-1].Close())
 		f.verify(t)
 		dead := f.c.ReadAll(t, dlq, nBad+1, true, 3*time.Second)
 		require.Len(t, dead, nBad, "each bad record exactly once in the dead-letter topic")
@@ -567,7 +586,6 @@ func TestKafkaAtLeastOnce(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		dir := t.TempDir()
-		var sinks []*keyed.KafkaSink[result]
 		// The first crash comes before the first checkpoint commits, once
 		// some output is written (the tasks run on while the hook waits):
 		// the restart writes it again.
@@ -580,21 +598,14 @@ func TestKafkaAtLeastOnce(t *testing.T) {
 			}
 			return errors.New("injected crash")
 		}
-		for _, hook := range []func(string) error{afterOutput, crashAt(checkpoint.FailAfterSnapshots, 1), crashAt(checkpoint.FailAfterCommit, 2), nil} {
-			j, sink := f.build(keyed.Config{Dir: dir, Hook: hook, Mode: checkpoint.AtLeastOnce}, false, 2)
-			sink.AtLeastOnce = true
-			sinks = append(sinks, sink)
-			if hook != nil {
-				require.ErrorIs(t, j.Run(ctx), keyed.ErrCrashed)
-				continue
-			}
-			runJobUntil(t, ctx, j, func() {
+		_, sinks := f.incarnations(t, ctx, keyed.Config{Dir: dir, Mode: checkpoint.AtLeastOnce}, []func(string) error{afterOutput, crashAt(checkpoint.FailAfterSnapshots, 1), crashAt(checkpoint.FailAfterCommit, 2)},
+			func(_ *keyed.Job, sink *keyed.KafkaSink[result]) { sink.AtLeastOnce = true },
+			func(sink *keyed.KafkaSink[result]) {
 				require.Eventually(t, func() bool {
 					ref, err := sink.Recorded(ctx)
 					return err == nil && ref != nil && committedAll(t, c, f)
 				}, 2*time.Minute, 200*time.Millisecond)
 			})
-		}
 		for _, s := range sinks {
 			require.NoError(t, s.Close())
 		}
@@ -662,25 +673,21 @@ func TestKafkaSideOutput(t *testing.T) {
 			nSide += int((n + 4) / 5) // seq 0, 5, 10, ... < n
 		}
 		dir := t.TempDir()
-		for _, hook := range []func(string) error{crashAt(checkpoint.FailAfterCommit, 2), crashAt(checkpoint.FailBeforeCommit, 1), nil} {
-			j, sink := f.build(keyed.Config{Dir: dir, Hook: hook}, false, 2)
-			sink.SideTopics = []string{side}
-			sink.TopicOf = func(r result) string {
-				if toSide(r) {
-					return side
+		_, sinks := f.incarnations(t, ctx, keyed.Config{Dir: dir}, []func(string) error{crashAt(checkpoint.FailAfterCommit, 2), crashAt(checkpoint.FailBeforeCommit, 1)},
+			func(_ *keyed.Job, sink *keyed.KafkaSink[result]) {
+				sink.SideTopics = []string{side}
+				sink.TopicOf = func(r result) string {
+					if toSide(r) {
+						return side
+					}
+					return ""
 				}
-				return ""
-			}
-			if hook != nil {
-				require.ErrorIs(t, j.Run(ctx), keyed.ErrCrashed)
-				continue
-			}
-			runJobUntil(t, ctx, j, func() {
+			},
+			func(*keyed.KafkaSink[result]) {
 				f.c.ReadAll(t, f.out, f.n-nSide, true, 2*time.Minute)
 				f.c.ReadAll(t, side, nSide, true, time.Minute)
 			})
-			require.NoError(t, sink.Close())
-		}
+		require.NoError(t, sinks[len(sinks)-1].Close())
 		seen := map[string]bool{}
 		for _, topic := range []string{f.out, side} {
 			want := f.n - nSide
