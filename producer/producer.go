@@ -444,7 +444,23 @@ func (c *client) waitProgress(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-func (c *client) flush(ctx context.Context) error {
+func (c *client) flush(ctx context.Context) error { return c.flushing(ctx, false) }
+
+// kick asks librdkafka to send what it holds now, ignoring linger.ms, for
+// up to 50 ms (rd_kafka_flush through kafka.Producer.Flush). closing: the
+// caller is close, which alone may use the handle once closed is set.
+func (c *client) kick(closing bool) {
+	if !closing {
+		c.closeMu.RLock()
+		defer c.closeMu.RUnlock()
+		if c.closed {
+			return
+		}
+	}
+	c.kp.Flush(50)
+}
+
+func (c *client) flushing(ctx context.Context, closing bool) error {
 	if c.cfg.noReports {
 		// No reports: wait for librdkafka's queues to drain; failures show
 		// at CommitTransaction.
@@ -452,12 +468,16 @@ func (c *client) flush(ctx context.Context) error {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("producer: flush: %d records undelivered: %w", c.kp.Len(), context.Cause(ctx))
 			}
-			c.kp.Flush(50)
+			c.kick(closing)
 		}
 		return nil
 	}
 	for c.inflight.Load() > 0 {
-		if err := c.waitProgress(ctx, 50*time.Millisecond); err != nil {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("producer: flush: %d records undelivered: %w", c.inflight.Load(), context.Cause(ctx))
+		}
+		c.kick(closing)
+		if err := c.waitProgress(ctx, time.Millisecond); err != nil {
 			return fmt.Errorf("producer: flush: %d records undelivered: %w", c.inflight.Load(), err)
 		}
 	}
@@ -481,7 +501,7 @@ func (c *client) close() error {
 	c.closeMu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.closeTimeout)
-	ferr := c.flush(ctx)
+	ferr := c.flushing(ctx, true)
 	cancel()
 	n := c.inflight.Load()
 	if c.cfg.noReports {
@@ -495,7 +515,7 @@ func (c *client) close() error {
 			c.log.Error("kord producer: purge", "err", err)
 		}
 		pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		perr := c.flush(pctx)
+		perr := c.flushing(pctx, true)
 		pcancel()
 		ferr = errors.Join(ferr, perr)
 	}
