@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -707,5 +708,33 @@ func TestKafkaSideOutput(t *testing.T) {
 			}
 		}
 		require.Len(t, seen, f.n)
+	})
+}
+
+// TestKafkaSinkAtLeastOnceFlushes: the at-least-once sink commits a
+// checkpoint's offsets only once everything written before is delivered:
+// with linger.ms at 30 s, the records must be readable as soon as Commit
+// returns, or a crash after the commit would lose them.
+func TestKafkaSinkAtLeastOnceFlushes(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		in := c.CreateTopic(t, 1, nil)
+		out := c.CreateTopic(t, 1, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sink := keyed.NewKafkaSink(c.Brokers, out, kafkatest.TopicName(t), []string{in}, func(v string) ([]byte, []byte, error) {
+			return []byte("k"), []byte(v), nil
+		})
+		sink.AtLeastOnce = true
+		sink.ProducerSettings = map[string]string{"linger.ms": "30000"}
+		require.NoError(t, sink.Reset(ctx))
+		defer sink.Close()
+		for i := 0; i < 100; i++ {
+			require.NoError(t, sink.Write(1, strconv.Itoa(i)))
+		}
+		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 1}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 100}}))
+		require.Len(t, c.ReadAll(t, out, 100, false, 3*time.Second), 100, "records not delivered when their offsets were committed")
+		ref, err := sink.Recorded(ctx)
+		require.NoError(t, err)
+		require.Equal(t, &checkpoint.CheckpointRef{Run: "r", ID: 1}, ref)
 	})
 }
