@@ -170,16 +170,18 @@ func (d *ocfDecoder) bytes() ([]byte, error) {
 	return v, nil
 }
 
-func (d *ocfDecoder) header() (compression string, sync []byte, count int64, err error) {
+// ocfHeader reads an OCF header: its metadata, its codec (null or deflate)
+// and its sync marker.
+func (d *ocfDecoder) ocfHeader() (meta map[string][]byte, compression string, sync []byte, err error) {
 	if !bytes.HasPrefix(d.b, ocfMagic) {
-		return "", nil, 0, fmt.Errorf("not an Avro object container file (magic %q)", d.b[:min(len(d.b), 4)])
+		return nil, "", nil, fmt.Errorf("not an Avro object container file (magic %q)", d.b[:min(len(d.b), 4)])
 	}
 	d.off = len(ocfMagic)
-	meta := map[string][]byte{}
+	meta = map[string][]byte{}
 	for {
 		count, err := d.long()
 		if err != nil {
-			return "", nil, 0, fmt.Errorf("header metadata: %w", err)
+			return nil, "", nil, fmt.Errorf("header metadata: %w", err)
 		}
 		if count == 0 {
 			break
@@ -187,57 +189,123 @@ func (d *ocfDecoder) header() (compression string, sync []byte, count int64, err
 		if count < 0 { // a negative count is followed by the block's size
 			count = -count
 			if _, err := d.long(); err != nil {
-				return "", nil, 0, fmt.Errorf("header metadata: %w", err)
+				return nil, "", nil, fmt.Errorf("header metadata: %w", err)
 			}
 		}
 		if count < 0 || count > int64(len(d.b)-d.off)/2 {
-			return "", nil, 0, fmt.Errorf("header metadata: %d entries with %d bytes left", count, len(d.b)-d.off)
+			return nil, "", nil, fmt.Errorf("header metadata: %d entries with %d bytes left", count, len(d.b)-d.off)
 		}
 		for range count {
 			k, err := d.bytes()
 			if err != nil {
-				return "", nil, 0, fmt.Errorf("header metadata key: %w", err)
+				return nil, "", nil, fmt.Errorf("header metadata key: %w", err)
 			}
 			v, err := d.bytes()
 			if err != nil {
-				return "", nil, 0, fmt.Errorf("header metadata value: %w", err)
+				return nil, "", nil, fmt.Errorf("header metadata value: %w", err)
 			}
 			if _, dup := meta[string(k)]; dup {
-				return "", nil, 0, fmt.Errorf("header metadata: duplicate key %q", k)
+				return nil, "", nil, fmt.Errorf("header metadata: duplicate key %q", k)
 			}
 			meta[string(k)] = v
 		}
-	}
-	if f := string(meta[formatKey]); f != keyGroupFormat {
-		if f == "" {
-			return "", nil, 0, fmt.Errorf("header metadata has no %s: not a kord key-group file", formatKey)
-		}
-		return "", nil, 0, fmt.Errorf("%w: key-group file format %q, this build reads %q", ErrUnsupportedVersion, f, keyGroupFormat)
-	}
-	if err := checkSchema(string(meta["avro.schema"])); err != nil {
-		return "", nil, 0, err
 	}
 	compression = goavro.CompressionNullLabel
 	if c, ok := meta["avro.codec"]; ok {
 		compression = string(c)
 	}
 	if compression != goavro.CompressionNullLabel && compression != goavro.CompressionDeflateLabel {
-		return "", nil, 0, fmt.Errorf("unsupported avro.codec %q", compression)
-	}
-	count, err = strconv.ParseInt(string(meta[countKey]), 10, 64)
-	if err != nil || count < 0 {
-		return "", nil, 0, fmt.Errorf("header metadata %s = %q: want a count of entries", countKey, meta[countKey])
+		return nil, "", nil, fmt.Errorf("unsupported avro.codec %q", compression)
 	}
 	if len(d.b)-d.off < 16 {
-		return "", nil, 0, fmt.Errorf("header sync marker: %w", errShort)
+		return nil, "", nil, fmt.Errorf("header sync marker: %w", errShort)
 	}
 	sync = d.b[d.off : d.off+16]
 	d.off += 16
+	return meta, compression, sync, nil
+}
+
+// checkFormat checks the header's kord.format against want and its schema
+// against the schema of want's records (canonical form).
+func checkFormat(meta map[string][]byte, want string, schema *goavro.Codec) error {
+	if f := string(meta[formatKey]); f != want {
+		if f == "" {
+			return fmt.Errorf("header metadata has no %s: not a kord state file", formatKey)
+		}
+		return fmt.Errorf("%w: state file format %q, this reader reads %q", ErrUnsupportedVersion, f, want)
+	}
+	return checkSchema(string(meta["avro.schema"]), schema)
+}
+
+// entryCount reads the header's kord.entries.
+func entryCount(meta map[string][]byte) (int64, error) {
+	count, err := strconv.ParseInt(string(meta[countKey]), 10, 64)
+	if err != nil || count < 0 {
+		return 0, fmt.Errorf("header metadata %s = %q: want a count of entries", countKey, meta[countKey])
+	}
+	return count, nil
+}
+
+// header reads a key-group file's header.
+func (d *ocfDecoder) header() (compression string, sync []byte, count int64, err error) {
+	meta, compression, sync, err := d.ocfHeader()
+	if err != nil {
+		return "", nil, 0, err
+	}
+	if err := checkFormat(meta, keyGroupFormat, entryCodec); err != nil {
+		return "", nil, 0, err
+	}
+	if count, err = entryCount(meta); err != nil {
+		return "", nil, 0, err
+	}
 	return compression, sync, count, nil
 }
 
-func checkSchema(schema string) error {
-	if schema == entrySchema {
+// block reads the OCF block at d.off: its record count and its decoded
+// bytes, which never alias d.b. minRecord is the least number of bytes a
+// record takes, to bound count by the block's size.
+func (d *ocfDecoder) block(compression string, sync []byte, minRecord int) (int64, []byte, error) {
+	count, err := d.long()
+	if err != nil {
+		return 0, nil, fmt.Errorf("block count: %w", err)
+	}
+	size, err := d.long()
+	if err != nil {
+		return 0, nil, fmt.Errorf("block size: %w", err)
+	}
+	if count <= 0 || size <= 0 || size > int64(len(d.b)-d.off) {
+		return 0, nil, fmt.Errorf("block of %d records and %d bytes with %d bytes left", count, size, len(d.b)-d.off)
+	}
+	raw := d.b[d.off : d.off+int(size)]
+	d.off += int(size)
+	if len(d.b)-d.off < 16 {
+		return 0, nil, fmt.Errorf("block sync marker: %w", errShort)
+	}
+	if !bytes.Equal(d.b[d.off:d.off+16], sync) {
+		return 0, nil, errors.New("block sync marker mismatch")
+	}
+	d.off += 16
+	var block []byte
+	if compression == goavro.CompressionDeflateLabel {
+		r := flate.NewReader(bytes.NewReader(raw))
+		block, err = io.ReadAll(io.LimitReader(r, maxBlockBytes+1))
+		if err != nil {
+			return 0, nil, fmt.Errorf("inflate block: %w", err)
+		}
+		if len(block) > maxBlockBytes {
+			return 0, nil, fmt.Errorf("inflated block larger than %d bytes", maxBlockBytes)
+		}
+	} else {
+		block = bytes.Clone(raw) // entries must not alias the caller's b
+	}
+	if count > int64(len(block)/minRecord) {
+		return 0, nil, fmt.Errorf("block of %d records in %d bytes", count, len(block))
+	}
+	return count, block, nil
+}
+
+func checkSchema(schema string, want *goavro.Codec) error {
+	if schema == want.Schema() { // the common case: a file kord wrote
 		return nil
 	}
 	if schema == "" {
@@ -247,8 +315,8 @@ func checkSchema(schema string) error {
 	if err != nil {
 		return fmt.Errorf("invalid avro.schema: %w", err)
 	}
-	if c.CanonicalSchema() != entryCodec.CanonicalSchema() {
-		return fmt.Errorf("avro.schema %s, want %s", c.CanonicalSchema(), entryCodec.CanonicalSchema())
+	if c.CanonicalSchema() != want.CanonicalSchema() {
+		return fmt.Errorf("avro.schema %s, want %s", c.CanonicalSchema(), want.CanonicalSchema())
 	}
 	return nil
 }
@@ -262,42 +330,10 @@ func (d *ocfDecoder) decode() ([]Entry, error) {
 	// or more), without trusting the header's count further than the input.
 	entries := make([]Entry, 0, min(total, int64(len(d.b)-d.off)/2))
 	for d.off < len(d.b) {
-		count, err := d.long()
-		if err != nil {
-			return nil, fmt.Errorf("block count: %w", err)
-		}
-		size, err := d.long()
-		if err != nil {
-			return nil, fmt.Errorf("block size: %w", err)
-		}
-		if count <= 0 || size <= 0 || size > int64(len(d.b)-d.off) {
-			return nil, fmt.Errorf("block of %d records and %d bytes with %d bytes left", count, size, len(d.b)-d.off)
-		}
-		raw := d.b[d.off : d.off+int(size)]
-		d.off += int(size)
-		if len(d.b)-d.off < 16 {
-			return nil, fmt.Errorf("block sync marker: %w", errShort)
-		}
-		if !bytes.Equal(d.b[d.off:d.off+16], sync) {
-			return nil, errors.New("block sync marker mismatch")
-		}
-		d.off += 16
-		var block []byte
-		if compression == goavro.CompressionDeflateLabel {
-			r := flate.NewReader(bytes.NewReader(raw))
-			block, err = io.ReadAll(io.LimitReader(r, maxBlockBytes+1))
-			if err != nil {
-				return nil, fmt.Errorf("inflate block: %w", err)
-			}
-			if len(block) > maxBlockBytes {
-				return nil, fmt.Errorf("inflated block larger than %d bytes", maxBlockBytes)
-			}
-		} else {
-			block = bytes.Clone(raw) // entries must not alias the caller's b
-		}
 		// Every record takes at least two bytes (two empty byte strings).
-		if count > int64(len(block))/2 {
-			return nil, fmt.Errorf("block of %d records in %d bytes", count, len(block))
+		count, block, err := d.block(compression, sync, 2)
+		if err != nil {
+			return nil, err
 		}
 		if count > total-int64(len(entries)) {
 			return nil, fmt.Errorf("more records than the %d in the header", total)
@@ -316,9 +352,6 @@ func (d *ocfDecoder) decode() ([]Entry, error) {
 		if bd.off != len(block) {
 			return nil, fmt.Errorf("%d bytes after the last record of a block", len(block)-bd.off)
 		}
-	}
-	if int64(len(entries)) != total {
-		return nil, fmt.Errorf("truncated: %d records, header says %d", len(entries), total)
 	}
 	if int64(len(entries)) != total {
 		return nil, fmt.Errorf("truncated: %d records, header says %d", len(entries), total)
