@@ -7,7 +7,7 @@ require (
 	github.com/confluentinc/confluent-kafka-go/v2 v2.11.1
 	github.com/linkedin/goavro/v2 v2.15.0
 	github.com/stretchr/testify v1.12.1
-	github.com/twmb/franz-go v1.22.3
+	github.com/twmb/franz-go v1.22.3 // above kfake's own floor (v1.21.7): this kfake calls kversion.Versions.EachSupportedFeature/EachFinalizedFeature, absent in v1.21.7
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 )

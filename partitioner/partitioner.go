@@ -128,8 +128,10 @@ func (l *Legacy) Partition(topic string, key []byte, numPartitions int, availabl
 }
 
 // Keyed places keyed records by KeyPartition and hands records without a key
-// to another partitioner (NoKey). It is what kord's producer uses by default,
-// with NoKey = NewRoundRobin().
+// to another partitioner (NoKey), for example Keyed{NoKey: NewRoundRobin()}.
+// kord's producer uses NewLegacy by default (producer.Partitioner), which
+// places keyed records the same way but round-robins null-key records from a
+// random start.
 type Keyed struct {
 	NoKey Partitioner
 }

@@ -2,8 +2,10 @@ package partitioner
 
 import (
 	"math"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -102,6 +104,51 @@ func TestLegacyDefaultStartIsRandomPerTopic(t *testing.T) {
 		}
 	}
 	require.Less(t, same, 10)
+}
+
+func TestLegacyNullKeyConcurrentIsEven(t *testing.T) {
+	// The null-key path advances each topic's counter once per record
+	// however many goroutines call, including the first calls racing to
+	// create the counter (a slow start function widens that race): with 3
+	// available partitions of 6 and 8*300 records per topic, each available
+	// partition gets exactly 800 and the leaderless ones none. The start is
+	// fixed away from the int32 wrap, where toPositive (as in Java) breaks
+	// the even spread.
+	l := NewLegacy(LegacyStart(func(string) int32 {
+		time.Sleep(time.Millisecond)
+		return 1_000_003
+	}))
+	avail := []int32{0, 2, 5}
+	const topics, goroutines, perTopic = 20, 8, 300
+	var mu sync.Mutex
+	counts := make([][6]int, topics)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := make([][6]int, topics)
+			<-start
+			for i := 0; i < perTopic; i++ {
+				for tp := range topics {
+					local[tp][l.Partition("t"+strconv.Itoa(tp), nil, 6, avail)]++
+				}
+			}
+			mu.Lock()
+			for tp := range local {
+				for p, n := range local[tp] {
+					counts[tp][p] += n
+				}
+			}
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for tp := range counts {
+		require.Equal(t, [6]int{800, 0, 800, 0, 0, 800}, counts[tp], "topic t%d", tp)
+	}
 }
 
 func TestKeyedDelegatesNoKey(t *testing.T) {

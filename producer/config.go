@@ -50,7 +50,10 @@ func Brokers(addrs ...string) Opt {
 // Set passes a librdkafka setting through by its own name (see librdkafka's
 // CONFIGURATION.md), for example Set("linger.ms", "20") or security settings.
 // Settings that would let librdkafka pick partitions, create topics or
-// reorder a key's records are refused by New; see AllowReordering.
+// reorder a key's records are refused by New; see AllowReordering. An alias
+// librdkafka accepts (request.required.acks for acks, metadata.broker.list
+// for bootstrap.servers) is checked as the setting it names, and setting
+// both names to different values is refused.
 func Set(key, value string) Opt {
 	return opt(func(c *cfg) { c.settings[key] = value })
 }
@@ -90,8 +93,9 @@ func CloseTimeout(d time.Duration) Opt {
 }
 
 // AllowReordering accepts settings that can write one key's records out of
-// order or with gaps (enable.idempotence=false, acks other than all,
-// enable.gapless.guarantee=false). Without it New refuses them.
+// order or with gaps (enable.idempotence=false, acks or its alias
+// request.required.acks other than all, enable.gapless.guarantee=false).
+// Without it New refuses them.
 func AllowReordering() Opt {
 	return opt(func(c *cfg) { c.allowReordering = true })
 }
@@ -126,6 +130,27 @@ var forced = map[string]string{
 	"transactional.id":          "use producer.TransactionalID",
 }
 
+// aliases maps librdkafka's other names (rdkafka_conf.c, _RK_C_ALIAS;
+// CONFIGURATION.md "Alias for") for settings kord sets or checks to the name
+// kord uses. A value under an alias goes through the same checks, and is
+// passed on under kord's name: librdkafka applies whichever of two names it
+// is handed last, and a Go map has no order. The other settings kord checks
+// or owns (enable.idempotence, enable.gapless.guarantee and those in forced)
+// have no alias.
+var aliases = map[string]string{
+	"request.required.acks": "acks",
+	"metadata.broker.list":  "bootstrap.servers",
+}
+
+// sameValue reports whether a and b mean the same value of setting name.
+func sameValue(name, a, b string) bool {
+	if a == b {
+		return true
+	}
+	all := func(v string) bool { return v == "all" || v == "-1" }
+	return name == "acks" && all(a) && all(b)
+}
+
 // build validates c and returns the librdkafka settings.
 func (c *cfg) build() (map[string]string, error) {
 	if c.part == nil {
@@ -142,12 +167,40 @@ func (c *cfg) build() (map[string]string, error) {
 			return nil, fmt.Errorf("%w: %s cannot be set: %s", ErrConfig, k, why)
 		}
 	}
+	// user holds the user's settings by kord's name; wrote, the key the
+	// user wrote for each, which errors name.
+	user := make(map[string]string, len(c.settings))
+	wrote := make(map[string]string, len(c.settings))
+	keys := make([]string, 0, len(c.settings))
+	for k := range c.settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v, name := c.settings[k], k
+		if a, ok := aliases[k]; ok {
+			name = a
+		}
+		if prev, ok := wrote[name]; ok {
+			if !sameValue(name, user[name], v) {
+				return nil, fmt.Errorf("%w: %s=%s and %s=%s set one librdkafka setting to different values", ErrConfig, prev, user[name], k, v)
+			}
+			continue
+		}
+		user[name], wrote[name] = v, k
+	}
+	key := func(name string) string {
+		if k, ok := wrote[name]; ok {
+			return k
+		}
+		return name
+	}
 	s := map[string]string{
 		"client.id":          "kord",
 		"enable.idempotence": "true",
 		"acks":               "all",
 	}
-	for k, v := range c.settings {
+	for k, v := range user {
 		s[k] = v
 	}
 	// librdkafka accepts the gapless guarantee only on an idempotent
@@ -155,21 +208,21 @@ func (c *cfg) build() (map[string]string, error) {
 	// neither.
 	// A transactional producer needs no gap guard: a failed record fails
 	// the transaction's commit.
-	if _, set := c.settings["enable.gapless.guarantee"]; !set && s["enable.idempotence"] == "true" && c.transactionalID == "" {
+	if _, set := user["enable.gapless.guarantee"]; !set && s["enable.idempotence"] == "true" && c.transactionalID == "" {
 		s["enable.gapless.guarantee"] = "true"
 	}
 	if len(c.brokers) > 0 {
 		s["bootstrap.servers"] = strings.Join(c.brokers, ",")
 	}
 	if s["bootstrap.servers"] == "" {
-		return nil, fmt.Errorf("%w: no brokers (producer.Brokers or bootstrap.servers)", ErrConfig)
+		return nil, fmt.Errorf("%w: no brokers (producer.Brokers, bootstrap.servers or metadata.broker.list)", ErrConfig)
 	}
 	if !c.allowReordering {
 		if v := s["enable.idempotence"]; v != "true" {
 			return nil, fmt.Errorf("%w: enable.idempotence=%s lets retries reorder or duplicate a key's records (producer.AllowReordering accepts it)", ErrReordering, v)
 		}
 		if v := s["acks"]; v != "all" && v != "-1" {
-			return nil, fmt.Errorf("%w: acks=%s can lose acknowledged records, leaving gaps (producer.AllowReordering accepts it)", ErrReordering, v)
+			return nil, fmt.Errorf("%w: %s=%s can lose acknowledged records, leaving gaps (producer.AllowReordering accepts it)", ErrReordering, key("acks"), v)
 		}
 		if v := s["enable.gapless.guarantee"]; v != "true" && c.transactionalID == "" {
 			return nil, fmt.Errorf("%w: enable.gapless.guarantee=%s lets later records of a key be written after a failed one (producer.AllowReordering accepts it)", ErrReordering, v)

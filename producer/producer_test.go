@@ -378,3 +378,46 @@ func TestMetadataRefreshSeesNewPartitions(t *testing.T) {
 		require.Equal(t, want, d.Partition)
 	})
 }
+
+// TestStaleDeliveryErrorRefreshesMetadata: a delivery error that suggests
+// stale metadata makes the producer re-read the topic's metadata at once,
+// not after MetadataMaxAge. The topic is deleted under the producer: the
+// broker refuses the next produce, librdkafka refreshes its own metadata,
+// finds the topic gone and fails the record with "Local: Unknown partition";
+// kord's refresh then forgets the topic. (Broker errors such as
+// NOT_LEADER_OR_FOLLOWER cannot drive this test: librdkafka retries them
+// without counting retries until message.timeout.ms and then reports a
+// time-out, which is not a sign of stale metadata.)
+func TestStaleDeliveryErrorRefreshesMetadata(t *testing.T) {
+	c := kafkatest.Fake(t)
+	topic := c.CreateTopic(t, 2, nil)
+	// librdkafka waits topic.metadata.propagation.max.ms (30s) before it
+	// believes a topic is gone.
+	p := newBytesProducer(t, c, producer.MetadataMaxAge(time.Hour), producer.Set("topic.metadata.propagation.max.ms", "10"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec := producer.Record[string, []byte]{Topic: topic, Key: "k", Value: []byte("v")}
+	_, err := p.ProduceSync(ctx, rec)
+	require.NoError(t, err)
+
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	rt := kmsg.NewDeleteTopicsRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	req.TopicNames = append(req.TopicNames, topic)
+	resp, err := req.RequestWith(ctx, c.Client(t))
+	require.NoError(t, err)
+	require.NoError(t, kerr.ErrorForCode(resp.Topics[0].ErrorCode))
+	time.Sleep(200 * time.Millisecond)
+	_, err = p.Partition(ctx, rec)
+	require.NoError(t, err, "without an error kord keeps its metadata until MetadataMaxAge")
+
+	_, err = p.ProduceSync(ctx, rec)
+	var perr *producer.Error
+	require.ErrorAs(t, err, &perr)
+	require.Equal(t, "deliver", perr.Op, "%v", err)
+	require.Eventually(t, func() bool {
+		_, err := p.Partition(ctx, rec)
+		return errors.Is(err, producer.ErrUnknownTopic)
+	}, 10*time.Second, 20*time.Millisecond)
+}

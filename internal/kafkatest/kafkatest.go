@@ -113,8 +113,6 @@ func (c *Cluster) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-// CreateTopic creates a topic with a unique name and returns the name. It
-// waits until every partition has a leader.
 // AddPartitions grows topic to count partitions.
 func (c *Cluster) AddPartitions(t testing.TB, topic string, count int32) {
 	t.Helper()
@@ -135,6 +133,8 @@ func (c *Cluster) AddPartitions(t testing.TB, topic string, count int32) {
 	}
 }
 
+// CreateTopic creates a topic with a unique name and returns the name. It
+// waits until every partition has a leader.
 func (c *Cluster) CreateTopic(t testing.TB, partitions int32, configs map[string]string) string {
 	t.Helper()
 	topic := TopicName(t)
