@@ -12,7 +12,9 @@ import (
 // incarnation (another run id) never collide with the current one's:
 //
 //	ckpt-<run>-<id:020d>.meta                              metadata (written last)
-//	ckpt-<run>-<id:020d>.op-<operator>-kg-<keygroup:05d>.avro  keyed state of one key group
+//	ckpt-<run>-<id:020d>.op-<operator>-kg-<keygroup:05d>.avro  state file: keyed state from a key group on
+//	                                                           (EncodeKeyGroups), or one key group or
+//	                                                           instance (EncodeKeyGroup)
 //	COMMITTED                                              the local committed marker
 //	LOCK                                                   the directory lock
 //
@@ -100,8 +102,8 @@ func MetaName(run string, id uint64) string {
 	return base(run, id) + metaSuffix
 }
 
-// StateFileName is the name of the keyed-state file of operator at key group
-// keyGroup in checkpoint (run, id).
+// StateFileName is the name of operator's state file in checkpoint (run,
+// id) whose first (or only) key group, or whose instance, is keyGroup.
 func StateFileName(run string, id uint64, operator string, keyGroup int) string {
 	return fmt.Sprintf("%s%s%s%s%0*d%s", base(run, id), opPrefix, operator, kgInfix, kgDigits, keyGroup, stateSuffix)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -127,6 +128,7 @@ func BenchmarkPipeline(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			var total int64
 			var aligns []time.Duration
+			cpu0 := cpuTime(b)
 			for b.Loop() {
 				g := newGenSource(4, events/4, 100_000)
 				j := keyed.NewJob("bench", keyed.Config{Dir: b.TempDir(), Checkpoint: checkpoint.Config{Interval: tc.interval}})
@@ -144,12 +146,25 @@ func BenchmarkPipeline(b *testing.B) {
 				}
 				total += events
 			}
+			// CPU time (user + system) of the whole process per event: what
+			// checkpointing costs in work, less sensitive than events/s to
+			// other load on the machine.
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(total), "cpu-ns/event")
 			b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "events/s")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(total), "ns/event")
 			b.ReportMetric(float64(percentile(aligns, 0.5).Microseconds()), "align-p50-µs")
 			b.ReportMetric(float64(percentile(aligns, 0.99).Microseconds()), "align-p99-µs")
 		})
 	}
+}
+
+// cpuTime returns the user and system CPU time the process has used.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func percentile(d []time.Duration, q float64) time.Duration {

@@ -31,12 +31,15 @@
 // freezes the current per-key-group tables and returns. The first write to a
 // frozen key group afterwards copies that group's table (copy-on-write at
 // key-group granularity), so Snapshot.Encode can run on another goroutine
-// while processing goes on. Encode writes one checkpoint.EncodeKeyGroup file
-// per (state, key group) with entries, named by checkpoint.StateFileName
-// with "<operator>.<state>" in the operator slot. Backend.Restore reads the
-// files of a checkpoint taken at any parallelism with the same
-// maxParallelism and keeps the key groups of its own range: that is
-// rescaling. Release a snapshot once encoded: until every snapshot is
+// while processing goes on. Encode writes, for each state, one
+// checkpoint.EncodeKeyGroups file holding every key group of the instance
+// that has entries, with an index of its key groups, named by
+// checkpoint.StateFileName with "<operator>.<state>" in the operator slot
+// and the instance's first key group (one file per instance and state, as
+// Flink writes one per task: a file per key group made checkpoints cost
+// their file system calls). Backend.Restore reads the files of a checkpoint
+// taken at any parallelism with the same maxParallelism and decodes, in
+// parallel, the key groups of its own range: that is rescaling. Release a snapshot once encoded: until every snapshot is
 // released, writes keep copying the key groups they touch first.
 //
 // Values are held as Go values and shared with snapshots, so a stored value

@@ -134,15 +134,17 @@ func (s *Snapshot) Len() int {
 var ErrReleased = errors.New("keyed: snapshot already released")
 
 // Encode encodes the snapshot as the state files of checkpoint (run, id):
-// one checkpoint.EncodeKeyGroup file per (state, key group) that has
-// entries, named checkpoint.StateFileName(run, id, "<operator>.<state>",
-// keyGroup), ready for checkpoint.WriteCheckpoint. An entry's Key is the
+// for each state with entries, one checkpoint.EncodeKeyGroups file holding
+// every key group of the backend's range that has entries, named
+// checkpoint.StateFileName(run, id, "<operator>.<state>", first key group
+// of the range), ready for checkpoint.WriteCheckpoint. An entry's Key is the
 // record key and its Value the codec's encoding of the value (of the list
 // or map for list and map states; see appendList and appendMap). Entries
-// are in no particular order.
+// are in no particular order within a key group.
 //
-// It uses up to parallel goroutines (GOMAXPROCS when parallel <= 0), ended
-// before it returns, and may run while the backend goes on processing.
+// It encodes key groups on up to parallel goroutines (GOMAXPROCS when
+// parallel <= 0), ended before it returns, and may run while the backend
+// goes on processing.
 func (s *Snapshot) Encode(run string, id uint64, parallel int) (map[string][]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -152,44 +154,29 @@ func (s *Snapshot) Encode(run string, id uint64, parallel int) (map[string][]byt
 	if err := checkpoint.ValidateRun(run); err != nil {
 		return nil, err
 	}
-	type item struct {
-		state, g int
-		name     string
-		data     []byte
+	if parallel <= 0 {
+		parallel = runtime.GOMAXPROCS(0)
 	}
-	var items []item
-	for si, st := range s.states {
+	ws := make([]workspace, parallel)
+	files := make(map[string][]byte, len(s.states))
+	for _, st := range s.states {
+		var groups, kgs []int
 		for g := range st.numGroups() {
 			if st.groupLen(g) > 0 {
-				items = append(items, item{state: si, g: g})
+				groups = append(groups, g)
+				kgs = append(kgs, g+s.r.Start)
 			}
 		}
-	}
-	errs := make([]error, len(items))
-	forEach(len(items), parallel, func(w *workspace, j int) {
-		it := &items[j]
-		st := s.states[it.state]
-		entries, err := st.entries(it.g, w)
-		if err != nil {
-			errs[j] = err
-			return
+		if len(groups) == 0 {
+			continue
 		}
-		data, err := checkpoint.EncodeKeyGroup(entries)
+		data, err := checkpoint.EncodeKeyGroups(kgs, parallel, func(w, i int) ([]checkpoint.Entry, error) {
+			return st.entries(groups[i], &ws[w])
+		})
 		if err != nil {
-			errs[j] = fmt.Errorf("keyed: operator %q state %q key group %d: %w", s.operator, st.info().Name, it.g+s.r.Start, err)
-			return
+			return nil, fmt.Errorf("keyed: operator %q state %q: %w", s.operator, st.info().Name, err)
 		}
-		it.name = checkpoint.StateFileName(run, id, st.info().FileOperator(), it.g+s.r.Start)
-		it.data = data
-	})
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	files := make(map[string][]byte, len(items))
-	for _, it := range items {
-		files[it.name] = it.data
+		files[checkpoint.StateFileName(run, id, st.info().FileOperator(), s.r.Start)] = data
 	}
 	return files, nil
 }
@@ -232,18 +219,20 @@ func forEach(n, parallel int, fn func(w *workspace, i int)) {
 
 // Restore loads the keyed state of checkpoint m, whose state files are
 // files (name to contents, as checkpoint.ReadCheckpoint returns them, sizes
-// and checksums verified), into this empty backend: the files of this
-// operator whose key group is in the backend's range. The checkpoint may
+// and checksums verified), into this empty backend: the key groups of the
+// backend's range in the files of this operator. The checkpoint may
 // have been taken at any parallelism; its maxParallelism must be this
 // backend's. Every state must be registered before.
 //
 // It refuses, with a *MismatchError, a checkpoint with a state of this
 // operator that is not registered or is of another kind or fingerprint
 // (m.Operators records them; a state file without a record there is
-// refused too). A file that does not decode, or holds a key of another key
-// group than its name says (when a key group function is set, see
-// KeyGroupFunc), is a *checkpoint.CorruptError with the file's name as
-// Path. On error the backend is left empty.
+// refused too). A file that does not decode, holds a key of another key
+// group than its index says (when a key group function is set, see
+// KeyGroupFunc), or holds a key group that another file of the state holds
+// too is a *checkpoint.CorruptError with the file's name as Path; key
+// groups outside the range are not decoded. On error the backend is left
+// empty.
 func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error {
 	if b.restored {
 		return fmt.Errorf("keyed: operator %q: Restore called twice", b.operator)
@@ -277,9 +266,10 @@ func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error
 		recorded[name] = ref
 	}
 	type task struct {
-		name string
-		st   state
-		g    int
+		f  *checkpoint.KeyGroupFile
+		i  int // key group index in f
+		st state
+		g  int
 	}
 	var tasks []task
 	names := make([]string, 0, len(files))
@@ -287,6 +277,7 @@ func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error
 		names = append(names, name)
 	}
 	slices.Sort(names)
+	seen := map[[2]any]string{} // (state, key group) -> file
 	for _, name := range names {
 		n, ok := checkpoint.ParseName(name)
 		if !ok || n.Kind != checkpoint.KindState {
@@ -302,21 +293,32 @@ func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error
 		if _, ok := recorded[stName]; !ok {
 			return &MismatchError{Operator: b.operator, State: stName, Field: "record", Found: name}
 		}
-		if !b.r.Contains(n.KeyGroup) {
-			continue // another instance's
+		f, err := checkpoint.OpenKeyGroups(name, files[name])
+		if err != nil {
+			return err
 		}
-		tasks = append(tasks, task{name: name, st: b.byName[stName], g: n.KeyGroup - b.r.Start})
+		st := b.byName[stName]
+		for i := range f.Len() {
+			kg := f.KeyGroup(i)
+			if prev, dup := seen[[2]any{stName, kg}]; dup {
+				return &checkpoint.CorruptError{Path: name, Reason: fmt.Sprintf("state %q key group %d is also in %s", n.Operator, kg, prev)}
+			}
+			seen[[2]any{stName, kg}] = name
+			if b.r.Contains(kg) { // else another instance's
+				tasks = append(tasks, task{f: f, i: i, st: st, g: kg - b.r.Start})
+			}
+		}
 	}
 	b.gen++ // the tables change: forget cached slots
 	errs := make([]error, len(tasks))
 	forEach(len(tasks), 0, func(_ *workspace, i int) {
 		t := tasks[i]
-		entries, err := checkpoint.DecodeKeyGroup(t.name, files[t.name])
+		entries, err := t.f.Entries(t.i)
 		if err != nil {
 			errs[i] = err
 			return
 		}
-		errs[i] = t.st.restoreGroup(t.g, t.name, entries)
+		errs[i] = t.st.restoreGroup(t.g, t.f.Name(), entries)
 	})
 	for _, err := range errs {
 		if err != nil {

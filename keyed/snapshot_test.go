@@ -1,6 +1,7 @@
 package keyed
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -29,12 +30,22 @@ func decodeFiles(t testing.TB, op string, maxP int, files map[string][]byte) *mo
 		if o != op {
 			continue
 		}
-		entries, err := checkpoint.DecodeKeyGroup(name, data)
+		kgs, groups, err := checkpoint.DecodeKeyGroups(name, data)
 		require.NoError(t, err)
-		require.NotEmpty(t, entries, "no empty files")
-		for _, e := range entries {
+		require.NotEmpty(t, kgs, "no empty files")
+		require.Equal(t, n.KeyGroup, kgs[0], "a file is named by its instance's first key group")
+		var entries []checkpoint.Entry
+		var entryKG []int
+		for i, es := range groups {
+			require.NotEmpty(t, es, "no empty key groups")
+			entries = append(entries, es...)
+			for range es {
+				entryKG = append(entryKG, kgs[i])
+			}
+		}
+		for j, e := range entries {
 			k := string(e.Key)
-			require.Equal(t, n.KeyGroup, KeyGroup(e.Key, maxP), "key %s in file %s", k, name)
+			require.Equal(t, entryKG[j], KeyGroup(e.Key, maxP), "key %s in file %s", k, name)
 			switch st {
 			case "count":
 				v, err := Int64().Decode(e.Value)
@@ -164,13 +175,15 @@ func decodeFilesAny(t testing.TB, files map[string][]byte) map[string]map[string
 	out := map[string]map[string][]byte{}
 	for name, data := range files {
 		n, _ := checkpoint.ParseName(name)
-		entries, err := checkpoint.DecodeKeyGroup(name, data)
+		_, groups, err := checkpoint.DecodeKeyGroups(name, data)
 		require.NoError(t, err)
 		if out[n.Operator] == nil {
 			out[n.Operator] = map[string][]byte{}
 		}
-		for _, e := range entries {
-			out[n.Operator][string(e.Key)] = e.Value
+		for _, es := range groups {
+			for _, e := range es {
+				out[n.Operator][string(e.Key)] = e.Value
+			}
 		}
 	}
 	return out
@@ -408,27 +421,30 @@ func TestRestoreRefusals(t *testing.T) {
 }
 
 // TestRestoreCorruptFiles checks that a state file that does not decode,
-// holds a key of another key group than its name, a duplicate key or an
-// undecodable value is a *checkpoint.CorruptError naming the file, and that
-// the backend is left empty.
+// holds a key of another key group than its index says, a duplicate key, an
+// undecodable value or a key group that another file holds too is a
+// *checkpoint.CorruptError naming the file, and that the backend is left
+// empty.
 func TestRestoreCorruptFiles(t *testing.T) {
-	// Two keys in different key groups.
+	// Two keys in adjacent key groups.
 	var k1, k2 string
 	for i := 0; k2 == ""; i++ {
 		k := fmt.Sprintf("key-%d", i)
 		switch {
 		case k1 == "":
-			k1 = k
-		case KeyGroup([]byte(k), testMaxP) != KeyGroup([]byte(k1), testMaxP):
+			if KeyGroup([]byte(k), testMaxP) < 63 { // one varint byte for it and the next
+				k1 = k
+			}
+		case KeyGroup([]byte(k), testMaxP) == KeyGroup([]byte(k1), testMaxP)+1:
 			k2 = k
 		}
 	}
 	kg1 := KeyGroup([]byte(k1), testMaxP)
-	good, err := checkpoint.EncodeKeyGroup([]checkpoint.Entry{{Key: []byte(k1), Value: make([]byte, 8)}})
-	require.NoError(t, err)
-	name := checkpoint.StateFileName(testRun, 1, "op.count", kg1)
-	other := checkpoint.StateFileName(testRun, 1, "op.count", (kg1+1)%testMaxP)
+	other := (kg1 + 1) % testMaxP
 	v8 := make([]byte, 8)
+	good := encodeEntries(t, kg1, checkpoint.Entry{Key: []byte(k1), Value: v8})
+	name := checkpoint.StateFileName(testRun, 1, "op.count", 0)
+	otherName := checkpoint.StateFileName(testRun, 1, "op.count", 1)
 	for _, c := range []struct {
 		what   string
 		file   string
@@ -437,9 +453,10 @@ func TestRestoreCorruptFiles(t *testing.T) {
 	}{
 		{"garbage", name, []byte("not avro"), "not an Avro object container file"},
 		{"truncated", name, good[:len(good)-3], "state file at byte"},
-		{"other key group", name, encodeEntries(t, checkpoint.Entry{Key: []byte(k1), Value: v8}, checkpoint.Entry{Key: []byte(k2), Value: v8}), "belongs to key group"},
-		{"duplicate key", name, encodeEntries(t, checkpoint.Entry{Key: []byte(k1), Value: v8}, checkpoint.Entry{Key: []byte(k1), Value: v8}), "appears twice"},
-		{"bad value", name, encodeEntries(t, checkpoint.Entry{Key: []byte(k1), Value: []byte{1, 2, 3}}), "int64 codec: 3 bytes, want 8"},
+		{"other key group", name, encodeEntries(t, kg1, checkpoint.Entry{Key: []byte(k1), Value: v8}, checkpoint.Entry{Key: []byte(k2), Value: v8}), "belongs to key group"},
+		{"duplicate key", name, encodeEntries(t, kg1, checkpoint.Entry{Key: []byte(k1), Value: v8}, checkpoint.Entry{Key: []byte(k1), Value: v8}), "appears twice"},
+		{"bad value", name, encodeEntries(t, kg1, checkpoint.Entry{Key: []byte(k1), Value: []byte{1, 2, 3}}), "int64 codec: 3 bytes, want 8"},
+		{"key group in two files", checkpoint.StateFileName(testRun, 1, "op.count", 2), encodeEntries(t, other, checkpoint.Entry{Key: []byte(k2), Value: v8}), "is also in " + otherName},
 	} {
 		t.Run(c.what, func(t *testing.T) {
 			b := newTestBackend(t, "op", FullRange(testMaxP))
@@ -447,7 +464,7 @@ func TestRestoreCorruptFiles(t *testing.T) {
 			require.NoError(t, err)
 			m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.OperatorRefs()}
 			// A good file next to the bad one: the backend must not keep it.
-			files := map[string][]byte{c.file: c.data, other: encodeEntries(t)}
+			files := map[string][]byte{c.file: c.data, otherName: encodeEntries(t, other, checkpoint.Entry{Key: []byte(k2), Value: v8})}
 			err = b.Restore(m, files)
 			var ce *checkpoint.CorruptError
 			require.ErrorAs(t, err, &ce)
@@ -459,12 +476,19 @@ func TestRestoreCorruptFiles(t *testing.T) {
 			require.False(t, ok)
 		})
 	}
-	// A file of a key group outside the range is skipped, however bad.
-	b := newTestBackend(t, "op", KeyGroupRange{Start: (kg1 + 1) % testMaxP, End: (kg1 + 1) % testMaxP})
-	_, err = Value(b, "count", Int64())
+	// The key groups of a file outside the range are not decoded, however
+	// bad: kg1's records claim another key group.
+	b := newTestBackend(t, "op", KeyGroupRange{Start: other, End: other})
+	_, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.OperatorRefs()}
-	require.NoError(t, b.Restore(m, map[string][]byte{name: []byte("garbage")}))
+	bad := bytes.Clone(good)
+	i := bytes.LastIndex(bad, []byte(k1)) - 2 // the record: key group, key length, key
+	require.Equal(t, byte(2*kg1), bad[i])
+	bad[i] += 2
+	_, _, err = checkpoint.DecodeKeyGroups(name, bad)
+	require.ErrorContains(t, err, "record of key group")
+	require.NoError(t, b.Restore(m, map[string][]byte{name: bad}))
 	// A name that is not a state file of this checkpoint is an error.
 	b = newTestBackend(t, "op", FullRange(testMaxP))
 	require.Error(t, b.Restore(m, map[string][]byte{"ckpt-abc123-00000000000000000001.meta": nil}))
@@ -472,11 +496,11 @@ func TestRestoreCorruptFiles(t *testing.T) {
 	require.Error(t, b.Restore(m, map[string][]byte{checkpoint.StateFileName(testRun, 2, "op.count", 0): good}))
 }
 
-// encodeEntries makes a key-group file of entries; with none, an empty
-// but valid file.
-func encodeEntries(t testing.TB, entries ...checkpoint.Entry) []byte {
+// encodeEntries makes a key-group range file holding entries in key group
+// kg.
+func encodeEntries(t testing.TB, kg int, entries ...checkpoint.Entry) []byte {
 	t.Helper()
-	b, err := checkpoint.EncodeKeyGroup(entries)
+	b, err := checkpoint.EncodeKeyGroups([]int{kg}, 1, func(int, int) ([]checkpoint.Entry, error) { return entries, nil })
 	require.NoError(t, err)
 	return b
 }
