@@ -74,8 +74,13 @@ func Logger(l *slog.Logger) Opt {
 
 // MetadataMaxAge sets how often topic metadata (partition count and which
 // partitions have a leader) is refreshed when nothing else triggers it.
-// Default 5m, as Java's metadata.max.age.ms. Delivery errors that suggest
-// stale metadata trigger a refresh at once.
+// Default 5m, as Java's metadata.max.age.ms. A delivery error that says the
+// partition or topic is unknown triggers a refresh at once. Leader changes
+// do not reach kord as delivery errors (librdkafka retries NOT_LEADER and
+// LEADER_NOT_AVAILABLE itself until message.timeout.ms and refreshes its
+// own metadata meanwhile), so kord's view of which partitions have a leader,
+// which only round-robin of records without a key uses, lags by up to
+// MetadataMaxAge.
 func MetadataMaxAge(d time.Duration) Opt {
 	return opt(func(c *cfg) { c.metadataMaxAge = d })
 }

@@ -8,8 +8,8 @@
 // topic metadata (partition count; available = has a leader, ascending ids)
 // and set explicitly on the message, so librdkafka's own partitioner (CRC32 by
 // default) never decides. Metadata is fetched when a topic is first used,
-// refreshed every MetadataMaxAge, and at once after delivery errors that
-// suggest it is stale. Adding partitions to a topic moves keys, as it does in
+// refreshed every MetadataMaxAge, and at once after a delivery error that
+// says a partition or topic is unknown (see MetadataMaxAge). Adding partitions to a topic moves keys, as it does in
 // Java.
 //
 // # Order
