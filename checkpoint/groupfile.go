@@ -65,9 +65,27 @@ type GroupEntries func(worker, i int) ([]Entry, error)
 // keyGroups[i] (strictly ascending, each in [0, MaxKeyGroups)), the entries
 // that entries(_, i) returns, in that order. Key groups without entries are
 // left out of the file. The groups are encoded on up to parallel goroutines
-// (GOMAXPROCS when parallel <= 0), all ended before it returns; with
-// parallel == 1 everything is encoded into the one buffer returned.
+// (GOMAXPROCS when parallel <= 0), all ended before it returns.
 func EncodeKeyGroups(keyGroups []int, parallel int, entries GroupEntries) ([]byte, error) {
+	var e KeyGroupEncoder
+	return e.Encode(keyGroups, parallel, entries)
+}
+
+// KeyGroupEncoder encodes key-group range files like EncodeKeyGroups,
+// keeping its buffers from one Encode to the next: a checkpoint's file is
+// about the size of the last one, and allocating it afresh each time costs
+// page faults and copies as large buffers grow. The zero value is ready to
+// use; it is not safe for concurrent use.
+type KeyGroupEncoder struct {
+	body, out []byte   // parallel == 1: the blocks, then the file
+	bodies    [][]byte // parallel > 1: each key group's blocks
+	counts    []int
+	sizes     []int
+}
+
+// Encode is EncodeKeyGroups. The returned file is valid until the next
+// call.
+func (e *KeyGroupEncoder) Encode(keyGroups []int, parallel int, entries GroupEntries) ([]byte, error) {
 	for i, kg := range keyGroups {
 		if err := validateKeyGroup(kg); err != nil {
 			return nil, err
@@ -82,30 +100,34 @@ func EncodeKeyGroups(keyGroups []int, parallel int, entries GroupEntries) ([]byt
 		parallel = runtime.GOMAXPROCS(0)
 	}
 	parallel = max(1, min(parallel, len(keyGroups)))
-	counts := make([]int, len(keyGroups))
-	bodies := make([][]byte, len(keyGroups))
-	var body []byte // parallel == 1: every group's blocks, in order
-	var sizes []int
+	n := len(keyGroups)
+	counts := slices.Grow(e.counts[:0], n)[:n]
+	sizes := slices.Grow(e.sizes[:0], n)[:n]
+	e.counts, e.sizes = counts, sizes
 	if parallel == 1 {
-		sizes = make([]int, len(keyGroups))
+		body := e.body[:0]
 		for i, kg := range keyGroups {
 			es, err := entries(0, i)
 			if err != nil {
 				return nil, err
 			}
-			n := len(body)
+			start := len(body)
 			body = appendGroupBlocks(body, marker[:], kg, es)
-			counts[i], sizes[i] = len(es), len(body)-n
+			counts[i], sizes[i] = len(es), len(body)-start
 		}
+		e.body = body
 	} else {
-		errs := make([]error, len(keyGroups))
+		if len(e.bodies) < n {
+			e.bodies = append(e.bodies, make([][]byte, n-len(e.bodies))...)
+		}
+		errs := make([]error, n)
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		for w := range parallel {
 			wg.Go(func() {
 				for {
 					i := int(next.Add(1) - 1)
-					if i >= len(keyGroups) {
+					if i >= n {
 						return
 					}
 					es, err := entries(w, i)
@@ -113,8 +135,8 @@ func EncodeKeyGroups(keyGroups []int, parallel int, entries GroupEntries) ([]byt
 						errs[i] = err
 						continue
 					}
-					bodies[i] = appendGroupBlocks(nil, marker[:], keyGroups[i], es)
-					counts[i] = len(es)
+					e.bodies[i] = appendGroupBlocks(e.bodies[i][:0], marker[:], keyGroups[i], es)
+					counts[i], sizes[i] = len(es), len(e.bodies[i])
 				}
 			})
 		}
@@ -122,14 +144,11 @@ func EncodeKeyGroups(keyGroups []int, parallel int, entries GroupEntries) ([]byt
 		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}
-		sizes = make([]int, len(keyGroups))
-		for i, b := range bodies {
-			sizes[i] = len(b)
-		}
 	}
 	var index []byte
-	groups, total := 0, 0
+	groups, total, bodyLen := 0, 0, 0
 	for i, kg := range keyGroups {
+		bodyLen += sizes[i]
 		if counts[i] > 0 {
 			groups++
 			total += counts[i]
@@ -140,11 +159,7 @@ func EncodeKeyGroups(keyGroups []int, parallel int, entries GroupEntries) ([]byt
 	}
 	index = append(appendLong(nil, int64(groups)), index...)
 
-	bodyLen := 0
-	for _, n := range sizes {
-		bodyLen += n
-	}
-	b := make([]byte, 0, 256+len(groupEntrySchema)+len(index)+bodyLen)
+	b := slices.Grow(e.out[:0], 256+len(groupEntrySchema)+len(index)+bodyLen)
 	b = append(b, ocfMagic...)
 	b = appendLong(b, 5) // header metadata: one block of five entries
 	b = appendString(b, "avro.schema", groupEntrySchema)
@@ -158,11 +173,13 @@ func EncodeKeyGroups(keyGroups []int, parallel int, entries GroupEntries) ([]byt
 	b = appendLong(b, 0)
 	b = append(b, marker[:]...)
 	if parallel == 1 {
-		return append(b, body...), nil
+		b = append(b, e.body...)
+	} else {
+		for _, body := range e.bodies[:n] {
+			b = append(b, body...)
+		}
 	}
-	for _, body := range bodies {
-		b = append(b, body...)
-	}
+	e.out = b
 	return b, nil
 }
 

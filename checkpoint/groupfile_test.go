@@ -333,3 +333,26 @@ func BenchmarkEncodeKeyGroups(b *testing.B) {
 	}
 	b.ReportMetric(float64(size), "bytes/file")
 }
+
+func TestKeyGroupEncoderReuse(t *testing.T) {
+	kgs, es := testGroups()
+	var e KeyGroupEncoder
+	for _, p := range []int{1, 3} {
+		for _, n := range []int{len(kgs), 1, len(kgs), 2} {
+			b, err := e.Encode(kgs[:n], p, func(_, i int) ([]Entry, error) { return es[i], nil })
+			require.NoError(t, err)
+			gotKGs, got, err := DecodeKeyGroups("f", b)
+			require.NoError(t, err)
+			var wantKGs []int
+			var want [][]Entry
+			for i := range n {
+				if len(es[i]) > 0 {
+					wantKGs = append(wantKGs, kgs[i])
+					want = append(want, normalize(es[i]))
+				}
+			}
+			require.Equal(t, wantKGs, gotKGs, "parallel %d, %d key groups", p, n)
+			require.Equal(t, want, got, "parallel %d, %d key groups", p, n)
+		}
+	}
+}

@@ -25,6 +25,34 @@ type Snapshot struct {
 	b        *Backend
 	mu       sync.Mutex // held by Encode, so that Release waits for it
 	released atomic.Bool
+	encs     []*encoder // the memory of Encode's files, given back at Release
+}
+
+// encoder is the memory one state's file is encoded in: a
+// checkpoint.KeyGroupEncoder and the workspaces its workers fill. The
+// backend keeps the encoders of released snapshots, so that each checkpoint
+// reuses the last one's buffers (about one state file's size per state)
+// rather than allocating and growing them again.
+type encoder struct {
+	kg checkpoint.KeyGroupEncoder
+	ws []workspace
+}
+
+func (b *Backend) takeEncoder() *encoder {
+	b.encMu.Lock()
+	defer b.encMu.Unlock()
+	if n := len(b.encFree); n > 0 {
+		e := b.encFree[n-1]
+		b.encFree = b.encFree[:n-1]
+		return e
+	}
+	return &encoder{}
+}
+
+func (b *Backend) giveEncoders(es []*encoder) {
+	b.encMu.Lock()
+	defer b.encMu.Unlock()
+	b.encFree = append(b.encFree, es...)
 }
 
 // frozenState is one state's tables at the snapshot.
@@ -144,7 +172,8 @@ var ErrReleased = errors.New("keyed: snapshot already released")
 //
 // It encodes key groups on up to parallel goroutines (GOMAXPROCS when
 // parallel <= 0), ended before it returns, and may run while the backend
-// goes on processing.
+// goes on processing. The files' contents are valid until Release (their
+// memory is reused by the backend's next snapshots).
 func (s *Snapshot) Encode(run string, id uint64, parallel int) (map[string][]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -157,7 +186,6 @@ func (s *Snapshot) Encode(run string, id uint64, parallel int) (map[string][]byt
 	if parallel <= 0 {
 		parallel = runtime.GOMAXPROCS(0)
 	}
-	ws := make([]workspace, parallel)
 	files := make(map[string][]byte, len(s.states))
 	for _, st := range s.states {
 		var groups, kgs []int
@@ -170,8 +198,13 @@ func (s *Snapshot) Encode(run string, id uint64, parallel int) (map[string][]byt
 		if len(groups) == 0 {
 			continue
 		}
-		data, err := checkpoint.EncodeKeyGroups(kgs, parallel, func(w, i int) ([]checkpoint.Entry, error) {
-			return st.entries(groups[i], &ws[w])
+		enc := s.b.takeEncoder()
+		s.encs = append(s.encs, enc)
+		if len(enc.ws) < parallel {
+			enc.ws = append(enc.ws, make([]workspace, parallel-len(enc.ws))...)
+		}
+		data, err := enc.kg.Encode(kgs, parallel, func(w, i int) ([]checkpoint.Entry, error) {
+			return st.entries(groups[i], &enc.ws[w])
 		})
 		if err != nil {
 			return nil, fmt.Errorf("keyed: operator %q state %q: %w", s.operator, st.info().Name, err)
@@ -189,6 +222,8 @@ func (s *Snapshot) Release() {
 	defer s.mu.Unlock()
 	if s.released.CompareAndSwap(false, true) {
 		s.states = nil
+		s.b.giveEncoders(s.encs)
+		s.encs = nil
 		s.b.pending.Add(-1)
 	}
 }

@@ -203,7 +203,7 @@ func checkpointOf(t testing.TB, id uint64, backends ...*Backend) (*checkpoint.Me
 		snap := b.Snapshot()
 		files, err := snap.Encode(testRun, id, 0)
 		require.NoError(t, err)
-		snap.Release()
+		defer snap.Release() // the files' memory is the snapshot's until then
 		for n, d := range files {
 			_, dup := all[n]
 			require.False(t, dup, "two instances wrote %s", n)
@@ -647,4 +647,40 @@ func BenchmarkRestore(b *testing.B) {
 	sec := b.Elapsed().Seconds() / float64(b.N)
 	b.ReportMetric(sec*1e3, "ms/restore")
 	b.ReportMetric(float64(size)/1e6/sec, "MB/s")
+}
+
+// TestEncodeReusesMemory checks, white box, that a snapshot's files are
+// encoded into the memory of the last released snapshot's, and never into
+// the memory of a snapshot not yet released.
+func TestEncodeReusesMemory(t *testing.T) {
+	b, _, _ := fillCounters(t, 5000)
+	only := func(files map[string][]byte) []byte {
+		require.Len(t, files, 1)
+		for _, d := range files {
+			return d
+		}
+		return nil
+	}
+	s1 := b.Snapshot()
+	f1 := only(mustEncodeSnap(t, s1))
+	want := bytes.Clone(f1)
+	s2 := b.Snapshot()
+	f2 := only(mustEncodeSnap(t, s2))
+	require.NotSame(t, &f1[0], &f2[0], "s1 is not released: its memory is its own")
+	require.Equal(t, want[len(want)-100:], f1[len(f1)-100:], "s1's file unchanged by s2's encoding")
+	s1.Release()
+	s3 := b.Snapshot()
+	f3 := only(mustEncodeSnap(t, s3))
+	require.Same(t, &f1[0], &f3[0], "s3 reuses released s1's memory")
+	_, _, err := checkpoint.DecodeKeyGroups("f3", f3)
+	require.NoError(t, err)
+	s2.Release()
+	s3.Release()
+}
+
+func mustEncodeSnap(t testing.TB, s *Snapshot) map[string][]byte {
+	t.Helper()
+	files, err := s.Encode(testRun, 1, 1)
+	require.NoError(t, err)
+	return files
 }

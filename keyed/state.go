@@ -5,6 +5,7 @@ import (
 	"iter"
 	"maps"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/kordproject/kord/checkpoint"
@@ -157,6 +158,9 @@ type Backend struct {
 	epoch    uint64       // number of snapshots taken
 	pending  atomic.Int64 // snapshots not yet released
 	restored bool
+
+	encMu   sync.Mutex
+	encFree []*encoder // kept between snapshots; see Snapshot.Encode
 }
 
 // NewBackend returns an empty backend for instance r of operator, out of
@@ -298,13 +302,30 @@ type table[T any] struct {
 	// cloned from.
 	ownAll bool
 	owned  []uint64
+
+	// shared: idx and free are still those of the table this one was
+	// cloned from (and that a snapshot holds); own copies them before a
+	// key is added or removed.
+	shared bool
 }
 
+// clone copies t for writing while a snapshot holds t. Only the values are
+// copied: the index is shared until a key is added or removed (see own),
+// so that updating existing keys, the common case, costs one copy of vals
+// per key group and checkpoint rather than a map rebuild.
 func (t *table[T]) clone(epoch uint64) *table[T] {
-	return &table[T]{idx: maps.Clone(t.idx), vals: slices.Clone(t.vals), free: slices.Clone(t.free), epoch: epoch}
+	return &table[T]{idx: t.idx, vals: slices.Clone(t.vals), free: t.free, epoch: epoch, shared: true}
+}
+
+// own gives t its own idx and free before they change.
+func (t *table[T]) own() {
+	if t.shared {
+		t.idx, t.free, t.shared = maps.Clone(t.idx), slices.Clone(t.free), false
+	}
 }
 
 func (t *table[T]) insert(key []byte, v T) uint32 {
+	t.own()
 	i := t.slot(v)
 	t.idx[string(key)] = i
 	return i
@@ -420,7 +441,7 @@ func (s *store[T]) writable() *table[T] {
 		} else {
 			// Every snapshot that held t has been released (the atomic
 			// load orders their reads before our writes).
-			t.epoch, t.ownAll, t.owned = b.epoch, true, nil
+			t.epoch, t.ownAll, t.owned, t.shared = b.epoch, true, nil, false
 		}
 	}
 	return t
@@ -432,6 +453,7 @@ func (s *store[T]) remove() {
 		return
 	}
 	t, i, _ := s.forWrite()
+	t.own()
 	delete(t.idx, string(s.b.curKey))
 	var zero T
 	t.vals[i] = zero
