@@ -318,17 +318,8 @@ func (j *CountJob) recover(ctx context.Context, store *Store, src *consumer.Sour
 		return nil, nil, 0, err
 	}
 	if !d.Fallback {
-		// Kafka's offsets must be the checkpoint's: anything else means the
-		// two were not written together.
-		want := map[consumer.TopicPartition]int64{}
-		for _, o := range m.Offsets {
-			want[consumer.TopicPartition{Topic: o.Topic, Partition: o.Partition}] = o.Offset
-		}
-		for _, c := range committed {
-			tp := consumer.TopicPartition{Topic: c.Topic, Partition: c.Partition}
-			if w, ok := want[tp]; ok && c.Offset != w {
-				return nil, nil, 0, fmt.Errorf("%w: %s is at %d in group %s, %d in checkpoint %s", ErrOffsetsDiffer, tp, c.Offset, j.CommitGroup(), w, d.Ref)
-			}
+		if err := checkGroupOffsets(j.CommitGroup(), d.Ref, m.Offsets, committed); err != nil {
+			return nil, nil, 0, err
 		}
 	}
 	state := countState{}
@@ -365,6 +356,47 @@ func (j *CountJob) recover(ctx context.Context, store *Store, src *consumer.Sour
 		}
 	}
 	return state, positions, d.Ref.ID, nil
+}
+
+// checkGroupOffsets checks that the commit group's offsets are exactly the
+// restored checkpoint's: anything else means the two were not written
+// together. committed holds the group's offsets for every partition of the
+// input topic (-1: none). Both directions count:
+//   - a partition in the checkpoint must have the same offset in the group
+//     (every commit sends the offsets of every partition its checkpoint
+//     lists, so a missing one is a mismatch too);
+//   - a partition with an offset in the group must be in the checkpoint.
+//     A partition added to the topic after the checkpoint was taken is not
+//     in it, but no commit of ours ever named it either, so the group has no
+//     offset for it and it passes; an offset there was written by something
+//     other than this checkpoint's commit.
+func checkGroupOffsets(group string, ref CheckpointRef, ckpt []PartitionOffset, committed []consumer.Committed) error {
+	want := make(map[consumer.TopicPartition]int64, len(ckpt))
+	for _, o := range ckpt {
+		want[consumer.TopicPartition{Topic: o.Topic, Partition: o.Partition}] = o.Offset
+	}
+	got := make(map[consumer.TopicPartition]int64, len(committed))
+	for _, c := range committed {
+		if c.Offset >= 0 {
+			got[consumer.TopicPartition{Topic: c.Topic, Partition: c.Partition}] = c.Offset
+		}
+	}
+	var errs []error
+	for _, o := range ckpt {
+		tp := consumer.TopicPartition{Topic: o.Topic, Partition: o.Partition}
+		if g, ok := got[tp]; !ok {
+			errs = append(errs, fmt.Errorf("%w: %s has no offset in group %s, %d in checkpoint %s", ErrOffsetsDiffer, tp, group, o.Offset, ref))
+		} else if g != o.Offset {
+			errs = append(errs, fmt.Errorf("%w: %s is at %d in group %s, %d in checkpoint %s", ErrOffsetsDiffer, tp, g, group, o.Offset, ref))
+		}
+	}
+	for _, c := range committed {
+		tp := consumer.TopicPartition{Topic: c.Topic, Partition: c.Partition}
+		if _, ok := want[tp]; !ok && c.Offset >= 0 {
+			errs = append(errs, fmt.Errorf("%w: %s is at %d in group %s but not in checkpoint %s", ErrOffsetsDiffer, tp, c.Offset, group, ref))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func toOffsets(ps []consumer.Position) []PartitionOffset {

@@ -10,7 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
@@ -140,4 +142,54 @@ func TestJobUnknownTopicAndValidate(t *testing.T) {
 	for _, s := range []string{"job name", "no brokers", "both \"x\"", "checkpoint directory", "Emit"} {
 		require.Contains(t, err.Error(), s)
 	}
+}
+
+// TestRestoreOffsetsDiffer: the commit group's offsets were changed behind
+// the job's back (same commit record, another offset): the job stops with
+// ErrOffsetsDiffer naming the partition, instead of restoring a checkpoint
+// that Kafka's offsets contradict.
+func TestRestoreOffsetsDiffer(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		h := newHarness(t, c, 20)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		require.NoError(t, h.produce(ctx, 200, 100_000))
+		j := h.job(h.dir)
+		h.runUntil(j, 200)
+
+		// Kafka 3.9's request versions name topics, not topic ids.
+		cl := h.c.Client(t, kgo.MaxVersions(kversion.V3_9_0()))
+		fetch := kmsg.NewPtrOffsetFetchRequest()
+		fetch.Group = j.CommitGroup()
+		ft := kmsg.NewOffsetFetchRequestTopic()
+		ft.Topic = h.input
+		ft.Partitions = []int32{3}
+		fetch.Topics = append(fetch.Topics, ft)
+		fresp, err := fetch.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		require.NoError(t, kerr.ErrorForCode(fresp.ErrorCode))
+		fp := fresp.Topics[0].Partitions[0]
+		require.NoError(t, kerr.ErrorForCode(fp.ErrorCode))
+		require.Contains(t, *fp.Metadata, "kord1;")
+
+		// The group has no members: a plain commit (generation -1) goes in.
+		commit := kmsg.NewPtrOffsetCommitRequest()
+		commit.Group = j.CommitGroup()
+		commit.Generation = -1
+		ct := kmsg.NewOffsetCommitRequestTopic()
+		ct.Topic = h.input
+		cp := kmsg.NewOffsetCommitRequestTopicPartition()
+		cp.Partition = 3
+		cp.Offset = fp.Offset + 1
+		cp.Metadata = fp.Metadata
+		ct.Partitions = append(ct.Partitions, cp)
+		commit.Topics = append(commit.Topics, ct)
+		cresp, err := commit.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		require.NoError(t, kerr.ErrorForCode(cresp.Topics[0].Partitions[0].ErrorCode))
+
+		err = h.job(h.dir).Run(ctx)
+		require.ErrorIs(t, err, checkpoint.ErrOffsetsDiffer)
+		require.Contains(t, err.Error(), fmt.Sprintf("%s[3] is at %d in group %s, %d in checkpoint", h.input, fp.Offset+1, j.CommitGroup(), fp.Offset))
+	})
 }
