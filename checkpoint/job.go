@@ -74,6 +74,9 @@ type CountJob struct {
 	// StopTimeout bounds a graceful stop. Default 30s.
 	StopTimeout time.Duration
 	// ProducerSettings and ConsumerSettings pass librdkafka settings.
+	// transactional.id and transaction.timeout.ms are derived and refused
+	// here; message.timeout.ms defaults to the transaction timeout and may
+	// be set lower, not higher.
 	ProducerSettings map[string]string
 	ConsumerSettings map[string]string
 	Logger           *slog.Logger
@@ -115,9 +118,25 @@ func (j *CountJob) Validate() error {
 	if err := j.Checkpoint.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	for _, k := range []string{"transaction.timeout.ms", "transactional.id"} {
-		if _, ok := j.ProducerSettings[k]; ok && k == "transactional.id" {
-			errs = append(errs, fmt.Errorf("checkpoint: %s is derived from the job name", k))
+	if _, ok := j.ProducerSettings["transactional.id"]; ok {
+		errs = append(errs, errors.New("checkpoint: producer setting transactional.id is derived from the job name; remove it"))
+	}
+	if _, ok := j.ProducerSettings["transaction.timeout.ms"]; ok {
+		errs = append(errs, fmt.Errorf("checkpoint: producer setting transaction.timeout.ms is derived from the checkpoint settings (%v now; interval, timeout, min pause and tolerable failures, capped at TransactionMaxTimeout); remove it and change those instead",
+			j.TransactionTimeout()))
+	}
+	// message.timeout.ms must not exceed the transaction timeout (DESIGN.md,
+	// "Timeouts"): a record still being retried when the transaction times
+	// out would outlive it. A shorter one only fails a produce sooner (an
+	// abort and a replay), so it is accepted.
+	if v, ok := j.ProducerSettings["message.timeout.ms"]; ok {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		switch {
+		case err != nil || ms < 1:
+			errs = append(errs, fmt.Errorf("checkpoint: producer setting message.timeout.ms %q: want a positive number of milliseconds", v))
+		case time.Duration(ms)*time.Millisecond > j.TransactionTimeout():
+			errs = append(errs, fmt.Errorf("checkpoint: producer setting message.timeout.ms %d exceeds the transaction timeout %d ms (transaction.timeout.ms, derived from the checkpoint settings); lower it or leave it unset (it defaults to the transaction timeout)",
+				ms, j.TransactionTimeout().Milliseconds()))
 		}
 	}
 	return errors.Join(errs...)

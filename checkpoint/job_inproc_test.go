@@ -111,13 +111,17 @@ func listMeta(t *testing.T, dir string) []string {
 }
 
 // TestTransactionTimeoutOverBrokerMax: a transaction timeout above the
-// broker's transaction.max.timeout.ms fails at start with an error naming
-// that setting (real broker: kfake does not enforce the maximum).
+// broker's transaction.max.timeout.ms (its default, 15 min, here) fails at
+// start with an error naming that setting (real broker: kfake does not
+// enforce the maximum). The job is told the brokers allow an hour, and its
+// checkpoint timeout asks for more than 15 min.
 func TestTransactionTimeoutOverBrokerMax(t *testing.T) {
 	c := kafkatest.Broker(t)
 	h := newHarness(t, c, 5)
 	j := h.job(h.dir)
-	j.ProducerSettings = map[string]string{"transaction.timeout.ms": "3600000"}
+	j.Checkpoint.Timeout = 30 * time.Minute
+	j.Checkpoint.TransactionMaxTimeout = time.Hour
+	require.Greater(t, j.TransactionTimeout(), 15*time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err := j.Run(ctx)
@@ -192,4 +196,32 @@ func TestRestoreOffsetsDiffer(t *testing.T) {
 		require.ErrorIs(t, err, checkpoint.ErrOffsetsDiffer)
 		require.Contains(t, err.Error(), fmt.Sprintf("%s[3] is at %d in group %s, %d in checkpoint", h.input, fp.Offset+1, j.CommitGroup(), fp.Offset))
 	})
+}
+
+// TestValidateTimeoutSettings: transaction.timeout.ms is derived, so a
+// user's value is refused; message.timeout.ms may be lowered but not raised
+// above the transaction timeout (DESIGN.md, "Timeouts").
+func TestValidateTimeoutSettings(t *testing.T) {
+	j := &checkpoint.CountJob{Name: "v", Brokers: "b", Input: "in", Output: "out", Dir: "d", Emit: emit}
+	require.NoError(t, j.Validate())
+	txn := j.TransactionTimeout().Milliseconds()
+	for _, tc := range []struct {
+		settings map[string]string
+		err      string
+	}{
+		{map[string]string{"transaction.timeout.ms": "60000"}, "transaction.timeout.ms is derived"},
+		{map[string]string{"transactional.id": "x"}, "transactional.id is derived"},
+		{map[string]string{"message.timeout.ms": fmt.Sprint(txn + 1)}, fmt.Sprintf("message.timeout.ms %d exceeds the transaction timeout %d ms", txn+1, txn)},
+		{map[string]string{"message.timeout.ms": "soon"}, "message.timeout.ms \"soon\""},
+		{map[string]string{"message.timeout.ms": fmt.Sprint(txn)}, ""},
+		{map[string]string{"message.timeout.ms": "5000"}, ""},
+	} {
+		j.ProducerSettings = tc.settings
+		err := j.Validate()
+		if tc.err == "" {
+			require.NoError(t, err, "%v", tc.settings)
+			continue
+		}
+		require.ErrorContains(t, err, tc.err, "%v", tc.settings)
+	}
 }
