@@ -32,10 +32,26 @@ const (
 	FailAfterMarker         = "after-committed-marker"
 	FailDuringRestore       = "during-restore"
 	FailAfterFreshCommitted = "after-fresh-start-committed"
-	// SimCommitUnknown is not a crash: the commit is sent with a deadline
-	// too short to see its answer, so its outcome is unknown to the job.
+	// The Sim failpoints are not crashes: each sends a transactional
+	// request with a deadline too short to see its answer, so its outcome
+	// is unknown to the job, which must end the producer and recover from
+	// what Kafka recorded with a new one (DESIGN.md, on KIP-890).
+	//
+	// SimCommitUnknown: the CommitTransaction of a checkpoint.
 	SimCommitUnknown = "sim-commit-unknown"
+	// SimSendOffsetsUnknown: the SendOffsetsToTransaction of a checkpoint.
+	SimSendOffsetsUnknown = "sim-send-offsets-unknown"
+	// SimAbortUnknown: the abort path. At a checkpoint's commit, the
+	// transaction is treated as needing an abort (as after an abortable
+	// error from SendOffsetsToTransaction) and AbortTransaction is sent.
+	SimAbortUnknown = "sim-abort-unknown"
 )
+
+// SimUnknown lists the Sim failpoints.
+var SimUnknown = []string{SimSendOffsetsUnknown, SimCommitUnknown, SimAbortUnknown}
+
+// errSimAbortable stands for an abortable error, for SimAbortUnknown.
+var errSimAbortable = errors.New("checkpoint: simulated abortable error")
 
 // Failpoints lists the crash failpoints in lifecycle order.
 var Failpoints = []string{FailAfterBarrier, FailAfterSnapshots, FailAfterMetadata, FailBeforeSendOffsets,
@@ -185,10 +201,11 @@ func (j *CountJob) Run(ctx context.Context) error {
 		if recovers > 10 {
 			return fmt.Errorf("checkpoint: job %s: gave up after %d recoveries in a row: %w", j.Name, recovers, err)
 		}
+		// Also when stopping: the new run restores what Kafka recorded and
+		// then commits a final checkpoint, so that the stop leaves no
+		// transaction open and the failed checkpoint's output is not lost
+		// to the stop.
 		j.Logger.Warn("kord job: recovering", "job", j.Name, "err", err)
-		if ctx.Err() != nil {
-			return nil
-		}
 	}
 }
 
@@ -323,7 +340,9 @@ func (j *CountJob) recover(ctx context.Context, store *Store, src *consumer.Sour
 			return nil, nil, 0, err
 		}
 		if err := j.commit(ctx, p, run, 0, positions); err != nil {
-			return nil, nil, 0, err
+			// As for any checkpoint: a new producer, then what Kafka
+			// recorded (this checkpoint 0, or none and a fresh start again).
+			return nil, nil, 0, fmt.Errorf("%w: commit of the fresh start: %w", errRecover, j.abortIfRequired(ctx, p, err))
 		}
 		if err := SetCommitted(store, CheckpointRef{Run: run, ID: 0}); err != nil {
 			return nil, nil, 0, err
@@ -438,6 +457,16 @@ func (j *CountJob) commit(ctx context.Context, p *producer.Producer[[]byte, []by
 	failpoint.Hit(FailBeforeSendOffsets)
 	cctx, cancel := context.WithTimeout(ctx, j.Checkpoint.withDefaults().Timeout)
 	defer cancel()
+	if failpoint.Active(SimAbortUnknown) {
+		return fmt.Errorf("checkpoint %d: send offsets: %w", id, errSimAbortable)
+	}
+	if failpoint.Active(SimSendOffsetsUnknown) {
+		// Send the offsets but give up on the answer at once.
+		sctx, scancel := context.WithTimeout(ctx, time.Millisecond)
+		err := p.SendOffsetsToTransaction(sctx, j.CommitGroup(), offs)
+		scancel()
+		return fmt.Errorf("checkpoint %d: simulated unknown send-offsets outcome (send offsets returned %v)", id, err)
+	}
 	if err := p.SendOffsetsToTransaction(cctx, j.CommitGroup(), offs); err != nil {
 		return err
 	}
@@ -460,6 +489,13 @@ func (j *CountJob) commit(ctx context.Context, p *producer.Producer[[]byte, []by
 // abortIfRequired aborts on p when err requires it, bounded by the
 // checkpoint timeout (see producer.AbortIfRequired).
 func (j *CountJob) abortIfRequired(ctx context.Context, p *producer.Producer[[]byte, []byte], err error) error {
+	if errors.Is(err, errSimAbortable) {
+		// SimAbortUnknown: send the abort but give up on its answer at once.
+		sctx, scancel := context.WithTimeout(ctx, time.Millisecond)
+		aerr := p.AbortTransaction(sctx)
+		scancel()
+		return fmt.Errorf("simulated unknown abort outcome (abort returned %v) after: %w", aerr, err)
+	}
 	actx, cancel := context.WithTimeout(ctx, j.Checkpoint.withDefaults().Timeout)
 	defer cancel()
 	return p.AbortIfRequired(actx, err)

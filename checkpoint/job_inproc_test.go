@@ -3,7 +3,9 @@ package checkpoint_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +18,9 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/syncbuf"
 	"github.com/kordproject/kord/internal/testdir"
 )
 
@@ -224,4 +228,80 @@ func TestValidateTimeoutSettings(t *testing.T) {
 		}
 		require.ErrorContains(t, err, tc.err, "%v", tc.settings)
 	}
+}
+
+// TestUnknownOutcomeRecovers: a transactional request whose outcome the job
+// cannot know (SendOffsetsToTransaction, CommitTransaction, or the
+// AbortTransaction of the abort path, each sent with a deadline too short
+// to see its answer) ends that producer; a new run with a new producer
+// initialises, restores the checkpoint Kafka recorded, and the output stays
+// exactly-once. The commit of checkpoint 2 is the one hit (fresh start,
+// checkpoint 1, then 2). Offsets sent or an abort mean the commit never
+// went out, so Kafka recorded checkpoint 1; an unknown commit may have
+// landed (2) or not (1).
+func TestUnknownOutcomeRecovers(t *testing.T) {
+	for _, sim := range checkpoint.SimUnknown {
+		t.Run(sim, func(t *testing.T) {
+			kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+				h := newHarness(t, c, 50)
+				// Input keeps coming for 2 s, well past checkpoint 2.
+				n := 2_000
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				require.NoError(t, failpoint.Set(sim+"@3"))
+				t.Cleanup(func() { _ = failpoint.Set("") })
+				prodErr := make(chan error, 1)
+				go func() { prodErr <- h.produce(ctx, n, 1_000) }()
+				var out syncbuf.Buffer
+				j := h.job(h.dir)
+				j.Logger = slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
+				j.OnCommitted = func(id uint64) { fmt.Fprintf(&out, "committed %d\n", id) }
+				h.runUntil(j, n)
+				require.NoError(t, <-prodErr)
+
+				// The job's own account, in order: commits, the failure, the
+				// new run's recovery decision.
+				var runs []string
+				lastCommitted, recovering, restored := -1, 0, ""
+				for _, line := range strings.Split(out.String(), "\n") {
+					switch {
+					case strings.HasPrefix(line, "committed "):
+						if recovering == 0 {
+							lastCommitted, _ = strconv.Atoi(strings.TrimPrefix(line, "committed "))
+						}
+					case strings.Contains(line, `msg="kord job: recovering"`):
+						recovering++
+						require.Contains(t, line, "simulated", line)
+					case strings.Contains(line, `msg="kord job: running"`):
+						runs = append(runs, logAttr(line, "run"))
+					case strings.Contains(line, `msg="kord job: recovery"`) && recovering == 1 && restored == "":
+						restored = logAttr(line, "checkpoint")
+						require.NotEqual(t, runs[0], logAttr(line, "run"), "recovery runs on a new run, with a new producer")
+					}
+				}
+				require.Equal(t, 1, recovering, "one in-process recovery\n%s", &out)
+				require.Len(t, runs, 2, "two runs, each with its own producer\n%s", &out)
+				require.Equal(t, 1, lastCommitted, "checkpoint 2's commit is the one that failed\n%s", &out)
+				want := []string{fmt.Sprintf("%s/1", runs[0])}
+				if sim == checkpoint.SimCommitUnknown {
+					want = append(want, fmt.Sprintf("%s/2", runs[0]))
+				}
+				require.Contains(t, want, restored, "restored what Kafka recorded\n%s", &out)
+				h.verify(n)
+			})
+		})
+	}
+}
+
+// logAttr returns the value of key in a slog text line ("" if absent).
+func logAttr(line, key string) string {
+	i := strings.Index(line, " "+key+"=")
+	if i < 0 {
+		return ""
+	}
+	v := line[i+len(key)+2:]
+	if j := strings.IndexByte(v, ' '); j >= 0 {
+		v = v[:j]
+	}
+	return v
 }
