@@ -305,3 +305,40 @@ func logAttr(line, key string) string {
 	}
 	return v
 }
+
+// TestStopRecoversFailedFinalCommit: the final checkpoint of a graceful
+// stop fails with an unknown outcome. The stop still recovers with a new
+// producer (whose InitTransactions aborts the failed transaction) and
+// commits a final checkpoint, so no transaction is left open to stall
+// read_committed readers; a later run then delivers everything exactly
+// once.
+func TestStopRecoversFailedFinalCommit(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		h := newHarness(t, c, 20)
+		n := 300
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		require.NoError(t, h.produce(ctx, n, 100_000))
+		// Hit 1 is the fresh start's commit; with an hour's interval, hit 2
+		// is the final checkpoint's.
+		require.NoError(t, failpoint.Set(checkpoint.SimSendOffsetsUnknown+"@2"))
+		t.Cleanup(func() { _ = failpoint.Set("") })
+		var out syncbuf.Buffer
+		j := h.job(h.dir)
+		j.Checkpoint.Interval = time.Hour
+		j.Logger = slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- j.Run(rctx) }()
+		// Every result is in the open transaction.
+		require.Len(t, h.c.ReadAll(t, h.output, n, false, 60*time.Second), n)
+		stop()
+		require.NoError(t, <-done)
+		require.Contains(t, out.String(), "simulated unknown send-offsets outcome", "the final checkpoint's commit failed")
+		h.requireNoOpenTransaction()
+
+		require.NoError(t, failpoint.Set(""))
+		h.runUntil(h.job(h.dir), n)
+		h.verify(n)
+	})
+}
