@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,6 +342,93 @@ func TestStopRecoversFailedFinalCommit(t *testing.T) {
 
 		require.NoError(t, failpoint.Set(""))
 		h.runUntil(h.job(h.dir), n)
+		h.verify(n)
+	})
+}
+
+// TestAbortedCheckpointMergesIntoNext: with TolerableFailures 1, the first
+// checkpoint k with state fails its snapshot (after 300 ms, while input
+// keeps arriving and its output waits in the epoch buffer), so k aborts
+// before its commit. The job goes on: the buffered output joins the open transaction,
+// ahead of anything newer, checkpoint k+1 commits it all, and the output
+// stays exactly-once and in per-key order.
+func TestAbortedCheckpointMergesIntoNext(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		h := newHarness(t, c, 50)
+		n := 2_000
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		prodErr := make(chan error, 1)
+		go func() { prodErr <- h.produce(ctx, n, 1_000) }()
+		var out syncbuf.Buffer
+		var injected atomic.Int32
+		j := h.job(h.dir)
+		j.Checkpoint.TolerableFailures = 1
+		j.FS = checkpoint.NewErrorFS(checkpoint.OSFS(), func(op checkpoint.Op, name string) error {
+			// The first state file (of the first checkpoint with state),
+			// written by the snapshot goroutine while the job reads on.
+			if op == checkpoint.OpCreate && strings.Contains(filepath.Base(name), ".op-") && injected.Add(1) == 1 {
+				time.Sleep(300 * time.Millisecond)
+				return checkpoint.ErrInjected
+			}
+			return nil
+		})
+		j.Logger = slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		var mu sync.Mutex
+		var committed []uint64
+		// The first commit after the abort, k+1: its transaction must hold
+		// exactly the output of the input before barrier k+1 (the input
+		// starts at offset 0), the aborted epoch's included. OnCommitted
+		// runs before the next transaction begins.
+		wantAtK1, gotAtK1 := -1, -1
+		j.OnCommitted = func(id uint64) {
+			mu.Lock()
+			committed = append(committed, id)
+			mu.Unlock()
+			if injected.Load() == 0 || wantAtK1 >= 0 {
+				return
+			}
+			metas, err := filepath.Glob(filepath.Join(h.dir, fmt.Sprintf("ckpt-*-%020d.meta", id)))
+			if err != nil || len(metas) != 1 {
+				t.Errorf("metadata of checkpoint %d: %v %v", id, metas, err)
+				return
+			}
+			b, err := os.ReadFile(metas[0])
+			if err == nil {
+				var m *checkpoint.Metadata
+				if m, err = checkpoint.DecodeMetadata(metas[0], b); err == nil {
+					wantAtK1 = 0
+					for _, o := range m.Offsets {
+						wantAtK1 += int(o.Offset)
+					}
+				}
+			}
+			if err != nil {
+				t.Errorf("metadata of checkpoint %d: %v", id, err)
+				return
+			}
+			gotAtK1 = len(h.c.ReadAll(t, h.output, wantAtK1+1, true, 2*time.Second))
+		}
+		h.runUntil(j, n)
+		require.NoError(t, <-prodErr)
+
+		require.NotZero(t, injected.Load())
+		var aborted []uint64
+		for _, line := range strings.Split(out.String(), "\n") {
+			if strings.Contains(line, `msg="kord job: checkpoint aborted; its output commits with the next"`) {
+				k, err := strconv.ParseUint(logAttr(line, "checkpoint"), 10, 64)
+				require.NoError(t, err, line)
+				aborted = append(aborted, k)
+				require.Equal(t, "task-failed", logAttr(line, "reason"), line)
+			}
+		}
+		require.Len(t, aborted, 1, "one abort\n%s", &out)
+		mu.Lock()
+		require.NotContains(t, committed, aborted[0])
+		require.Contains(t, committed, aborted[0]+1, "the job went on after the abort")
+		mu.Unlock()
+		require.Equal(t, wantAtK1, gotAtK1, "checkpoint %d's transaction: output visible at its commit vs input before its barrier", aborted[0]+1)
+		require.NotContains(t, out.String(), "recovering", "no recovery: the abort merged into the open transaction")
 		h.verify(n)
 	})
 }
