@@ -82,8 +82,10 @@ type CountJob struct {
 	// count after it (1 for the key's first record).
 	Emit func(rec consumer.Record, count int64) []byte
 	// EpochBuffer bounds the output records held between a barrier and its
-	// commit; when full, the job stops reading (backpressure). Default
-	// 100,000.
+	// commit; when full, the job stops reading (backpressure). The bound is
+	// exact: with a checkpoint in flight the job reads no more input
+	// records than the buffer has room for (one output record each).
+	// Default 100,000.
 	EpochBuffer int
 	// AcceptDuplicates: see RecoveryInput.AcceptDuplicates.
 	AcceptDuplicates bool
@@ -157,6 +159,10 @@ func (j *CountJob) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// testHookBuffered, set by tests only, sees the epoch buffer's length after
+// each read while a checkpoint is in flight.
+var testHookBuffered func(n int)
 
 // errRecover asks Run to start over from what Kafka recorded, with a new
 // producer.
@@ -648,7 +654,13 @@ func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source,
 		// Records: not while stopping (the final barrier is in), nor with a
 		// full epoch buffer (backpressure).
 		if !stopping && (cur == nil || len(buffer) < j.EpochBuffer) {
-			recs, err := src.Poll(wctx, 1000, 10*time.Millisecond)
+			max := 1000
+			if cur != nil {
+				// One output record per input record: read no more than the
+				// buffer has room for, so that the bound is exact.
+				max = min(max, j.EpochBuffer-len(buffer))
+			}
+			recs, err := src.Poll(wctx, max, 10*time.Millisecond)
 			if err != nil {
 				return err
 			}
@@ -666,6 +678,9 @@ func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source,
 				} else if err := produce(out); err != nil {
 					return err
 				}
+			}
+			if testHookBuffered != nil && cur != nil {
+				testHookBuffered(len(buffer))
 			}
 		} else {
 			select {

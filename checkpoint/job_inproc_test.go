@@ -432,3 +432,46 @@ func TestAbortedCheckpointMergesIntoNext(t *testing.T) {
 		h.verify(n)
 	})
 }
+
+// TestEpochBufferBackpressure: with an epoch buffer of 7 records and
+// snapshots slowed to 200 ms while input keeps arriving, the buffer fills
+// during each checkpoint and the job stops reading: it holds exactly 7, never
+// more (a read of up to 1000 records used to overshoot the bound). The
+// output stays exactly-once.
+func TestEpochBufferBackpressure(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		h := newHarness(t, c, 50)
+		n := 2_000
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		prodErr := make(chan error, 1)
+		go func() { prodErr <- h.produce(ctx, n, 1_000) }()
+		var mu sync.Mutex
+		peak, fullReads := 0, 0
+		checkpoint.SetEpochBufferHook(func(n int) {
+			mu.Lock()
+			defer mu.Unlock()
+			peak = max(peak, n)
+			if n == 7 {
+				fullReads++
+			}
+		})
+		t.Cleanup(func() { checkpoint.SetEpochBufferHook(nil) })
+		j := h.job(h.dir)
+		j.EpochBuffer = 7
+		j.FS = checkpoint.NewErrorFS(checkpoint.OSFS(), func(op checkpoint.Op, name string) error {
+			// The first state file of each checkpoint (key group 0).
+			if op == checkpoint.OpCreate && strings.Contains(filepath.Base(name), "-kg-00000.avro") {
+				time.Sleep(200 * time.Millisecond)
+			}
+			return nil
+		})
+		h.runUntil(j, n)
+		require.NoError(t, <-prodErr)
+		mu.Lock()
+		require.Equal(t, 7, peak, "the epoch buffer's peak")
+		require.NotZero(t, fullReads, "the buffer filled (backpressure)")
+		mu.Unlock()
+		h.verify(n)
+	})
+}
