@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,7 +48,13 @@ const (
 	SimAbortUnknown = "sim-abort-unknown"
 )
 
-// SimUnknown lists the Sim failpoints.
+// SimCommitStall simulates a commit whose answer does not come: instead of
+// CommitTransaction, the job waits out the commit's deadline (the
+// checkpoint timeout, or a graceful stop's). Nothing is sent, so Kafka
+// keeps the previous record.
+const SimCommitStall = "sim-commit-stall"
+
+// SimUnknown lists the Sim failpoints that end at once.
 var SimUnknown = []string{SimSendOffsetsUnknown, SimCommitUnknown, SimAbortUnknown}
 
 // errSimAbortable stands for an abortable error, for SimAbortUnknown.
@@ -89,7 +96,16 @@ type CountJob struct {
 	EpochBuffer int
 	// AcceptDuplicates: see RecoveryInput.AcceptDuplicates.
 	AcceptDuplicates bool
-	// StopTimeout bounds a graceful stop. Default 30s.
+	// StopTimeout bounds a graceful stop (Close or ctx cancelled): the
+	// final checkpoint, and any recovery it needs, must commit within it
+	// from the moment ctx is done, or Run returns ErrStopTimeout. Kafka
+	// calls (the commit, produce, InitTransactions of a recovery) are
+	// cancelled at the deadline; their outcome is then unknown, and the
+	// next start recovers from what Kafka recorded (until then a
+	// transaction may stay open, up to the transaction timeout). Not
+	// cancellable, and so added to the bound: a checkpoint file write or
+	// directory fsync in progress, and closing the producer (up to 5 s,
+	// librdkafka flushing and closing) and the consumer. Default 30s.
 	StopTimeout time.Duration
 	// ProducerSettings and ConsumerSettings pass librdkafka settings.
 	// transactional.id and transaction.timeout.ms are derived and refused
@@ -193,10 +209,24 @@ func (j *CountJob) Run(ctx context.Context) error {
 		return err
 	}
 	defer store.Close()
+	// Work goes on after ctx is done, for the final checkpoint, until the
+	// stop deadline.
+	wctx, stopWork := stopContext(ctx, j.StopTimeout)
+	defer stopWork()
 	recovers := 0
 	for {
 		run := newRunID()
-		err := j.runOnce(ctx, store, run)
+		err := j.runOnce(ctx, wctx, store, run)
+		if err != nil && wctx.Err() != nil {
+			// The stop deadline passed: no more recovery. The loop's own
+			// ErrStopTimeout names the checkpoint in flight; anything else
+			// (a cancelled commit, say) is reported under ErrStopTimeout.
+			if errors.Is(err, ErrStopTimeout) && !errors.Is(err, errRecover) {
+				return err
+			}
+			return fmt.Errorf("%w after %v: %s; the next start recovers from what Kafka recorded", ErrStopTimeout, j.StopTimeout,
+				strings.TrimPrefix(err.Error(), errRecover.Error()+": "))
+		}
 		var te *producer.TxnError
 		if !errors.Is(err, errRecover) || errors.Is(err, producer.ErrFenced) || (errors.As(err, &te) && te.Fatal) {
 			// Fencing and other fatal producer errors end the job: a newer
@@ -213,6 +243,28 @@ func (j *CountJob) Run(ctx context.Context) error {
 		// to the stop.
 		j.Logger.Warn("kord job: recovering", "job", j.Name, "err", err)
 	}
+}
+
+// stopContext returns a context that ctx's cancellation does not cancel, but
+// that is cancelled (cause ErrStopTimeout) stop after ctx is done, and a
+// function that cancels it and ends its goroutine.
+func stopContext(ctx context.Context, stop time.Duration) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-wctx.Done():
+			return
+		}
+		t := time.NewTimer(stop)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel(fmt.Errorf("%w after %v", ErrStopTimeout, stop))
+		case <-wctx.Done():
+		}
+	}()
+	return wctx, func() { cancel(nil) }
 }
 
 func newRunID() string {
@@ -240,7 +292,10 @@ type snapshotResult struct {
 	err   error
 }
 
-func (j *CountJob) runOnce(ctx context.Context, store *Store, run string) (err error) {
+// runOnce runs one incarnation: a new producer and source, recovery, the
+// loop. ctx done asks for a graceful stop; wctx bounds the work (see
+// stopContext).
+func (j *CountJob) runOnce(ctx, wctx context.Context, store *Store, run string) (err error) {
 	log := j.Logger.With("job", j.Name, "run", run)
 	pops := []producer.Opt{
 		producer.Brokers(j.Brokers), producer.TransactionalID(j.TransactionalID()), producer.Logger(j.Logger),
@@ -273,7 +328,7 @@ func (j *CountJob) runOnce(ctx context.Context, store *Store, run string) (err e
 	// Start: fence older incarnations, then read what Kafka recorded. A stop
 	// requested meanwhile is honoured after startup, by the loop's final
 	// checkpoint, so that startup never leaves a transaction open.
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	ictx, cancel := context.WithTimeout(wctx, 60*time.Second)
 	defer cancel()
 	if err := p.InitTransactions(ictx); err != nil {
 		return err
@@ -290,7 +345,7 @@ func (j *CountJob) runOnce(ctx context.Context, store *Store, run string) (err e
 		return err
 	}
 	log.Info("kord job: running", "checkpoint", committedID, "partitions", len(positions))
-	return j.loop(ctx, store, src, p, run, state, committedID, log)
+	return j.loop(ctx, wctx, store, src, p, run, state, committedID, log)
 }
 
 // recover decides where to start and returns the restored state and
@@ -478,6 +533,10 @@ func (j *CountJob) commit(ctx context.Context, p *producer.Producer[[]byte, []by
 	}
 	failpoint.Hit(FailAfterSendOffsets)
 	failpoint.Hit(FailBeforeCommit)
+	if failpoint.Active(SimCommitStall) {
+		<-cctx.Done()
+		return fmt.Errorf("checkpoint %d: simulated stalled commit: %w", id, context.Cause(cctx))
+	}
 	if failpoint.Active(SimCommitUnknown) {
 		// Send the commit but give up on its answer at once.
 		sctx, scancel := context.WithTimeout(ctx, time.Millisecond)
@@ -507,13 +566,11 @@ func (j *CountJob) abortIfRequired(ctx context.Context, p *producer.Producer[[]b
 	return p.AbortIfRequired(actx, err)
 }
 
-func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source, p *producer.Producer[[]byte, []byte], run string, state countState, committedID uint64, log *slog.Logger) error {
+func (j *CountJob) loop(ctx, wctx context.Context, store *Store, src *consumer.Source, p *producer.Producer[[]byte, []byte], run string, state countState, committedID uint64, log *slog.Logger) error {
 	lc, err := NewLifecycle(j.Checkpoint, 1, committedID, time.Now())
 	if err != nil {
 		return err
 	}
-	// Work continues after ctx is cancelled, for the final checkpoint.
-	wctx := context.WithoutCancel(ctx)
 	// Snapshot goroutines end before the loop returns.
 	var snaps sync.WaitGroup
 	defer snaps.Wait()
@@ -521,7 +578,6 @@ func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source,
 		cur      *epoch
 		buffer   []producer.Record[[]byte, []byte]
 		stopping bool
-		stopBy   time.Time
 	)
 	produce := func(r producer.Record[[]byte, []byte]) error {
 		err := p.Produce(wctx, r, nil)
@@ -621,15 +677,15 @@ func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source,
 	defer tick.Stop()
 	for {
 		if !stopping && ctx.Err() != nil {
-			stopping, stopBy = true, time.Now().Add(j.StopTimeout)
+			stopping = true
 			log.Info("kord job: stopping: final checkpoint")
 			if more, err := handle(lc.Stop(time.Now())); !more || err != nil {
 				return err
 			}
 		}
-		if stopping && time.Now().After(stopBy) {
+		if stopping && wctx.Err() != nil {
 			id, _ := lc.InFlight()
-			return (fmt.Errorf("%w after %v: checkpoint %d not committed", ErrStopTimeout, j.StopTimeout, id))
+			return fmt.Errorf("%w after %v: checkpoint %d not committed", ErrStopTimeout, j.StopTimeout, id)
 		}
 		// Snapshot results.
 		if cur != nil {

@@ -475,3 +475,45 @@ func TestEpochBufferBackpressure(t *testing.T) {
 		h.verify(n)
 	})
 }
+
+// TestStopTimeout: the final checkpoint's commit gets no answer. The stop
+// gives up at StopTimeout (cancelling the commit), not at the checkpoint
+// timeout, and returns ErrStopTimeout naming the checkpoint; the next start
+// recovers and delivers everything exactly once.
+func TestStopTimeout(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		h := newHarness(t, c, 20)
+		n := 300
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		require.NoError(t, h.produce(ctx, n, 100_000))
+		// Hit 1 is the fresh start's commit; with an hour's interval, hit 2
+		// is the final checkpoint's.
+		require.NoError(t, failpoint.Set(checkpoint.SimCommitStall+"@2"))
+		t.Cleanup(func() { _ = failpoint.Set("") })
+		j := h.job(h.dir)
+		j.Checkpoint.Interval = time.Hour
+		j.StopTimeout = time.Second
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- j.Run(rctx) }()
+		require.Len(t, h.c.ReadAll(t, h.output, n, false, 60*time.Second), n)
+		stop()
+		start := time.Now()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no return 30 s after the stop (the checkpoint timeout is 60 s)")
+		}
+		// StopTimeout, plus closing the producer (up to 5 s) and consumer.
+		require.Less(t, time.Since(start), 8*time.Second)
+		require.ErrorIs(t, err, checkpoint.ErrStopTimeout)
+		require.ErrorContains(t, err, "checkpoint 1")
+		t.Log(err)
+
+		require.NoError(t, failpoint.Set(""))
+		h.runUntil(h.job(h.dir), n)
+		h.verify(n)
+	})
+}
