@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,10 +33,32 @@ const (
 	FailAfterMarker         = "after-committed-marker"
 	FailDuringRestore       = "during-restore"
 	FailAfterFreshCommitted = "after-fresh-start-committed"
-	// SimCommitUnknown is not a crash: the commit is sent with a deadline
-	// too short to see its answer, so its outcome is unknown to the job.
+	// The Sim failpoints are not crashes: each sends a transactional
+	// request with a deadline too short to see its answer, so its outcome
+	// is unknown to the job, which must end the producer and recover from
+	// what Kafka recorded with a new one (DESIGN.md, on KIP-890).
+	//
+	// SimCommitUnknown: the CommitTransaction of a checkpoint.
 	SimCommitUnknown = "sim-commit-unknown"
+	// SimSendOffsetsUnknown: the SendOffsetsToTransaction of a checkpoint.
+	SimSendOffsetsUnknown = "sim-send-offsets-unknown"
+	// SimAbortUnknown: the abort path. At a checkpoint's commit, the
+	// transaction is treated as needing an abort (as after an abortable
+	// error from SendOffsetsToTransaction) and AbortTransaction is sent.
+	SimAbortUnknown = "sim-abort-unknown"
 )
+
+// SimCommitStall simulates a commit whose answer does not come: instead of
+// CommitTransaction, the job waits out the commit's deadline (the
+// checkpoint timeout, or a graceful stop's). Nothing is sent, so Kafka
+// keeps the previous record.
+const SimCommitStall = "sim-commit-stall"
+
+// SimUnknown lists the Sim failpoints that end at once.
+var SimUnknown = []string{SimSendOffsetsUnknown, SimCommitUnknown, SimAbortUnknown}
+
+// errSimAbortable stands for an abortable error, for SimAbortUnknown.
+var errSimAbortable = errors.New("checkpoint: simulated abortable error")
 
 // Failpoints lists the crash failpoints in lifecycle order.
 var Failpoints = []string{FailAfterBarrier, FailAfterSnapshots, FailAfterMetadata, FailBeforeSendOffsets,
@@ -66,14 +89,28 @@ type CountJob struct {
 	// count after it (1 for the key's first record).
 	Emit func(rec consumer.Record, count int64) []byte
 	// EpochBuffer bounds the output records held between a barrier and its
-	// commit; when full, the job stops reading (backpressure). Default
-	// 100,000.
+	// commit; when full, the job stops reading (backpressure). The bound is
+	// exact: with a checkpoint in flight the job reads no more input
+	// records than the buffer has room for (one output record each).
+	// Default 100,000.
 	EpochBuffer int
 	// AcceptDuplicates: see RecoveryInput.AcceptDuplicates.
 	AcceptDuplicates bool
-	// StopTimeout bounds a graceful stop. Default 30s.
+	// StopTimeout bounds a graceful stop (Close or ctx cancelled): the
+	// final checkpoint, and any recovery it needs, must commit within it
+	// from the moment ctx is done, or Run returns ErrStopTimeout. Kafka
+	// calls (the commit, produce, InitTransactions of a recovery) are
+	// cancelled at the deadline; their outcome is then unknown, and the
+	// next start recovers from what Kafka recorded (until then a
+	// transaction may stay open, up to the transaction timeout). Not
+	// cancellable, and so added to the bound: a checkpoint file write or
+	// directory fsync in progress, and closing the producer (up to 5 s,
+	// librdkafka flushing and closing) and the consumer. Default 30s.
 	StopTimeout time.Duration
 	// ProducerSettings and ConsumerSettings pass librdkafka settings.
+	// transactional.id and transaction.timeout.ms are derived and refused
+	// here; message.timeout.ms defaults to the transaction timeout and may
+	// be set lower, not higher.
 	ProducerSettings map[string]string
 	ConsumerSettings map[string]string
 	Logger           *slog.Logger
@@ -115,13 +152,33 @@ func (j *CountJob) Validate() error {
 	if err := j.Checkpoint.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	for _, k := range []string{"transaction.timeout.ms", "transactional.id"} {
-		if _, ok := j.ProducerSettings[k]; ok && k == "transactional.id" {
-			errs = append(errs, fmt.Errorf("checkpoint: %s is derived from the job name", k))
+	if _, ok := j.ProducerSettings["transactional.id"]; ok {
+		errs = append(errs, errors.New("checkpoint: producer setting transactional.id is derived from the job name; remove it"))
+	}
+	if _, ok := j.ProducerSettings["transaction.timeout.ms"]; ok {
+		errs = append(errs, fmt.Errorf("checkpoint: producer setting transaction.timeout.ms is derived from the checkpoint settings (%v now; interval, timeout, min pause and tolerable failures, capped at TransactionMaxTimeout); remove it and change those instead",
+			j.TransactionTimeout()))
+	}
+	// message.timeout.ms must not exceed the transaction timeout (DESIGN.md,
+	// "Timeouts"): a record still being retried when the transaction times
+	// out would outlive it. A shorter one only fails a produce sooner (an
+	// abort and a replay), so it is accepted.
+	if v, ok := j.ProducerSettings["message.timeout.ms"]; ok {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		switch {
+		case err != nil || ms < 1:
+			errs = append(errs, fmt.Errorf("checkpoint: producer setting message.timeout.ms %q: want a positive number of milliseconds", v))
+		case time.Duration(ms)*time.Millisecond > j.TransactionTimeout():
+			errs = append(errs, fmt.Errorf("checkpoint: producer setting message.timeout.ms %d exceeds the transaction timeout %d ms (transaction.timeout.ms, derived from the checkpoint settings); lower it or leave it unset (it defaults to the transaction timeout)",
+				ms, j.TransactionTimeout().Milliseconds()))
 		}
 	}
 	return errors.Join(errs...)
 }
+
+// testHookBuffered, set by tests only, sees the epoch buffer's length after
+// each read while a checkpoint is in flight.
+var testHookBuffered func(n int)
 
 // errRecover asks Run to start over from what Kafka recorded, with a new
 // producer.
@@ -152,10 +209,24 @@ func (j *CountJob) Run(ctx context.Context) error {
 		return err
 	}
 	defer store.Close()
+	// Work goes on after ctx is done, for the final checkpoint, until the
+	// stop deadline.
+	wctx, stopWork := stopContext(ctx, j.StopTimeout)
+	defer stopWork()
 	recovers := 0
 	for {
 		run := newRunID()
-		err := j.runOnce(ctx, store, run)
+		err := j.runOnce(ctx, wctx, store, run)
+		if err != nil && wctx.Err() != nil {
+			// The stop deadline passed: no more recovery. The loop's own
+			// ErrStopTimeout names the checkpoint in flight; anything else
+			// (a cancelled commit, say) is reported under ErrStopTimeout.
+			if errors.Is(err, ErrStopTimeout) && !errors.Is(err, errRecover) {
+				return err
+			}
+			return fmt.Errorf("%w after %v: %s; the next start recovers from what Kafka recorded", ErrStopTimeout, j.StopTimeout,
+				strings.TrimPrefix(err.Error(), errRecover.Error()+": "))
+		}
 		var te *producer.TxnError
 		if !errors.Is(err, errRecover) || errors.Is(err, producer.ErrFenced) || (errors.As(err, &te) && te.Fatal) {
 			// Fencing and other fatal producer errors end the job: a newer
@@ -166,11 +237,34 @@ func (j *CountJob) Run(ctx context.Context) error {
 		if recovers > 10 {
 			return fmt.Errorf("checkpoint: job %s: gave up after %d recoveries in a row: %w", j.Name, recovers, err)
 		}
+		// Also when stopping: the new run restores what Kafka recorded and
+		// then commits a final checkpoint, so that the stop leaves no
+		// transaction open and the failed checkpoint's output is not lost
+		// to the stop.
 		j.Logger.Warn("kord job: recovering", "job", j.Name, "err", err)
-		if ctx.Err() != nil {
-			return nil
-		}
 	}
+}
+
+// stopContext returns a context that ctx's cancellation does not cancel, but
+// that is cancelled (cause ErrStopTimeout) stop after ctx is done, and a
+// function that cancels it and ends its goroutine.
+func stopContext(ctx context.Context, stop time.Duration) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-wctx.Done():
+			return
+		}
+		t := time.NewTimer(stop)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel(fmt.Errorf("%w after %v", ErrStopTimeout, stop))
+		case <-wctx.Done():
+		}
+	}()
+	return wctx, func() { cancel(nil) }
 }
 
 func newRunID() string {
@@ -198,7 +292,10 @@ type snapshotResult struct {
 	err   error
 }
 
-func (j *CountJob) runOnce(ctx context.Context, store *Store, run string) (err error) {
+// runOnce runs one incarnation: a new producer and source, recovery, the
+// loop. ctx done asks for a graceful stop; wctx bounds the work (see
+// stopContext).
+func (j *CountJob) runOnce(ctx, wctx context.Context, store *Store, run string) (err error) {
 	log := j.Logger.With("job", j.Name, "run", run)
 	pops := []producer.Opt{
 		producer.Brokers(j.Brokers), producer.TransactionalID(j.TransactionalID()), producer.Logger(j.Logger),
@@ -231,7 +328,7 @@ func (j *CountJob) runOnce(ctx context.Context, store *Store, run string) (err e
 	// Start: fence older incarnations, then read what Kafka recorded. A stop
 	// requested meanwhile is honoured after startup, by the loop's final
 	// checkpoint, so that startup never leaves a transaction open.
-	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+	ictx, cancel := context.WithTimeout(wctx, 60*time.Second)
 	defer cancel()
 	if err := p.InitTransactions(ictx); err != nil {
 		return err
@@ -248,7 +345,7 @@ func (j *CountJob) runOnce(ctx context.Context, store *Store, run string) (err e
 		return err
 	}
 	log.Info("kord job: running", "checkpoint", committedID, "partitions", len(positions))
-	return j.loop(ctx, store, src, p, run, state, committedID, log)
+	return j.loop(ctx, wctx, store, src, p, run, state, committedID, log)
 }
 
 // recover decides where to start and returns the restored state and
@@ -304,7 +401,9 @@ func (j *CountJob) recover(ctx context.Context, store *Store, src *consumer.Sour
 			return nil, nil, 0, err
 		}
 		if err := j.commit(ctx, p, run, 0, positions); err != nil {
-			return nil, nil, 0, err
+			// As for any checkpoint: a new producer, then what Kafka
+			// recorded (this checkpoint 0, or none and a fresh start again).
+			return nil, nil, 0, fmt.Errorf("%w: commit of the fresh start: %w", errRecover, j.abortIfRequired(ctx, p, err))
 		}
 		if err := SetCommitted(store, CheckpointRef{Run: run, ID: 0}); err != nil {
 			return nil, nil, 0, err
@@ -318,17 +417,8 @@ func (j *CountJob) recover(ctx context.Context, store *Store, src *consumer.Sour
 		return nil, nil, 0, err
 	}
 	if !d.Fallback {
-		// Kafka's offsets must be the checkpoint's: anything else means the
-		// two were not written together.
-		want := map[consumer.TopicPartition]int64{}
-		for _, o := range m.Offsets {
-			want[consumer.TopicPartition{Topic: o.Topic, Partition: o.Partition}] = o.Offset
-		}
-		for _, c := range committed {
-			tp := consumer.TopicPartition{Topic: c.Topic, Partition: c.Partition}
-			if w, ok := want[tp]; ok && c.Offset != w {
-				return nil, nil, 0, fmt.Errorf("%w: %s is at %d in group %s, %d in checkpoint %s", ErrOffsetsDiffer, tp, c.Offset, j.CommitGroup(), w, d.Ref)
-			}
+		if err := checkGroupOffsets(j.CommitGroup(), d.Ref, m.Offsets, committed); err != nil {
+			return nil, nil, 0, err
 		}
 	}
 	state := countState{}
@@ -367,6 +457,47 @@ func (j *CountJob) recover(ctx context.Context, store *Store, src *consumer.Sour
 	return state, positions, d.Ref.ID, nil
 }
 
+// checkGroupOffsets checks that the commit group's offsets are exactly the
+// restored checkpoint's: anything else means the two were not written
+// together. committed holds the group's offsets for every partition of the
+// input topic (-1: none). Both directions count:
+//   - a partition in the checkpoint must have the same offset in the group
+//     (every commit sends the offsets of every partition its checkpoint
+//     lists, so a missing one is a mismatch too);
+//   - a partition with an offset in the group must be in the checkpoint.
+//     A partition added to the topic after the checkpoint was taken is not
+//     in it, but no commit of ours ever named it either, so the group has no
+//     offset for it and it passes; an offset there was written by something
+//     other than this checkpoint's commit.
+func checkGroupOffsets(group string, ref CheckpointRef, ckpt []PartitionOffset, committed []consumer.Committed) error {
+	want := make(map[consumer.TopicPartition]int64, len(ckpt))
+	for _, o := range ckpt {
+		want[consumer.TopicPartition{Topic: o.Topic, Partition: o.Partition}] = o.Offset
+	}
+	got := make(map[consumer.TopicPartition]int64, len(committed))
+	for _, c := range committed {
+		if c.Offset >= 0 {
+			got[consumer.TopicPartition{Topic: c.Topic, Partition: c.Partition}] = c.Offset
+		}
+	}
+	var errs []error
+	for _, o := range ckpt {
+		tp := consumer.TopicPartition{Topic: o.Topic, Partition: o.Partition}
+		if g, ok := got[tp]; !ok {
+			errs = append(errs, fmt.Errorf("%w: %s has no offset in group %s, %d in checkpoint %s", ErrOffsetsDiffer, tp, group, o.Offset, ref))
+		} else if g != o.Offset {
+			errs = append(errs, fmt.Errorf("%w: %s is at %d in group %s, %d in checkpoint %s", ErrOffsetsDiffer, tp, g, group, o.Offset, ref))
+		}
+	}
+	for _, c := range committed {
+		tp := consumer.TopicPartition{Topic: c.Topic, Partition: c.Partition}
+		if _, ok := want[tp]; !ok && c.Offset >= 0 {
+			errs = append(errs, fmt.Errorf("%w: %s is at %d in group %s but not in checkpoint %s", ErrOffsetsDiffer, tp, c.Offset, group, ref))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func toOffsets(ps []consumer.Position) []PartitionOffset {
 	out := make([]PartitionOffset, len(ps))
 	for i, p := range ps {
@@ -387,11 +518,25 @@ func (j *CountJob) commit(ctx context.Context, p *producer.Producer[[]byte, []by
 	failpoint.Hit(FailBeforeSendOffsets)
 	cctx, cancel := context.WithTimeout(ctx, j.Checkpoint.withDefaults().Timeout)
 	defer cancel()
+	if failpoint.Active(SimAbortUnknown) {
+		return fmt.Errorf("checkpoint %d: send offsets: %w", id, errSimAbortable)
+	}
+	if failpoint.Active(SimSendOffsetsUnknown) {
+		// Send the offsets but give up on the answer at once.
+		sctx, scancel := context.WithTimeout(ctx, time.Millisecond)
+		err := p.SendOffsetsToTransaction(sctx, j.CommitGroup(), offs)
+		scancel()
+		return fmt.Errorf("checkpoint %d: simulated unknown send-offsets outcome (send offsets returned %v)", id, err)
+	}
 	if err := p.SendOffsetsToTransaction(cctx, j.CommitGroup(), offs); err != nil {
 		return err
 	}
 	failpoint.Hit(FailAfterSendOffsets)
 	failpoint.Hit(FailBeforeCommit)
+	if failpoint.Active(SimCommitStall) {
+		<-cctx.Done()
+		return fmt.Errorf("checkpoint %d: simulated stalled commit: %w", id, context.Cause(cctx))
+	}
 	if failpoint.Active(SimCommitUnknown) {
 		// Send the commit but give up on its answer at once.
 		sctx, scancel := context.WithTimeout(ctx, time.Millisecond)
@@ -409,18 +554,23 @@ func (j *CountJob) commit(ctx context.Context, p *producer.Producer[[]byte, []by
 // abortIfRequired aborts on p when err requires it, bounded by the
 // checkpoint timeout (see producer.AbortIfRequired).
 func (j *CountJob) abortIfRequired(ctx context.Context, p *producer.Producer[[]byte, []byte], err error) error {
+	if errors.Is(err, errSimAbortable) {
+		// SimAbortUnknown: send the abort but give up on its answer at once.
+		sctx, scancel := context.WithTimeout(ctx, time.Millisecond)
+		aerr := p.AbortTransaction(sctx)
+		scancel()
+		return fmt.Errorf("simulated unknown abort outcome (abort returned %v) after: %w", aerr, err)
+	}
 	actx, cancel := context.WithTimeout(ctx, j.Checkpoint.withDefaults().Timeout)
 	defer cancel()
 	return p.AbortIfRequired(actx, err)
 }
 
-func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source, p *producer.Producer[[]byte, []byte], run string, state countState, committedID uint64, log *slog.Logger) error {
+func (j *CountJob) loop(ctx, wctx context.Context, store *Store, src *consumer.Source, p *producer.Producer[[]byte, []byte], run string, state countState, committedID uint64, log *slog.Logger) error {
 	lc, err := NewLifecycle(j.Checkpoint, 1, committedID, time.Now())
 	if err != nil {
 		return err
 	}
-	// Work continues after ctx is cancelled, for the final checkpoint.
-	wctx := context.WithoutCancel(ctx)
 	// Snapshot goroutines end before the loop returns.
 	var snaps sync.WaitGroup
 	defer snaps.Wait()
@@ -428,7 +578,6 @@ func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source,
 		cur      *epoch
 		buffer   []producer.Record[[]byte, []byte]
 		stopping bool
-		stopBy   time.Time
 	)
 	produce := func(r producer.Record[[]byte, []byte]) error {
 		err := p.Produce(wctx, r, nil)
@@ -528,15 +677,15 @@ func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source,
 	defer tick.Stop()
 	for {
 		if !stopping && ctx.Err() != nil {
-			stopping, stopBy = true, time.Now().Add(j.StopTimeout)
+			stopping = true
 			log.Info("kord job: stopping: final checkpoint")
 			if more, err := handle(lc.Stop(time.Now())); !more || err != nil {
 				return err
 			}
 		}
-		if stopping && time.Now().After(stopBy) {
+		if stopping && wctx.Err() != nil {
 			id, _ := lc.InFlight()
-			return (fmt.Errorf("%w after %v: checkpoint %d not committed", ErrStopTimeout, j.StopTimeout, id))
+			return fmt.Errorf("%w after %v: checkpoint %d not committed", ErrStopTimeout, j.StopTimeout, id)
 		}
 		// Snapshot results.
 		if cur != nil {
@@ -561,7 +710,13 @@ func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source,
 		// Records: not while stopping (the final barrier is in), nor with a
 		// full epoch buffer (backpressure).
 		if !stopping && (cur == nil || len(buffer) < j.EpochBuffer) {
-			recs, err := src.Poll(wctx, 1000, 10*time.Millisecond)
+			max := 1000
+			if cur != nil {
+				// One output record per input record: read no more than the
+				// buffer has room for, so that the bound is exact.
+				max = min(max, j.EpochBuffer-len(buffer))
+			}
+			recs, err := src.Poll(wctx, max, 10*time.Millisecond)
 			if err != nil {
 				return err
 			}
@@ -579,6 +734,9 @@ func (j *CountJob) loop(ctx context.Context, store *Store, src *consumer.Source,
 				} else if err := produce(out); err != nil {
 					return err
 				}
+			}
+			if testHookBuffered != nil && cur != nil {
+				testHookBuffered(len(buffer))
 			}
 		} else {
 			select {

@@ -160,6 +160,18 @@ func (h *harness) waitKilled(c *crashtest.Child, what string, killAfter time.Dur
 	}
 }
 
+// waitFired waits for the child to be SIGKILLed by failpoint fp, and fails
+// the test if it was not: a failpoint that never fires (renamed, moved off
+// the path, hit fewer times than armed) would otherwise pass as the kill we
+// send after killAfter.
+func (h *harness) waitFired(c *crashtest.Child, fp string, killAfter time.Duration) {
+	h.t.Helper()
+	h.waitKilled(c, fp, killAfter)
+	if want := "kord: failpoint " + fp + ": SIGKILL"; !strings.Contains(c.Stderr.String(), want) {
+		h.t.Fatalf("failpoint %s did not fire within %v (the test killed the child)\nstdout:\n%s\nstderr:\n%s", fp, killAfter, c.Stdout, c.Stderr)
+	}
+}
+
 // verify reads the output with read_committed and checks exactly-once and
 // per-key order against the input, and that no transaction is left open.
 func (h *harness) verify(n int) {
@@ -261,9 +273,9 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 				h.waitKilled(ch, fp, 500*time.Millisecond)
 				require.Contains(t, ch.Stderr.String(), "recovering", "no in-process recovery after the unknown commit outcome")
 			case checkpoint.FailDuringRestore:
-				h.waitKilled(h.start(fp, h.dir), fp, 60*time.Second)
+				h.waitFired(h.start(fp, h.dir), fp, 60*time.Second)
 			default:
-				h.waitKilled(h.start(fmt.Sprintf("%s@%d", fp, 1+r.IntN(3)), h.dir), fp, 60*time.Second)
+				h.waitFired(h.start(fmt.Sprintf("%s@%d", fp, 1+r.IntN(3)), h.dir), fp, 60*time.Second)
 			}
 		}
 		require.NoError(t, <-prodErr)

@@ -14,7 +14,8 @@ var (
 	ErrCommittedMissing = errors.New("checkpoint: the checkpoint Kafka recorded as committed is missing or corrupt")
 	// ErrAmbiguous means checkpoints exist on disk but Kafka holds no commit
 	// record (group offsets expire after offsets.retention.minutes) and no
-	// valid local committed marker says which one committed.
+	// valid local committed marker says which one committed, or a durable
+	// checkpoint newer than the marker may have committed after it.
 	ErrAmbiguous = errors.New("checkpoint: checkpoints exist but neither Kafka nor a valid local marker records which one committed")
 	// ErrOffsetsDiffer means the commit group's offsets are not the
 	// restored checkpoint's offsets.
@@ -57,8 +58,10 @@ type RecoveryInput struct {
 	// size and checksum), and the error naming the file when not.
 	Valid func(CheckpointRef) error
 	// AcceptDuplicates lets exactly-once mode restore an older checkpoint
-	// when the committed one is missing or corrupt; its output after that
-	// checkpoint is then emitted again.
+	// when the committed one is missing or corrupt, or restore the local
+	// marker's checkpoint when Kafka holds no record and a newer durable
+	// checkpoint may have committed; the output after the restored
+	// checkpoint may then be emitted again.
 	AcceptDuplicates bool
 }
 
@@ -92,11 +95,24 @@ func Decide(in RecoveryInput) (Decision, error) {
 		return Decision{Action: Fresh, Note: "only uncommitted fresh-start checkpoints on disk: fresh start"}, nil
 	}
 	if in.Marker != nil {
-		if err := in.Valid(*in.Marker); err == nil {
-			return Decision{Action: Restore, Ref: *in.Marker, Note: "no commit record in Kafka (expired?); local committed marker"}, nil
-		} else {
-			return Decision{}, fmt.Errorf("%w: marker names %s: %w", ErrAmbiguous, *in.Marker, err)
+		m := *in.Marker
+		if err := in.Valid(m); err != nil {
+			return Decision{}, fmt.Errorf("%w: marker names %s: %w", ErrAmbiguous, m, err)
 		}
+		if newer := newerThan(in.Local, m); newer != nil {
+			// The marker is written after the commit, so a crash between
+			// the two leaves it one checkpoint behind what Kafka committed;
+			// with Kafka's record since expired, nothing says whether the
+			// newer checkpoint committed. Restoring the marker would then
+			// emit the newer one's output again.
+			if !in.AcceptDuplicates {
+				return Decision{}, fmt.Errorf("%w: the local marker names %s, but the newer checkpoint %s is durable on disk and may have committed before Kafka's record expired; "+
+					"to restore %s anyway and possibly repeat the output after it, accept duplicates (AcceptDuplicates)", ErrAmbiguous, m, *newer, m)
+			}
+			return Decision{Action: Restore, Ref: m, Fallback: true,
+				Note: fmt.Sprintf("no commit record in Kafka (expired?); local committed marker %s, newer checkpoint %s may have committed; duplicates accepted", m, *newer)}, nil
+		}
+		return Decision{Action: Restore, Ref: m, Note: "no commit record in Kafka (expired?); local committed marker, nothing newer on disk"}, nil
 	}
 	return Decision{}, fmt.Errorf("%w (%d checkpoints, newest %s)", ErrAmbiguous, len(in.Local), in.Local[len(in.Local)-1])
 }
@@ -120,6 +136,26 @@ func CommitRecordOf(metadata []string) (*CommitRecord, error) {
 		rec = &r
 	}
 	return rec, nil
+}
+
+// newerThan returns the newest checkpoint in local (ascending) that may have
+// committed after marker, or nil. That is one with a larger ID: a run
+// numbers its checkpoints on from the one it restored, which is the newest
+// committed (Kafka's record, or the marker), so along the committed history
+// IDs only grow, and a checkpoint committed after the marker's has a larger
+// ID. Run ids are random and order nothing; a checkpoint's Created time is
+// a wall clock that can step back (and, on shared storage, comes from
+// another host), so neither is used. A checkpoint with the marker's ID from
+// another run is not newer: the marker's run began with InitTransactions,
+// which fenced that run (or completed its commit, and then the marker's run
+// would have restored it and numbered on from it). The rule errs on the safe
+// side: a zombie's or an abandoned run's higher checkpoint, which never
+// committed, also counts as newer and makes recovery stop.
+func newerThan(local []CheckpointRef, marker CheckpointRef) *CheckpointRef {
+	if n := len(local); n > 0 && local[n-1].ID > marker.ID {
+		return &local[n-1]
+	}
+	return nil
 }
 
 func onlyFreshStarts(refs []CheckpointRef) bool {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/consumer"
 )
 
 func TestDecide(t *testing.T) {
@@ -19,7 +21,7 @@ func TestDecide(t *testing.T) {
 			return nil
 		}
 	}
-	a0, a2, b3 := CheckpointRef{"a", 0}, CheckpointRef{"a", 2}, CheckpointRef{"b", 3}
+	a0, a2, b2, b3 := CheckpointRef{"a", 0}, CheckpointRef{"a", 2}, CheckpointRef{"b", 2}, CheckpointRef{"b", 3}
 	rec := &CommitRecord{Run: "b", Checkpoint: 3}
 	for _, tc := range []struct {
 		name string
@@ -33,7 +35,13 @@ func TestDecide(t *testing.T) {
 		{"record, checkpoint missing: stop", RecoveryInput{Record: rec, Local: []CheckpointRef{a2}, Valid: valid(b3)}, Decision{}, ErrCommittedMissing},
 		{"record, checkpoint corrupt, duplicates accepted", RecoveryInput{Record: rec, Local: []CheckpointRef{a0, a2, b3}, Valid: valid(b3), AcceptDuplicates: true}, Decision{Action: Restore, Ref: a2, Fallback: true}, nil},
 		{"record, nothing older valid", RecoveryInput{Record: rec, Local: []CheckpointRef{a2, b3}, Valid: valid(a2, b3), AcceptDuplicates: true}, Decision{}, ErrCommittedMissing},
-		{"no record, marker valid", RecoveryInput{Local: []CheckpointRef{a2, b3}, Marker: &a2, Valid: valid()}, Decision{Action: Restore, Ref: a2}, nil},
+		{"no record, marker valid, nothing newer", RecoveryInput{Local: []CheckpointRef{a0, a2}, Marker: &a2, Valid: valid()}, Decision{Action: Restore, Ref: a2}, nil},
+		{"no record, marker valid, same id from another run", RecoveryInput{Local: []CheckpointRef{a2, b2}, Marker: &b2, Valid: valid()}, Decision{Action: Restore, Ref: b2}, nil},
+		// b3 may have committed after the marker was last written (crash
+		// between commit and marker), its record since expired.
+		{"no record, marker valid, newer durable checkpoint: stop", RecoveryInput{Local: []CheckpointRef{a2, b3}, Marker: &a2, Valid: valid()}, Decision{}, ErrAmbiguous},
+		{"no record, marker valid, newer durable corrupt checkpoint: stop", RecoveryInput{Local: []CheckpointRef{a2, b3}, Marker: &a2, Valid: valid(b3)}, Decision{}, ErrAmbiguous},
+		{"no record, marker valid, newer durable checkpoint, duplicates accepted", RecoveryInput{Local: []CheckpointRef{a2, b3}, Marker: &a2, Valid: valid(), AcceptDuplicates: true}, Decision{Action: Restore, Ref: a2, Fallback: true}, nil},
 		{"no record, marker names a corrupt checkpoint", RecoveryInput{Local: []CheckpointRef{a2, b3}, Marker: &b3, Valid: valid(b3)}, Decision{}, ErrAmbiguous},
 		{"no record, no marker", RecoveryInput{Local: []CheckpointRef{a2, b3}, Valid: valid()}, Decision{}, ErrAmbiguous},
 		{"crash during a fresh start", RecoveryInput{Local: []CheckpointRef{a0}, Valid: valid()}, Decision{Action: Fresh}, nil},
@@ -51,6 +59,10 @@ func TestDecide(t *testing.T) {
 	}
 	_, err := Decide(RecoveryInput{Record: rec, Local: []CheckpointRef{b3}, Valid: valid(b3)})
 	require.ErrorContains(t, err, "ckpt-b-3.meta: checksum mismatch", "the error names the file")
+	_, err = Decide(RecoveryInput{Local: []CheckpointRef{a2, b3}, Marker: &a2, Valid: valid()})
+	for _, s := range []string{"marker names a/2", "newer checkpoint b/3", "AcceptDuplicates"} {
+		require.ErrorContains(t, err, s, "the error names the marker, the newer checkpoint and the way out")
+	}
 }
 
 func TestCommitRecordOf(t *testing.T) {
@@ -64,4 +76,33 @@ func TestCommitRecordOf(t *testing.T) {
 	require.ErrorIs(t, err, ErrRecordsDisagree)
 	_, err = CommitRecordOf([]string{"someone else's metadata"})
 	require.ErrorIs(t, err, ErrNotCommitRecord)
+}
+
+func TestCheckGroupOffsets(t *testing.T) {
+	ref := CheckpointRef{"a", 2}
+	ckpt := []PartitionOffset{{"in", 0, 10}, {"in", 1, 20}}
+	group := func(offs ...int64) []consumer.Committed {
+		var out []consumer.Committed
+		for p, o := range offs {
+			out = append(out, consumer.Committed{Topic: "in", Partition: int32(p), Offset: o})
+		}
+		return out
+	}
+	require.NoError(t, checkGroupOffsets("g", ref, ckpt, group(10, 20)))
+	// A partition added after the checkpoint: no offset in the group.
+	require.NoError(t, checkGroupOffsets("g", ref, ckpt, group(10, 20, -1)))
+	for name, tc := range map[string]struct {
+		committed []consumer.Committed
+		msg       string
+	}{
+		"different offset":                      {group(10, 21), "in[1] is at 21 in group g, 20 in checkpoint a/2"},
+		"checkpoint partition missing in group": {group(10, -1), "in[1] has no offset in group g, 20 in checkpoint a/2"},
+		"group partition missing in checkpoint": {group(10, 20, 5), "in[2] is at 5 in group g but not in checkpoint a/2"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := checkGroupOffsets("g", ref, ckpt, tc.committed)
+			require.ErrorIs(t, err, ErrOffsetsDiffer)
+			require.ErrorContains(t, err, tc.msg)
+		})
+	}
 }
