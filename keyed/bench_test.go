@@ -136,7 +136,7 @@ func BenchmarkPipeline(b *testing.B) {
 				g := newGenSource(4, events/4, 100_000)
 				j := keyed.NewJob("bench", keyed.Config{Dir: b.TempDir(), Checkpoint: checkpoint.Config{Interval: tc.interval}})
 				s := keyed.FromSource(j, "behavior", 2, keyed.Source[behavior](g))
-				k := keyed.KeyBy(func(e behavior) []byte { return []byte(e.User) }, s)
+				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
 				out := keyed.Process(k, "count", 2, func() keyed.Operator[behavior, int64] { return &countOp{} })
 				sink := &discard{}
 				keyed.ToSink(out, "sink", keyed.Sink[int64](sink))

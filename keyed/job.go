@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/kordproject/kord/checkpoint"
 )
@@ -308,7 +309,9 @@ type Reader[T any] interface {
 type Operator[T, O any] interface {
 	// Open registers the operator's state on b (keyed.Value, List, Map).
 	Open(b *Backend) error
-	// Process handles one record of key; out.Emit sends results on.
+	// Process handles one record of key; out.Emit sends results on. key is
+	// read-only: it may share memory with the record (see KeyByString) and
+	// is only valid during the call.
 	Process(key []byte, v T, out *Collector[O]) error
 }
 
@@ -382,6 +385,16 @@ func KeyBy[T any](key func(T) []byte, streams ...*Stream[T]) *KeyedStream[T] {
 		k.srcs = append(k.srcs, s.node)
 	}
 	return k
+}
+
+// KeyByString is KeyBy for a key held as a string (a uuid field, say): the
+// key's bytes are used in place, without the copy and allocation per record
+// that returning []byte(s) from a KeyBy function costs.
+func KeyByString[T any](key func(T) string, streams ...*Stream[T]) *KeyedStream[T] {
+	return KeyBy(func(v T) []byte {
+		s := key(v)
+		return unsafe.Slice(unsafe.StringData(s), len(s)) // read-only: see Operator.Process
+	}, streams...)
 }
 
 // ByPartition keys a stream by its records' key, for input already

@@ -109,7 +109,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 		s := keyed.FromSource(j, "events", 2, keyed.Source[Event](src))
 		var k *keyed.KeyedStream[Event]
 		if o.keyBy {
-			k = keyed.KeyBy(func(e Event) []byte { return []byte(e.UUID) }, s)
+			k = keyed.KeyByString(func(e Event) string { return e.UUID }, s)
 		} else {
 			k = keyed.ByPartition(s)
 		}
