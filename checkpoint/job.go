@@ -117,6 +117,8 @@ type CountJob struct {
 	// OnCommitted, if set, is called after each checkpoint commits (tests,
 	// metrics).
 	OnCommitted func(id uint64)
+
+	commits uint64 // checkpoints committed by Run so far (Run's goroutine only)
 }
 
 // TransactionalID returns the job's transactional.id.
@@ -216,7 +218,11 @@ func (j *CountJob) Run(ctx context.Context) error {
 	recovers := 0
 	for {
 		run := newRunID()
+		before := j.commits
 		err := j.runOnce(ctx, wctx, store, run)
+		if j.commits > before {
+			recovers = 0 // a run that committed ends a row of recoveries
+		}
 		if err != nil && wctx.Err() != nil {
 			// The stop deadline passed: no more recovery. The loop's own
 			// ErrStopTimeout names the checkpoint in flight; anything else
@@ -635,6 +641,7 @@ func (j *CountJob) loop(ctx, wctx context.Context, store *Store, src *consumer.S
 				}
 				return handle(lc.CommitDone(e.ID, time.Now()))
 			case Committed:
+				j.commits++
 				if err := SetCommitted(store, CheckpointRef{Run: run, ID: e.ID}); err != nil {
 					// The commit is in Kafka; the marker only matters when
 					// Kafka's record expires. Report and go on.
