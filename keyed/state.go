@@ -294,6 +294,7 @@ func register[T any](b *Backend, name string, kind Kind, fp string, enc encodeFu
 type table[T any] struct {
 	idx   map[string]uint32
 	vals  []T
+	keys  []string // keys[i] is slot i's key while slot i is in use
 	free  []uint32
 	epoch uint64 // Backend.epoch when this table was made
 
@@ -303,7 +304,7 @@ type table[T any] struct {
 	ownAll bool
 	owned  []uint64
 
-	// shared: idx and free are still those of the table this one was
+	// shared: idx, keys and free are still those of the table this one was
 	// cloned from (and that a snapshot holds); own copies them before a
 	// key is added or removed.
 	shared bool
@@ -314,35 +315,53 @@ type table[T any] struct {
 // so that updating existing keys, the common case, costs one copy of vals
 // per key group and checkpoint rather than a map rebuild.
 func (t *table[T]) clone(epoch uint64) *table[T] {
-	return &table[T]{idx: t.idx, vals: slices.Clone(t.vals), free: t.free, epoch: epoch, shared: true}
+	return &table[T]{idx: t.idx, vals: slices.Clone(t.vals), keys: t.keys, free: t.free, epoch: epoch, shared: true}
 }
 
-// own gives t its own idx and free before they change.
+// own gives t its own idx, keys and free before they change.
 func (t *table[T]) own() {
 	if t.shared {
-		t.idx, t.free, t.shared = maps.Clone(t.idx), slices.Clone(t.free), false
+		t.idx, t.keys, t.free, t.shared = maps.Clone(t.idx), slices.Clone(t.keys), slices.Clone(t.free), false
 	}
 }
 
 func (t *table[T]) insert(key []byte, v T) uint32 {
 	t.own()
-	i := t.slot(v)
-	t.idx[string(key)] = i
+	k := string(key)
+	i := t.slot(k, v)
+	t.idx[k] = i
 	return i
 }
 
-// slot stores v in a free slot and returns it.
-func (t *table[T]) slot(v T) uint32 {
+// slot stores key and v in a free slot and returns it.
+func (t *table[T]) slot(key string, v T) uint32 {
 	var i uint32
 	if n := len(t.free); n > 0 {
 		i = t.free[n-1]
 		t.free = t.free[:n-1]
-		t.vals[i] = v
+		t.vals[i], t.keys[i] = v, key
 	} else {
 		i = uint32(len(t.vals))
 		t.vals = append(t.vals, v)
+		t.keys = append(t.keys, key)
 	}
 	return i
+}
+
+// inUse reports, for each slot, whether it holds a key: all but the free
+// ones. nil means all.
+func (t *table[T]) inUse() []bool {
+	if len(t.free) == 0 {
+		return nil
+	}
+	use := make([]bool, len(t.vals))
+	for i := range use {
+		use[i] = true
+	}
+	for _, i := range t.free {
+		use[i] = false
+	}
+	return use
 }
 
 func (t *table[T]) isOwned(i uint32) bool {
@@ -456,7 +475,7 @@ func (s *store[T]) remove() {
 	t.own()
 	delete(t.idx, string(s.b.curKey))
 	var zero T
-	t.vals[i] = zero
+	t.vals[i], t.keys[i] = zero, ""
 	t.free = append(t.free, i)
 	s.hit = false
 }
@@ -481,7 +500,7 @@ func (s *store[T]) freeze() frozenState {
 
 func (s *store[T]) restoreGroup(g int, file string, entries []checkpoint.Entry) error {
 	kg := g + s.b.r.Start
-	t := &table[T]{idx: make(map[string]uint32, len(entries)), vals: make([]T, 0, len(entries)), epoch: s.b.epoch, ownAll: true}
+	t := &table[T]{idx: make(map[string]uint32, len(entries)), vals: make([]T, 0, len(entries)), keys: make([]string, 0, len(entries)), epoch: s.b.epoch, ownAll: true}
 	// The keys share one string: one allocation instead of one a key, and
 	// keys that are adjacent in memory for the next snapshot's encoding. A
 	// deleted key's bytes are freed with the last key of the file.
@@ -509,7 +528,7 @@ func (s *store[T]) restoreGroup(g int, file string, entries []checkpoint.Entry) 
 		if err != nil {
 			return &checkpoint.CorruptError{Path: file, Reason: fmt.Sprintf("state %q (%s): value of key %x: %v", s.inf.FileOperator(), s.inf.Fingerprint, e.Key, err), Err: err}
 		}
-		t.idx[key] = t.slot(v)
+		t.idx[key] = t.slot(key, v)
 	}
 	s.groups[g] = t
 	return nil
