@@ -249,12 +249,9 @@ func TestUnknownOutcomeRecovers(t *testing.T) {
 				h := newHarness(t, c, 50)
 				// Input keeps coming for 2 s, well past checkpoint 2.
 				n := 2_000
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				defer cancel()
 				require.NoError(t, failpoint.Set(sim+"@3"))
 				t.Cleanup(func() { _ = failpoint.Set("") })
-				prodErr := make(chan error, 1)
-				go func() { prodErr <- h.produce(ctx, n, 1_000) }()
+				_, prodErr := h.produceInBackground(n, 1_000, 2*time.Minute)
 				var out syncbuf.Buffer
 				j := h.job(h.dir)
 				j.Logger = slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -356,10 +353,7 @@ func TestAbortedCheckpointMergesIntoNext(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		h := newHarness(t, c, 50)
 		n := 2_000
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		prodErr := make(chan error, 1)
-		go func() { prodErr <- h.produce(ctx, n, 1_000) }()
+		_, prodErr := h.produceInBackground(n, 1_000, 2*time.Minute)
 		var out syncbuf.Buffer
 		var injected atomic.Int32
 		j := h.job(h.dir)
@@ -442,10 +436,7 @@ func TestEpochBufferBackpressure(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		h := newHarness(t, c, 50)
 		n := 2_000
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		prodErr := make(chan error, 1)
-		go func() { prodErr <- h.produce(ctx, n, 1_000) }()
+		_, prodErr := h.produceInBackground(n, 1_000, 2*time.Minute)
 		var mu sync.Mutex
 		peak, fullReads := 0, 0
 		checkpoint.SetEpochBufferHook(func(n int) {

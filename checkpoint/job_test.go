@@ -99,6 +99,17 @@ type harness struct {
 	produced      int
 }
 
+// produceInBackground produces n input records at rate a second on another
+// goroutine, under a context that ends after timeout (or with the test),
+// and returns that context and the channel that gets produce's result.
+func (h *harness) produceInBackground(n, rate int, timeout time.Duration) (context.Context, <-chan error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	h.t.Cleanup(cancel)
+	errc := make(chan error, 1)
+	go func() { errc <- h.produce(ctx, n, rate) }()
+	return ctx, errc
+}
+
 func newHarness(t *testing.T, c *kafkatest.Cluster, keys int) *harness {
 	h := &harness{t: t, c: c, name: strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), dir: t.TempDir(), interval: 150 * time.Millisecond}
 	h.input = c.CreateTopic(t, 6, nil)
@@ -251,10 +262,7 @@ func TestCrashAtEveryFailpoint(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		h := newHarness(t, c, 500)
 		n := 20_000
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		prodErr := make(chan error, 1)
-		go func() { prodErr <- h.produce(ctx, n, 2_000) }()
+		_, prodErr := h.produceInBackground(n, 2_000, 5*time.Minute)
 
 		r := rand.New(rand.NewPCG(5, 8))
 		cycles := append([]string(nil), checkpoint.Failpoints...)
@@ -291,10 +299,7 @@ func TestZombieIsFenced(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		h := newHarness(t, c, 200)
 		n := 6_000
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		prodErr := make(chan error, 1)
-		go func() { prodErr <- h.produce(ctx, n, 3_000) }()
+		_, prodErr := h.produceInBackground(n, 3_000, 3*time.Minute)
 
 		zombie := h.start("", h.dir)
 		require.Eventually(t, func() bool { return strings.Count(zombie.Stdout.String(), "committed") >= 3 }, 60*time.Second, 20*time.Millisecond, "stderr:\n%s", zombie.Stderr)
