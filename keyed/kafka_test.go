@@ -250,21 +250,32 @@ func TestKafkaUnknownTopic(t *testing.T) {
 	})
 }
 
+// stringSink makes one-partition input and output topics and a started
+// KafkaSink of strings (key "k") to the output, configured by edit before
+// Reset, closed with the test; ctx ends after a minute.
+func stringSink(t *testing.T, c *kafkatest.Cluster, edit func(*keyed.KafkaSink[string])) (ctx context.Context, in, out string, sink *keyed.KafkaSink[string]) {
+	in = c.CreateTopic(t, 1, nil)
+	out = c.CreateTopic(t, 1, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	sink = keyed.NewKafkaSink(c.Brokers, out, kafkatest.TopicName(t), []string{in}, func(v string) ([]byte, []byte, error) {
+		return []byte("k"), []byte(v), nil
+	})
+	if edit != nil {
+		edit(sink)
+	}
+	require.NoError(t, sink.Reset(ctx))
+	t.Cleanup(func() { sink.Close() })
+	return ctx, in, out, sink
+}
+
 // TestKafkaSinkCommitAfterAbort: after checkpoint 1 aborts, the output
 // written after its barrier (epoch 2) waits in the sink's buffer; the
 // commit of checkpoint 2 must carry it, since checkpoint 2's offsets cover
 // its input. Epoch 3's output stays invisible until checkpoint 3.
 func TestKafkaSinkCommitAfterAbort(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		in := c.CreateTopic(t, 1, nil)
-		out := c.CreateTopic(t, 1, nil)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		sink := keyed.NewKafkaSink(c.Brokers, out, kafkatest.TopicName(t), []string{in}, func(v string) ([]byte, []byte, error) {
-			return []byte("k"), []byte(v), nil
-		})
-		require.NoError(t, sink.Reset(ctx))
-		defer sink.Close()
+		ctx, in, out, sink := stringSink(t, c, nil)
 		ref, err := sink.Recorded(ctx)
 		require.NoError(t, err)
 		require.Nil(t, ref)
@@ -717,17 +728,10 @@ func TestKafkaSideOutput(t *testing.T) {
 // returns, or a crash after the commit would lose them.
 func TestKafkaSinkAtLeastOnceFlushes(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		in := c.CreateTopic(t, 1, nil)
-		out := c.CreateTopic(t, 1, nil)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		sink := keyed.NewKafkaSink(c.Brokers, out, kafkatest.TopicName(t), []string{in}, func(v string) ([]byte, []byte, error) {
-			return []byte("k"), []byte(v), nil
+		ctx, in, out, sink := stringSink(t, c, func(s *keyed.KafkaSink[string]) {
+			s.AtLeastOnce = true
+			s.ProducerSettings = map[string]string{"linger.ms": "30000"}
 		})
-		sink.AtLeastOnce = true
-		sink.ProducerSettings = map[string]string{"linger.ms": "30000"}
-		require.NoError(t, sink.Reset(ctx))
-		defer sink.Close()
 		for i := 0; i < 100; i++ {
 			require.NoError(t, sink.Write(1, strconv.Itoa(i)))
 		}

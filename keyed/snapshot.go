@@ -319,7 +319,11 @@ func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	seen := map[[2]any]string{} // (state, key group) -> file
+	type stateGroup struct {
+		state string
+		kg    int
+	}
+	seen := map[stateGroup]string{} // -> the file holding it
 	for _, name := range names {
 		n, ok := checkpoint.ParseName(name)
 		if !ok || n.Kind != checkpoint.KindState {
@@ -342,10 +346,10 @@ func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error
 		st := b.byName[stName]
 		for i := range f.Len() {
 			kg := f.KeyGroup(i)
-			if prev, dup := seen[[2]any{stName, kg}]; dup {
+			if prev, dup := seen[stateGroup{stName, kg}]; dup {
 				return &checkpoint.CorruptError{Path: name, Reason: fmt.Sprintf("state %q key group %d is also in %s", n.Operator, kg, prev)}
 			}
-			seen[[2]any{stName, kg}] = name
+			seen[stateGroup{stName, kg}] = name
 			if b.r.Contains(kg) { // else another instance's
 				tasks = append(tasks, task{f: f, i: i, st: st, g: kg - b.r.Start})
 			}
