@@ -33,9 +33,9 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Checksum returns the Castagnoli CRC-32 of b, the checksum kord uses for every
+// checksum returns the Castagnoli CRC-32 of b, the checksum kord uses for every
 // checkpoint object.
-func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // ErrMissing is returned, wrapped with the path, when a checkpoint's metadata
 // object does not exist.
@@ -70,7 +70,7 @@ func encodeEnvelope(magic string, version uint32, payload []byte) []byte {
 	b = binary.BigEndian.AppendUint32(b, version)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(payload)))
 	b = append(b, payload...)
-	return binary.BigEndian.AppendUint32(b, Checksum(b))
+	return binary.BigEndian.AppendUint32(b, checksum(b))
 }
 
 // decodeEnvelope checks framing and checksum and returns the version and
@@ -92,7 +92,7 @@ func decodeEnvelope(path, magic, what string, b []byte) (uint32, []byte, error) 
 	}
 	body := b[:len(b)-trailerLen]
 	stored := binary.BigEndian.Uint32(b[len(b)-trailerLen:])
-	if actual := Checksum(body); actual != stored {
+	if actual := checksum(body); actual != stored {
 		return 0, nil, corruptf(path, "checksum mismatch: stored crc32c %08x, computed %08x over %d bytes", stored, actual, len(body))
 	}
 	if version == 0 {
@@ -120,7 +120,7 @@ func decodeJSONStrict(payload []byte, v any) error {
 // Metadata describes one durable checkpoint. It is written last: a checkpoint
 // is durable exactly when its metadata object is.
 type Metadata struct {
-	Version        int               `json:"-"`              // format version; EncodeMetadata writes FormatVersion
+	Version        int               `json:"-"`              // format version; encodeMetadata writes FormatVersion
 	Run            string            `json:"run"`            // run id of the process that wrote it
 	ID             uint64            `json:"id"`             // checkpoint id; continues across runs
 	Created        time.Time         `json:"created"`        // wall-clock time the checkpoint was written
@@ -208,10 +208,10 @@ func (m *Metadata) validate() error {
 	return nil
 }
 
-// EncodeMetadata encodes m in the current format version. m.Version must be
+// encodeMetadata encodes m in the current format version. m.Version must be
 // 0 or FormatVersion. It validates m: a run id, max parallelism, unique
 // offsets, and state files that belong to this checkpoint.
-func EncodeMetadata(m *Metadata) ([]byte, error) {
+func encodeMetadata(m *Metadata) ([]byte, error) {
 	if m.Version != 0 && m.Version != FormatVersion {
 		return nil, fmt.Errorf("checkpoint: encode metadata: version %d, this build writes %d", m.Version, FormatVersion)
 	}

@@ -30,7 +30,7 @@ func testMetadata() *Metadata {
 
 func TestMetadataRoundTrip(t *testing.T) {
 	m := testMetadata()
-	b, err := EncodeMetadata(m)
+	b, err := encodeMetadata(m)
 	require.NoError(t, err)
 	require.Equal(t, metaMagic, string(b[:8]))
 	got, err := DecodeMetadata("x.meta", b)
@@ -40,7 +40,7 @@ func TestMetadataRoundTrip(t *testing.T) {
 
 	// Empty checkpoint (checkpoint 0 before any state).
 	m0 := &Metadata{Run: "a", MaxParallelism: 1}
-	b, err = EncodeMetadata(m0)
+	b, err = encodeMetadata(m0)
 	require.NoError(t, err)
 	got, err = DecodeMetadata("x.meta", b)
 	require.NoError(t, err)
@@ -72,7 +72,7 @@ func TestEncodeMetadataInvalid(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := testMetadata()
 			tc.edit(m)
-			_, err := EncodeMetadata(m)
+			_, err := encodeMetadata(m)
 			require.Error(t, err)
 		})
 	}
@@ -84,7 +84,7 @@ func reframe(magic string, version uint32, payload []byte) []byte {
 }
 
 func TestDecodeMetadataErrors(t *testing.T) {
-	valid, err := EncodeMetadata(testMetadata())
+	valid, err := encodeMetadata(testMetadata())
 	require.NoError(t, err)
 	payload := valid[headerLen : len(valid)-trailerLen]
 	const path = "/ckpt/ckpt-0123456789abcdef-00000000000000000042.meta"
@@ -174,12 +174,12 @@ func TestCommittedEncoding(t *testing.T) {
 }
 
 func FuzzDecodeMetadata(f *testing.F) {
-	valid, err := EncodeMetadata(testMetadata())
+	valid, err := encodeMetadata(testMetadata())
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Add(valid)
-	empty, _ := EncodeMetadata(&Metadata{Run: "a", MaxParallelism: 1})
+	empty, _ := encodeMetadata(&Metadata{Run: "a", MaxParallelism: 1})
 	f.Add(empty)
 	f.Add(valid[:len(valid)/2])
 	f.Add([]byte(metaMagic))
@@ -193,7 +193,7 @@ func FuzzDecodeMetadata(f *testing.F) {
 			return
 		}
 		// A decoded metadata re-encodes, and that encoding is a fixed point.
-		enc, err := EncodeMetadata(m)
+		enc, err := encodeMetadata(m)
 		if err != nil {
 			t.Fatalf("re-encode of decoded metadata: %v", err)
 		}
@@ -201,7 +201,7 @@ func FuzzDecodeMetadata(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decode of re-encoding: %v", err)
 		}
-		enc2, err := EncodeMetadata(m2)
+		enc2, err := encodeMetadata(m2)
 		if err != nil || !bytes.Equal(enc, enc2) {
 			t.Fatalf("re-encoding not stable: %v", err)
 		}

@@ -17,9 +17,9 @@ var (
 	// valid local committed marker says which one committed, or a durable
 	// checkpoint newer than the marker may have committed after it.
 	ErrAmbiguous = errors.New("checkpoint: checkpoints exist but neither Kafka nor a valid local marker records which one committed")
-	// ErrOffsetsDiffer means the commit group's offsets are not the
-	// restored checkpoint's offsets.
-	ErrOffsetsDiffer = errors.New("checkpoint: commit group offsets differ from the restored checkpoint's")
+	// ErrOffsetsDiffer means the offsets recorded with a commit record (a
+	// commit group's) are not the restored checkpoint's offsets.
+	ErrOffsetsDiffer = errors.New("checkpoint: recorded offsets differ from the restored checkpoint's")
 	// ErrRecordsDisagree means the commit group's partitions carry
 	// different commit records.
 	ErrRecordsDisagree = errors.New("checkpoint: commit group partitions carry different commit records")
@@ -165,4 +165,46 @@ func onlyFreshStarts(refs []CheckpointRef) bool {
 		}
 	}
 	return true
+}
+
+// CheckOffsets checks that the offsets recorded with a commit record
+// (recorded: a commit group's committed offsets, one per partition that has
+// one) are exactly the restored checkpoint's (ckpt): anything else means
+// the two were not written together. where names the record ("commit group
+// kord.x.commit"). Both directions count:
+//   - a partition in the checkpoint must have the same offset recorded
+//     (every commit sends the offsets of every partition its checkpoint
+//     lists, so a missing one is a mismatch too);
+//   - a partition with a recorded offset must be in the checkpoint. A
+//     partition added to the topic after the checkpoint was taken is not in
+//     it, but no commit of the checkpoint's ever named it either, so nothing
+//     is recorded for it and it passes; an offset recorded there was written
+//     by something other than this checkpoint's commit.
+func CheckOffsets(where string, ref CheckpointRef, ckpt, recorded []PartitionOffset) error {
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	want := make(map[tp]int64, len(ckpt))
+	for _, o := range ckpt {
+		want[tp{o.Topic, o.Partition}] = o.Offset
+	}
+	got := make(map[tp]int64, len(recorded))
+	for _, o := range recorded {
+		got[tp{o.Topic, o.Partition}] = o.Offset
+	}
+	var errs []error
+	for _, o := range ckpt {
+		if g, ok := got[tp{o.Topic, o.Partition}]; !ok {
+			errs = append(errs, fmt.Errorf("%w: %s[%d] has no offset in %s, %d in checkpoint %s", ErrOffsetsDiffer, o.Topic, o.Partition, where, o.Offset, ref))
+		} else if g != o.Offset {
+			errs = append(errs, fmt.Errorf("%w: %s[%d] is at %d in %s, %d in checkpoint %s", ErrOffsetsDiffer, o.Topic, o.Partition, g, where, o.Offset, ref))
+		}
+	}
+	for _, o := range recorded {
+		if _, ok := want[tp{o.Topic, o.Partition}]; !ok {
+			errs = append(errs, fmt.Errorf("%w: %s[%d] is at %d in %s but not in checkpoint %s", ErrOffsetsDiffer, o.Topic, o.Partition, o.Offset, where, ref))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/kordproject/kord/consumer"
 )
 
 func TestDecide(t *testing.T) {
@@ -78,29 +76,33 @@ func TestCommitRecordOf(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotCommitRecord)
 }
 
-func TestCheckGroupOffsets(t *testing.T) {
+func TestCheckOffsets(t *testing.T) {
 	ref := CheckpointRef{"a", 2}
 	ckpt := []PartitionOffset{{"in", 0, 10}, {"in", 1, 20}}
-	group := func(offs ...int64) []consumer.Committed {
-		var out []consumer.Committed
+	// recorded lists a group's committed offsets; -1: none for that
+	// partition.
+	recorded := func(offs ...int64) []PartitionOffset {
+		var out []PartitionOffset
 		for p, o := range offs {
-			out = append(out, consumer.Committed{Topic: "in", Partition: int32(p), Offset: o})
+			if o >= 0 {
+				out = append(out, PartitionOffset{Topic: "in", Partition: int32(p), Offset: o})
+			}
 		}
 		return out
 	}
-	require.NoError(t, checkGroupOffsets("g", ref, ckpt, group(10, 20)))
+	require.NoError(t, CheckOffsets("group g", ref, ckpt, recorded(10, 20)))
 	// A partition added after the checkpoint: no offset in the group.
-	require.NoError(t, checkGroupOffsets("g", ref, ckpt, group(10, 20, -1)))
+	require.NoError(t, CheckOffsets("group g", ref, ckpt, recorded(10, 20, -1)))
 	for name, tc := range map[string]struct {
-		committed []consumer.Committed
-		msg       string
+		recorded []PartitionOffset
+		msg      string
 	}{
-		"different offset":                      {group(10, 21), "in[1] is at 21 in group g, 20 in checkpoint a/2"},
-		"checkpoint partition missing in group": {group(10, -1), "in[1] has no offset in group g, 20 in checkpoint a/2"},
-		"group partition missing in checkpoint": {group(10, 20, 5), "in[2] is at 5 in group g but not in checkpoint a/2"},
+		"different offset":                      {recorded(10, 21), "in[1] is at 21 in group g, 20 in checkpoint a/2"},
+		"checkpoint partition missing in group": {recorded(10, -1), "in[1] has no offset in group g, 20 in checkpoint a/2"},
+		"group partition missing in checkpoint": {recorded(10, 20, 5), "in[2] is at 5 in group g but not in checkpoint a/2"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := checkGroupOffsets("g", ref, ckpt, tc.committed)
+			err := CheckOffsets("group g", ref, ckpt, tc.recorded)
 			require.ErrorIs(t, err, ErrOffsetsDiffer)
 			require.ErrorContains(t, err, tc.msg)
 		})

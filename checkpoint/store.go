@@ -315,7 +315,7 @@ func (s *Store) PutAll(files map[string][]byte) ([]FileRef, error) {
 	refs := make([]FileRef, len(names))
 	for i, name := range names {
 		n, _ := ParseName(name)
-		refs[i] = FileRef{Name: name, Size: int64(len(files[name])), CRC32C: Checksum(files[name]), Operator: n.Operator, KeyGroup: n.KeyGroup}
+		refs[i] = FileRef{Name: name, Size: int64(len(files[name])), CRC32C: checksum(files[name]), Operator: n.Operator, KeyGroup: n.KeyGroup}
 	}
 	if err := forEach(len(names), func(i int) error { return s.put(names[i], files[names[i]]) }); err != nil {
 		return nil, err
@@ -345,7 +345,7 @@ func WriteCheckpoint(s *Store, m *Metadata, files map[string][]byte) error {
 		}
 	}
 	m.Version = FormatVersion
-	if _, err := EncodeMetadata(m); err != nil { // validate before writing anything
+	if _, err := encodeMetadata(m); err != nil { // validate before writing anything
 		return err
 	}
 	refs, err := s.PutAll(files)
@@ -389,9 +389,9 @@ func ReadCheckpoint(s *Store, run string, id uint64) (*Metadata, map[string][]by
 			return err
 		}
 		if int64(len(b)) != f.Size {
-			return corruptf(path, "size mismatch: expected %d bytes, actual %d (crc32c expected %08x, actual %08x)", f.Size, len(b), f.CRC32C, Checksum(b))
+			return corruptf(path, "size mismatch: expected %d bytes, actual %d (crc32c expected %08x, actual %08x)", f.Size, len(b), f.CRC32C, checksum(b))
 		}
-		if c := Checksum(b); c != f.CRC32C {
+		if c := checksum(b); c != f.CRC32C {
 			return corruptf(path, "checksum mismatch: expected crc32c %08x, actual %08x", f.CRC32C, c)
 		}
 		data[i] = b
@@ -527,11 +527,11 @@ func Retain(s *Store, committed CheckpointRef, keep int) error {
 	return nil
 }
 
-// PutMetadata encodes m (EncodeMetadata) and puts it durably as checkpoint
+// PutMetadata encodes m (encodeMetadata) and puts it durably as checkpoint
 // (m.Run, m.ID)'s metadata object. Call it after every state file in m.Files
 // is durable (Put): the checkpoint is durable exactly when this returns nil.
 func PutMetadata(s *Store, m *Metadata) error {
-	b, err := EncodeMetadata(m)
+	b, err := encodeMetadata(m)
 	if err != nil {
 		return err
 	}

@@ -311,7 +311,7 @@ func TestWriteReadCheckpoint(t *testing.T) {
 	var refs2 []FileRef
 	for name, data := range f {
 		require.NoError(t, s.Put(name, data))
-		refs2 = append(refs2, FileRef{Name: name, Size: int64(len(data)), CRC32C: Checksum(data), Operator: "count", KeyGroup: 0})
+		refs2 = append(refs2, FileRef{Name: name, Size: int64(len(data)), CRC32C: checksum(data), Operator: "count", KeyGroup: 0})
 	}
 	m2 := testMeta("b", 2)
 	m2.Files = refs2

@@ -105,15 +105,18 @@ type discard struct {
 	rec atomic.Pointer[checkpoint.CheckpointRef]
 }
 
-func (d *discard) Write(uint64, int64) error { d.n.Add(1); return nil }
+func (d *discard) Write(context.Context, uint64, int64) error { d.n.Add(1); return nil }
 func (d *discard) Commit(_ context.Context, ref checkpoint.CheckpointRef, _ []checkpoint.PartitionOffset) error {
 	d.rec.Store(&ref)
 	return nil
 }
-func (d *discard) Recorded(context.Context) (*checkpoint.CheckpointRef, error) {
-	return d.rec.Load(), nil
+func (d *discard) Recorded(context.Context) (*keyed.Recorded, error) {
+	if ref := d.rec.Load(); ref != nil {
+		return &keyed.Recorded{Ref: *ref}, nil
+	}
+	return nil, nil
 }
-func (d *discard) Reset(context.Context) error { return nil }
+func (d *discard) Reset(context.Context, keyed.SinkInfo) error { return nil }
 
 // BenchmarkPipeline: generator over 100,000 users -> keyBy user -> keyed
 // counter (ValueState) -> discarding sink, parallelism 2, exactly-once.

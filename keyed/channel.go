@@ -1,9 +1,12 @@
 package keyed
 
 import (
-	"context"
+	"errors"
 	"time"
 )
+
+// errStopped is what a send returns when the run stopped meanwhile.
+var errStopped = errors.New("keyed: run stopped")
 
 // element is one record in flight between tasks, with its key and key
 // group computed once, at the source task.
@@ -14,14 +17,14 @@ type element[T any] struct {
 }
 
 // message is what travels on a channel between two tasks: a batch of
-// records, then optionally a barrier, or the end of input. A barrier is
-// always sent after every record before it (it never overtakes one), in
-// its own message or at the end of the batch it follows.
+// records, then optionally a barrier. A barrier is always sent after every
+// record before it (it never overtakes one), in its own message or at the
+// end of the batch it follows. A run ends by its context, after the final
+// checkpoint: no end-of-input message is needed.
 type message[T any] struct {
 	from    int // the upstream task's index among the inbox's upstreams
 	elems   []element[T]
 	barrier uint64
-	end     bool
 }
 
 // inbox is a task's one inbound queue. Each upstream holds credits: it may
@@ -48,12 +51,13 @@ func newInbox[T any](upstreams, credits int) *inbox[T] {
 	return in
 }
 
-// send delivers m from upstream u once u holds a credit.
-func (in *inbox[T]) send(ctx context.Context, u int, m message[T]) error {
+// send delivers m from upstream u once u holds a credit, or returns
+// errStopped when stop closes first.
+func (in *inbox[T]) send(stop <-chan struct{}, u int, m message[T]) error {
 	select {
 	case <-in.credits[u]:
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	case <-stop:
+		return errStopped
 	}
 	m.from = u
 	in.ch <- m
@@ -63,8 +67,10 @@ func (in *inbox[T]) send(ctx context.Context, u int, m message[T]) error {
 // done returns upstream u's credit for a processed message.
 func (in *inbox[T]) done(u int) { in.credits[u] <- struct{}{} }
 
-// outbox batches one task's output per downstream task.
+// outbox batches one task's output per downstream task. Its sends give up
+// when stop (the run's end) closes.
 type outbox[T any] struct {
+	stop      <-chan struct{}
 	dst       []*inbox[T]
 	from      []int // this task's upstream index at each dst
 	bufs      [][]element[T]
@@ -72,35 +78,35 @@ type outbox[T any] struct {
 	lastFlush time.Time
 }
 
-func newOutbox[T any](dst []*inbox[T], from []int, batch int) *outbox[T] {
-	o := &outbox[T]{dst: dst, from: from, bufs: make([][]element[T], len(dst)), batch: batch, lastFlush: time.Now()}
+func newOutbox[T any](stop <-chan struct{}, dst []*inbox[T], from []int, batch int) *outbox[T] {
+	o := &outbox[T]{stop: stop, dst: dst, from: from, bufs: make([][]element[T], len(dst)), batch: batch, lastFlush: time.Now()}
 	for i := range o.bufs {
 		o.bufs[i] = make([]element[T], 0, batch)
 	}
 	return o
 }
 
-func (o *outbox[T]) add(ctx context.Context, d int, e element[T]) error {
+func (o *outbox[T]) add(d int, e element[T]) error {
 	o.bufs[d] = append(o.bufs[d], e)
 	if len(o.bufs[d]) >= o.batch {
-		return o.flush(ctx, d)
+		return o.flush(d)
 	}
 	return nil
 }
 
-func (o *outbox[T]) flush(ctx context.Context, d int) error {
+func (o *outbox[T]) flush(d int) error {
 	if len(o.bufs[d]) == 0 {
 		return nil
 	}
 	m := message[T]{elems: o.bufs[d]}
 	o.bufs[d] = make([]element[T], 0, o.batch)
-	return o.dst[d].send(ctx, o.from[d], m)
+	return o.dst[d].send(o.stop, o.from[d], m)
 }
 
-func (o *outbox[T]) flushAll(ctx context.Context) error {
+func (o *outbox[T]) flushAll() error {
 	o.lastFlush = time.Now()
 	for d := range o.bufs {
-		if err := o.flush(ctx, d); err != nil {
+		if err := o.flush(d); err != nil {
 			return err
 		}
 	}
@@ -108,25 +114,25 @@ func (o *outbox[T]) flushAll(ctx context.Context) error {
 }
 
 // flushDue flushes partial batches older than timeout.
-func (o *outbox[T]) flushDue(ctx context.Context, timeout time.Duration) error {
+func (o *outbox[T]) flushDue(timeout time.Duration) error {
 	if time.Since(o.lastFlush) < timeout {
 		return nil
 	}
-	return o.flushAll(ctx)
+	return o.flushAll()
 }
 
 // broadcast sends each downstream its pending records followed by the
-// barrier or end in m.
-func (o *outbox[T]) broadcast(ctx context.Context, barrier uint64, end bool) error {
+// barrier.
+func (o *outbox[T]) broadcast(barrier uint64) error {
 	o.lastFlush = time.Now()
 	for d := range o.dst {
-		m := message[T]{elems: o.bufs[d], barrier: barrier, end: end}
+		m := message[T]{elems: o.bufs[d], barrier: barrier}
 		if len(o.bufs[d]) > 0 {
 			o.bufs[d] = make([]element[T], 0, o.batch)
 		} else {
 			m.elems = nil
 		}
-		if err := o.dst[d].send(ctx, o.from[d], m); err != nil {
+		if err := o.dst[d].send(o.stop, o.from[d], m); err != nil {
 			return err
 		}
 	}
@@ -135,15 +141,15 @@ func (o *outbox[T]) broadcast(ctx context.Context, barrier uint64, end bool) err
 
 // Collector sends an operator's results downstream.
 type Collector[O any] struct {
-	ctx context.Context
 	out *outbox[O]
 	err error
 }
 
-// Emit sends v on. It blocks while downstream is backpressured.
+// Emit sends v on. It blocks while downstream is backpressured, until the
+// run stops.
 func (c *Collector[O]) Emit(v O) {
 	if c.err != nil {
 		return
 	}
-	c.err = c.out.add(c.ctx, 0, element[O]{v: v})
+	c.err = c.out.add(0, element[O]{v: v})
 }

@@ -13,22 +13,8 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
-	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/internal/failpoint"
 )
-
-// ErrCrashed is returned by Run when Config.Hook stopped the job at a
-// failure point: the job ended as if its process had died there.
-var ErrCrashed = errors.New("keyed: crashed at a failure point")
-
-// TaskError is a task's failure: an operator's error or panic, a source's
-// or sink's error.
-type TaskError struct {
-	Task string // e.g. "count[1]"
-	Err  error
-}
-
-func (e *TaskError) Error() string { return fmt.Sprintf("keyed: task %s: %v", e.Task, e.Err) }
-func (e *TaskError) Unwrap() error { return e.Err }
 
 // Type-erased graph nodes; the generic ones below implement them.
 type sourceNode interface {
@@ -42,12 +28,12 @@ type opNode interface {
 	opName() string
 	// build creates every task of the job (sources, operator, sink) for
 	// run r from restore state rs.
-	build(r *run, rs *restoreState) error
+	build(ctx context.Context, r *run, rs *restoreState) error
 }
 
 type sinkNode interface {
-	reset(ctx context.Context) error
-	recorded(ctx context.Context) (*checkpoint.CheckpointRef, error)
+	reset(ctx context.Context, info SinkInfo) error
+	recorded(ctx context.Context) (*Recorded, error)
 	commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error
 	takesDeadLetters() bool
 	sinkName() string
@@ -81,14 +67,24 @@ type trigger struct {
 	final bool
 }
 
+// retained is how many committed checkpoints retention keeps: the newest,
+// which recovery restores, and the one before it, which at-least-once mode
+// (and exactly-once with AcceptDuplicates) falls back to when the newest
+// is found corrupt (invariant 7). Uncommitted checkpoints newer than the
+// newest committed are kept too (checkpoint.Retain).
+const retained = 2
+
 // run is one attempt of a job: every task, started from one checkpoint.
 type run struct {
-	j      *Job
-	cfg    Config
-	store  *checkpoint.Store
-	runID  string
-	log    *slog.Logger
-	ctx    context.Context // cancelled to end every task
+	j     *Job
+	cfg   Config
+	store *checkpoint.Store
+	runID string
+	log   *slog.Logger
+	fp    failpoint.Hook // failure injection (tests); nil otherwise
+	// stop is closed when the run ends (its context is cancelled): every
+	// task and helper goroutine returns.
+	stop   <-chan struct{}
 	cancel context.CancelCauseFunc
 
 	tasks     int
@@ -110,8 +106,10 @@ func (r *run) addTask(name string) int {
 	return r.tasks - 1
 }
 
-// go runs a task, turning its error or panic into a failure.
-func (r *run) goTask(task int, fn func() error) {
+// goTask runs a task under the run's context ctx, turning its error or
+// panic into a failure. An error after the run ended is the run's end,
+// not a failure.
+func (r *run) goTask(ctx context.Context, task int, fn func(ctx context.Context) error) {
 	name := r.names[task]
 	r.wg.Add(1)
 	go func() {
@@ -121,7 +119,7 @@ func (r *run) goTask(task int, fn func() error) {
 				r.fail(&TaskError{Task: name, Err: fmt.Errorf("panic: %v\n%s", p, debug.Stack())})
 			}
 		}()
-		if err := fn(); err != nil && r.ctx.Err() == nil {
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
 			r.fail(&TaskError{Task: name, Err: err})
 		}
 	}()
@@ -138,27 +136,23 @@ func (r *run) fail(err error) {
 func (r *run) ack(a ack) {
 	select {
 	case r.acks <- a:
-	case <-r.ctx.Done():
+	case <-r.stop:
 	}
 }
 
-// hook calls Config.Hook at a failure point.
-func (r *run) hook(point string) error {
-	if r.cfg.Hook == nil {
-		return nil
-	}
-	if err := r.cfg.Hook(point); err != nil {
-		return fmt.Errorf("%w %s: %w", ErrCrashed, point, err)
-	}
-	return nil
-}
+// point passes a failure point (see internal/failpoint).
+func (r *run) point(name string) error { return r.fp.Point(name) }
 
 // Run runs the job until every source has ended (bounded sources: a final
 // checkpoint is committed, then Run returns nil), ctx is done (a graceful
-// stop: the same final checkpoint), or a failure the restart strategy does
-// not absorb. Each restart restores the checkpoint the sink recorded as
-// committed.
+// stop: the same final checkpoint, within Config.StopTimeout), or a
+// failure neither a recovery nor the restart strategy absorbs. Each
+// restart and each recovery restores the checkpoint the sink recorded as
+// committed, with a new incarnation of the sink.
 func (j *Job) Run(ctx context.Context) error {
+	if err := failpoint.Err(); err != nil {
+		return fmt.Errorf("keyed: job %s: %w", j.name, err)
+	}
 	if err := j.Validate(); err != nil {
 		return err
 	}
@@ -167,16 +161,47 @@ func (j *Job) Run(ctx context.Context) error {
 		return err
 	}
 	defer store.Close()
-	attempts := 0
+	fp := failpoint.HookOf(ctx)
+	// The work goes on after ctx is done, for the final checkpoint, until
+	// the stop deadline.
+	wctx, endWork := stopContext(ctx, j.cfg.StopTimeout)
+	defer endWork()
+	attempts, recoveries := 0, 0
 	stable := j.cfg.Restart.StableAfter
 	if stable <= 0 {
 		stable = time.Minute
 	}
 	for {
 		began := time.Now()
-		progressed, err := j.runOnce(ctx, store)
-		if err == nil || errors.Is(err, ErrCrashed) || permanent(err) {
+		progressed, err := j.runOnce(ctx, wctx, store, fp)
+		if err == nil {
+			return nil
+		}
+		if wctx.Err() != nil {
+			// The stop deadline passed: no more recovery or restart.
+			if errors.Is(err, ErrStopTimeout) {
+				return err
+			}
+			return fmt.Errorf("keyed: job %s: %w after %v (%w); the next start recovers from what the sink recorded", j.name, ErrStopTimeout, j.cfg.StopTimeout, err)
+		}
+		if errors.Is(err, failpoint.ErrCrashed) || errors.Is(err, ErrPermanent) {
 			return err
+		}
+		if progressed {
+			recoveries = 0 // a run that committed ends a row of recoveries
+		}
+		if errors.Is(err, ErrOutcomeUnknown) {
+			// A new sink incarnation and what its system recorded settle
+			// the outcome (DESIGN.md, "new producer on any indefinite
+			// outcome"). Also when stopping: the new run restores and
+			// commits a final checkpoint, so that the stop leaves nothing
+			// open and the failed checkpoint's output is not lost to it.
+			recoveries++
+			if recoveries > MaxRecoveries {
+				return fmt.Errorf("keyed: job %s: gave up after %d recoveries in a row: %w", j.name, MaxRecoveries, err)
+			}
+			j.cfg.Logger.Warn("keyed: recovering from what the sink recorded", "job", j.name, "recovery", recoveries, "err", err)
+			continue
 		}
 		if progressed && time.Since(began) >= stable {
 			attempts = 0
@@ -204,12 +229,26 @@ func (j *Job) Run(ctx context.Context) error {
 	}
 }
 
-// permanent reports a failure no restart can mend: the sink's producer was
-// fenced (a newer copy of the job owns its transactional.id, and a restart
-// would fence that copy in turn), or the broker refused the producer's
-// configuration (a transaction timeout above its maximum, say).
-func permanent(err error) bool {
-	return errors.Is(err, producer.ErrFenced) || errors.Is(err, producer.ErrConfig)
+// stopContext returns a context that ctx's cancellation does not cancel
+// but that is cancelled (cause ErrStopTimeout) stop after ctx is done, and
+// a function that cancels it and ends its goroutine.
+func stopContext(ctx context.Context, stop time.Duration) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-wctx.Done():
+			return
+		}
+		t := time.NewTimer(stop)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel(fmt.Errorf("%w after %v", ErrStopTimeout, stop))
+		case <-wctx.Done():
+		}
+	}()
+	return wctx, func() { cancel(nil) }
 }
 
 func newRunID() string {
@@ -218,13 +257,25 @@ func newRunID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// runOnce runs one attempt. progressed reports that a checkpoint
+// sinkInfo describes the job to its sink.
+func (j *Job) sinkInfo() SinkInfo {
+	var inputs []string
+	for _, s := range j.sources {
+		inputs = append(inputs, s.topic())
+	}
+	sort.Strings(inputs)
+	return SinkInfo{Job: j.name, Inputs: inputs, Mode: j.cfg.Mode, TransactionTimeout: j.cfg.Checkpoint.TransactionTimeout(),
+		Logger: j.cfg.Logger.With("job", j.name)}
+}
+
+// runOnce runs one attempt. ctx done asks for a graceful stop; wctx bounds
+// the work (see stopContext). progressed reports that a checkpoint
 // committed during it.
-func (j *Job) runOnce(ctx context.Context, store *checkpoint.Store) (progressed bool, err error) {
+func (j *Job) runOnce(ctx, wctx context.Context, store *checkpoint.Store, fp failpoint.Hook) (progressed bool, err error) {
 	// Startup is not cut short by a stop request (the job then stops with
 	// a final checkpoint), except when the sink cannot start: a stop then
 	// ends the wait for the brokers after a short grace.
-	resetCtx, cancelReset := context.WithCancel(context.WithoutCancel(ctx))
+	resetCtx, cancelReset := context.WithCancel(wctx)
 	resetDone := make(chan struct{})
 	go func() {
 		select {
@@ -237,11 +288,11 @@ func (j *Job) runOnce(ctx context.Context, store *checkpoint.Store) (progressed 
 		case <-resetDone:
 		}
 	}()
-	err = j.sink.reset(resetCtx)
+	err = j.sink.reset(resetCtx, j.sinkInfo())
 	close(resetDone)
 	cancelReset()
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && wctx.Err() == nil {
 			// Stopped before anything ran: nothing to checkpoint, a clean
 			// stop.
 			j.cfg.Logger.Info("keyed: stopped while the sink was starting", "job", j.name, "err", err)
@@ -249,19 +300,17 @@ func (j *Job) runOnce(ctx context.Context, store *checkpoint.Store) (progressed 
 		}
 		return false, fmt.Errorf("keyed: sink reset: %w", err)
 	}
-	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	rctx, cancel := context.WithCancelCause(wctx)
 	defer cancel(nil)
-	r := &run{j: j, cfg: j.cfg, store: store, runID: newRunID(), log: j.cfg.Logger.With("job", j.name), ctx: rctx, cancel: cancel,
+	r := &run{j: j, cfg: j.cfg, store: store, runID: newRunID(), log: j.cfg.Logger.With("job", j.name), fp: fp, stop: rctx.Done(), cancel: cancel,
 		acks: make(chan ack, 64), exhausted: make(chan int, 64), failures: make(chan error, 1), align: &alignmentStats{}}
-	// Startup is not cut short by a stop request: the coordinator then
-	// stops gracefully, with a final checkpoint.
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	sctx, scancel := context.WithTimeout(rctx, time.Minute)
 	defer scancel()
 	rs, err := j.restore(sctx, r)
 	if err != nil {
 		return false, err
 	}
-	if err := j.op.build(r, rs); err != nil {
+	if err := j.op.build(rctx, r, rs); err != nil {
 		cancel(err)
 		r.wg.Wait()
 		return false, err
@@ -269,10 +318,8 @@ func (j *Job) runOnce(ctx context.Context, store *checkpoint.Store) (progressed 
 	committed := uint64(0)
 	if !rs.fresh {
 		committed = rs.meta.ID
-	} else {
-		committed = 0
 	}
-	progressed, err = r.coordinate(ctx, committed, rs.maxP)
+	progressed, err = r.coordinate(ctx, rctx, committed, rs.maxP)
 	cancel(errors.New("run ended"))
 	r.wg.Wait()
 	r.bg.Wait()
@@ -284,16 +331,17 @@ func (j *Job) runOnce(ctx context.Context, store *checkpoint.Store) (progressed 
 	return progressed, err
 }
 
-// restore decides the checkpoint to start from (DESIGN.md, "Start") and,
-// for a fresh start, writes and commits checkpoint 0.
+// restore decides the checkpoint to start from (DESIGN.md, "Start"): the
+// one the sink recorded, checked against the offsets recorded with it.
+// For a fresh start, build writes and commits checkpoint 0.
 func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 	rec, err := j.sink.recorded(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("keyed: reading the sink's commit record: %w", err)
+		return nil, fmt.Errorf("keyed: job %s: reading the sink's commit record: %w", j.name, err)
 	}
 	var cr *checkpoint.CommitRecord
 	if rec != nil {
-		cr = &checkpoint.CommitRecord{Run: rec.Run, Checkpoint: rec.ID}
+		cr = &checkpoint.CommitRecord{Run: rec.Ref.Run, Checkpoint: rec.Ref.ID}
 	}
 	local, err := checkpoint.ListCheckpoints(r.store)
 	if err != nil {
@@ -312,20 +360,30 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 			return err
 		}})
 	if err != nil {
-		return nil, fmt.Errorf("keyed: job %s: %w", j.name, err)
+		// What is on disk and what the sink recorded disagree: no restart
+		// can mend that.
+		return nil, Permanent(fmt.Errorf("keyed: job %s: %w", j.name, err))
 	}
-	if err := r.hook(checkpoint.FailDuringRestore); err != nil {
+	r.log.Info("keyed: recovery", "run", r.runID, "decision", d.Note, "checkpoint", d.Ref.String())
+	if err := r.point(failpoint.DuringRestore); err != nil {
 		return nil, err
 	}
 	rs := &restoreState{positions: map[string]map[int32]int64{}}
 	if d.Action == checkpoint.Restore {
 		m, files, err := checkpoint.ReadCheckpoint(r.store, d.Ref.Run, d.Ref.ID)
 		if err != nil {
-			return nil, err
+			return nil, Permanent(err)
+		}
+		if rec != nil && !d.Fallback {
+			// Offsets and commit record were committed together: anything
+			// else means something other than this job moved them.
+			if err := checkpoint.CheckOffsets(rec.Where, d.Ref, m.Offsets, rec.Offsets); err != nil {
+				return nil, Permanent(fmt.Errorf("keyed: job %s: %w", j.name, err))
+			}
 		}
 		if j.cfg.MaxParallelism != 0 && j.cfg.MaxParallelism != m.MaxParallelism {
-			return nil, fmt.Errorf("keyed: job %s: max parallelism %d set, but checkpoint %s has %d; it cannot change across a restore (leave it 0 to adopt the checkpoint's)",
-				j.name, j.cfg.MaxParallelism, m.Ref(), m.MaxParallelism)
+			return nil, Permanent(fmt.Errorf("keyed: job %s: max parallelism %d set, but checkpoint %s has %d; it cannot change across a restore (leave it 0 to adopt the checkpoint's)",
+				j.name, j.cfg.MaxParallelism, m.Ref(), m.MaxParallelism))
 		}
 		rs.meta, rs.files, rs.maxP = m, files, m.MaxParallelism
 		for _, o := range m.Offsets {
@@ -337,7 +395,6 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 		if d.Fallback {
 			r.log.Warn("keyed: restoring an older checkpoint; output after it will be repeated", "note", d.Note)
 		}
-		r.log.Info("keyed: restoring", "checkpoint", m.Ref().String())
 		return rs, nil
 	}
 	rs.fresh = true
@@ -358,12 +415,18 @@ func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkp
 	if err := checkpoint.SetCommitted(r.store, ref); err != nil {
 		r.log.Warn("keyed: local committed marker", "err", err)
 	}
+	r.log.Debug("keyed: checkpoint committed", "run", r.runID, "checkpoint", 0)
+	if err := r.point(failpoint.AfterFreshCommitted); err != nil {
+		return err
+	}
 	rs.meta = m
 	return nil
 }
 
 // coordinate runs the checkpoint lifecycle until the job stops or fails.
-func (r *run) coordinate(ctx context.Context, committed uint64, maxP int) (progressed bool, err error) {
+// ctx done asks for a graceful stop; rctx is the run's context, cancelled
+// by a task's failure or at the stop deadline.
+func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) (progressed bool, err error) {
 	lc, err := checkpoint.NewLifecycle(r.cfg.Checkpoint, r.tasks, committed, time.Now())
 	if err != nil {
 		return false, err
@@ -381,6 +444,7 @@ func (r *run) coordinate(ctx context.Context, committed uint64, maxP int) (progr
 	tick := time.NewTicker(max(min(interval/4, 20*time.Millisecond), time.Millisecond))
 	defer tick.Stop()
 	stopping := false
+	stopRequest := ctx.Done()
 	exhausted := map[int]bool{}
 	var apply func([]checkpoint.Effect) (done bool, err error)
 	apply = func(effs []checkpoint.Effect) (bool, error) {
@@ -391,12 +455,15 @@ func (r *run) coordinate(ctx context.Context, committed uint64, maxP int) (progr
 				for _, t := range r.triggers {
 					select {
 					case t <- trigger{id: e.ID, final: e.Final}:
-					case <-r.ctx.Done():
-						return false, context.Cause(r.ctx)
+					case <-rctx.Done():
+						return false, context.Cause(rctx)
 					}
 				}
+				if err := r.point(failpoint.AfterBarrier); err != nil {
+					return false, err
+				}
 			case checkpoint.WriteMetadata:
-				if err := r.hook(checkpoint.FailAfterSnapshots); err != nil {
+				if err := r.point(failpoint.AfterSnapshots); err != nil {
 					return false, err
 				}
 				c := pending[e.ID]
@@ -411,29 +478,30 @@ func (r *run) coordinate(ctx context.Context, committed uint64, maxP int) (progr
 					r.log.Warn("keyed: checkpoint metadata", "checkpoint", e.ID, "err", err)
 					return apply(lc.MetadataFailed(e.ID, time.Now()))
 				}
-				if err := r.hook(checkpoint.FailAfterMetadata); err != nil {
+				if err := r.point(failpoint.AfterMetadata); err != nil {
 					return false, err
 				}
 				return apply(lc.MetadataDurable(e.ID))
 			case checkpoint.Commit:
-				if err := r.hook(checkpoint.FailBeforeCommit); err != nil {
+				if err := r.point(failpoint.BeforeCommit); err != nil {
 					return false, err
 				}
 				// The commit is not cut short by a stop request (the final
 				// checkpoint of a graceful stop commits after it), only by
-				// the checkpoint timeout.
+				// the checkpoint timeout, the stop deadline and the run's
+				// failure.
 				timeout := r.cfg.Checkpoint.Timeout
 				if timeout <= 0 {
 					timeout = 60 * time.Second
 				}
-				cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+				cctx, ccancel := context.WithTimeout(rctx, timeout)
 				err := r.j.sink.commit(cctx, checkpoint.CheckpointRef{Run: r.runID, ID: e.ID}, pending[e.ID].offsets)
 				ccancel()
 				if err != nil {
 					lc.CommitFailed(e.ID)
-					return false, fmt.Errorf("keyed: commit of checkpoint %d: %w", e.ID, err)
+					return false, fmt.Errorf("keyed: job %s: commit of checkpoint %d: %w", r.j.name, e.ID, err)
 				}
-				if err := r.hook(checkpoint.FailAfterCommit); err != nil {
+				if err := r.point(failpoint.AfterCommit); err != nil {
 					return false, err
 				}
 				return apply(lc.CommitDone(e.ID, time.Now()))
@@ -441,23 +509,26 @@ func (r *run) coordinate(ctx context.Context, committed uint64, maxP int) (progr
 				progressed = true
 				ref := checkpoint.CheckpointRef{Run: r.runID, ID: e.ID}
 				if err := checkpoint.SetCommitted(r.store, ref); err != nil {
+					// The commit is in the sink's system; the marker only
+					// matters when that record expires. Report and go on.
 					r.log.Error("keyed: local committed marker", "checkpoint", e.ID, "err", err)
 				}
-				if err := r.hook(checkpoint.FailAfterMarker); err != nil {
+				if err := r.point(failpoint.AfterMarker); err != nil {
 					return false, err
 				}
-				if err := checkpoint.Retain(r.store, ref, 2); err != nil {
+				if err := checkpoint.Retain(r.store, ref, retained); err != nil {
 					r.log.Warn("keyed: retention", "err", err)
 				}
+				r.log.Debug("keyed: checkpoint committed", "run", r.runID, "checkpoint", e.ID)
 				delete(pending, e.ID)
 			case checkpoint.Abort:
-				r.log.Warn("keyed: checkpoint aborted", "checkpoint", e.ID, "reason", e.Reason)
+				r.log.Warn("keyed: checkpoint aborted; its output commits with the next", "checkpoint", e.ID, "reason", e.Reason)
 				delete(pending, e.ID)
 				for _, c := range r.cancels {
 					select {
 					case c <- e.ID:
-					case <-r.ctx.Done():
-						return false, context.Cause(r.ctx)
+					case <-rctx.Done():
+						return false, context.Cause(rctx)
 					}
 				}
 			case checkpoint.Fail:
@@ -468,25 +539,19 @@ func (r *run) coordinate(ctx context.Context, committed uint64, maxP int) (progr
 		}
 		return false, nil
 	}
-	handle := func(effs []checkpoint.Effect) (bool, error) { return apply(effs) }
 	for {
 		var effs []checkpoint.Effect
 		select {
-		case <-ctx.Done():
-			if stopping {
-				ctx = context.WithoutCancel(ctx)
-				continue
-			}
-			stopping = true
+		case <-stopRequest:
+			stopping, stopRequest = true, nil
 			r.log.Info("keyed: stopping: final checkpoint")
 			effs = lc.Stop(time.Now())
-			ctx = context.WithoutCancel(ctx)
 		case <-tick.C:
 			effs = lc.Tick(time.Now())
 		case a := <-r.acks:
 			if a.err != nil {
 				r.log.Warn("keyed: task declined checkpoint", "task", r.names[a.task], "checkpoint", a.id, "err", a.err)
-				if errors.Is(a.err, ErrCrashed) {
+				if errors.Is(a.err, failpoint.ErrCrashed) {
 					return progressed, a.err
 				}
 				effs = lc.TaskFailed(a.id, time.Now())
@@ -501,13 +566,19 @@ func (r *run) coordinate(ctx context.Context, committed uint64, maxP int) (progr
 		case t := <-r.exhausted:
 			exhausted[t] = true
 			if len(exhausted) == len(r.triggers) && !stopping {
-				stopping = true
+				stopping, stopRequest = true, nil
 				effs = lc.Stop(time.Now())
 			}
 		case err := <-r.failures:
 			return progressed, err
+		case <-rctx.Done():
+			id, inFlight := lc.InFlight()
+			if inFlight {
+				return progressed, fmt.Errorf("keyed: job %s: checkpoint %d not committed: %w", r.j.name, id, context.Cause(rctx))
+			}
+			return progressed, context.Cause(rctx)
 		}
-		done, err := handle(effs)
+		done, err := apply(effs)
 		if err != nil {
 			return progressed, err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
 )
 
@@ -44,8 +45,9 @@ func (f *faultyCounter) Process(key []byte, e event, out *keyed.Collector[result
 	return f.counter.Process(key, e, out)
 }
 
-// crashAt makes Config.Hook crash the job at the nth hit of point.
-func crashAt(point string, nth int) func(string) error {
+// crashAt returns a hook (failpoint.WithHook) that crashes the job at the
+// nth hit of point.
+func crashAt(point string, nth int) failpoint.Hook {
 	var hits atomic.Int64
 	return func(p string) error {
 		if p == point && hits.Add(1) == int64(nth) {
@@ -55,8 +57,8 @@ func crashAt(point string, nth int) func(string) error {
 	}
 }
 
-var crashPoints = []string{checkpoint.FailAfterSnapshots, checkpoint.FailAfterMetadata, checkpoint.FailBeforeCommit,
-	checkpoint.FailAfterCommit, checkpoint.FailAfterMarker, checkpoint.FailDuringRestore, keyed.FailDuringSnapshotWrite}
+var crashPoints = []string{failpoint.AfterBarrier, failpoint.AfterSnapshots, failpoint.AfterMetadata, failpoint.BeforeCommit,
+	failpoint.AfterCommit, failpoint.AfterMarker, failpoint.DuringRestore, failpoint.DuringSnapshotWrite}
 
 func seededRuns() int {
 	if s := os.Getenv("KORD_SEEDED_RUNS"); s != "" {
@@ -139,10 +141,11 @@ func seedRun(t *testing.T, seed uint64, events int) {
 		if !byPartition && r.IntN(2) == 0 {
 			cfg.MaxParallelism = 0 // adopt
 		}
+		rctx := ctx
 		if crashes > 0 {
 			crashes--
 			pt, nth := crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(3)
-			cfg.Hook = crashAt(pt, nth)
+			rctx = failpoint.WithHook(ctx, crashAt(pt, nth))
 			t.Logf("incarnation %d: crash at %s #%d", incarnation, pt, nth)
 		}
 		if r.IntN(8) == 0 {
@@ -167,9 +170,9 @@ func seedRun(t *testing.T, seed uint64, events int) {
 		}
 		out := keyed.Process(k, "count", 1+r.IntN(maxOp), func() keyed.Operator[event, result] { return &faultyCounter{plan: plan} })
 		keyed.ToSink(out, "results", keyed.Sink[result](sink))
-		err := j.Run(ctx)
+		err := j.Run(rctx)
 		t.Logf("incarnation %d: byPartition=%v parts=%d plan=%+v commitFailAt=%d: %v", incarnation, byPartition, parts, plan.at, commitFailAt, err)
-		if errors.Is(err, keyed.ErrCrashed) {
+		if errors.Is(err, failpoint.ErrCrashed) {
 			mem = mem.CrashClone() // the process died: only what was durable survives
 			continue
 		}
@@ -198,13 +201,10 @@ func TestNoDeadlockTinyCapacities(t *testing.T) {
 // left, whether it ended normally, by a crash or by exhausting restarts.
 func TestNoGoroutineLeft(t *testing.T) {
 	src, _ := input(4, 4, 50, 5_000)
-	for _, cfg := range []keyed.Config{
-		{Checkpoint: checkpoint.Config{Interval: 2 * time.Millisecond}},
-		{Checkpoint: checkpoint.Config{Interval: 2 * time.Millisecond}, Hook: crashAt(checkpoint.FailAfterMetadata, 2)},
-	} {
-		cfg.FS, cfg.Dir = checkpoint.NewMemFS(), "/c"
+	for _, hook := range []failpoint.Hook{nil, crashAt(failpoint.AfterMetadata, 2)} {
+		cfg := keyed.Config{Checkpoint: checkpoint.Config{Interval: 2 * time.Millisecond}, FS: checkpoint.NewMemFS(), Dir: "/c"}
 		j := newJob(t, cfg, src, keyed.NewMemorySink[result](), false, 2, 3)
-		_ = j.Run(context.Background())
+		_ = j.Run(failpoint.WithHook(context.Background(), hook))
 	}
 	j := keyed.NewJob("users", keyed.Config{FS: checkpoint.NewMemFS(), Dir: "/c", Restart: keyed.FixedDelay(2, 0)})
 	s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
@@ -218,4 +218,30 @@ func TestNoGoroutineLeft(t *testing.T) {
 		n := runtime.Stack(buf, true)
 		return !strings.Contains(string(buf[:n]), "kord/keyed.")
 	}, 5*time.Second, 10*time.Millisecond, "goroutines of package keyed left after Run")
+}
+
+// TestFinalCheckpointRetried: with TolerableFailures 1, the final
+// checkpoint of a bounded run fails its snapshot once; the lifecycle
+// triggers a final checkpoint again, the sources answer its barrier, and
+// Run ends with everything committed. (The source tasks used to end at the
+// first final barrier, and the second final checkpoint then waited
+// forever.)
+func TestFinalCheckpointRetried(t *testing.T) {
+	src, want := input(5, 4, 100, 2_000)
+	sink := keyed.NewMemorySink[result]()
+	var failed atomic.Int32
+	fs := checkpoint.NewErrorFS(checkpoint.NewMemFS(), func(op checkpoint.Op, name string) error {
+		if op == checkpoint.OpCreate && strings.Contains(name, ".op-count.") && failed.Add(1) == 1 {
+			return checkpoint.ErrInjected
+		}
+		return nil
+	})
+	cfg := keyed.Config{FS: fs, Dir: "/c", Checkpoint: checkpoint.Config{Interval: time.Hour, TolerableFailures: 1}}
+	j := newJob(t, cfg, src, sink, false, 2, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, j.Run(ctx))
+	require.GreaterOrEqual(t, failed.Load(), int32(1), "the final checkpoint's snapshot failed")
+	checkOutput(t, sink.Committed(), want)
+	require.Equal(t, 2, sink.Commits(), "the fresh start's commit and the second final checkpoint's")
 }

@@ -54,11 +54,17 @@ type Config struct {
 	AcceptDuplicates bool
 	// Logger receives the job's log. Default: nothing is logged.
 	Logger *slog.Logger
-	// Hook, if set, is called at named points (the checkpoint.Fail*
-	// names); an error returned makes the job stop at once as if the process
-	// had crashed there (no final checkpoint, nothing cleaned up). For
-	// failure-injection tests.
-	Hook func(point string) error
+	// StopTimeout bounds a graceful stop (ctx given to Run is done): the
+	// final checkpoint, and any recovery it needs, must commit within it,
+	// or Run returns ErrStopTimeout. Every wait of the job (the commit,
+	// writes to the sink, a recovery's start) is cancelled at the
+	// deadline; the outcome of a commit cut short is then unknown, and the
+	// next start recovers from what the sink's system recorded. Not
+	// cancellable, and so added to the bound: a checkpoint file write
+	// already under way, and closing the sink's and sources' clients.
+	// Default: the checkpoint timeout (Config.Checkpoint.Timeout, 60 s by
+	// default).
+	StopTimeout time.Duration
 }
 
 // Restart is a restart strategy: after a task fails, every task restarts
@@ -120,6 +126,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = c.Checkpoint.Timeout
+		if c.StopTimeout <= 0 {
+			c.StopTimeout = 60 * time.Second
+		}
 	}
 	return c
 }
@@ -205,7 +217,7 @@ func (j *Job) Validate() error {
 	}
 	for _, s := range j.sources {
 		if s.sendsDeadLetters() && j.sink != nil && !j.sink.takesDeadLetters() {
-			errs = append(errs, fmt.Errorf("keyed: source %q sends dead letters but the sink takes none (it does not implement DeadLetterSink)", s.sourceName()))
+			errs = append(errs, fmt.Errorf("keyed: source %q sends dead letters but sink %q takes none (it does not implement DeadLetterSink, or has no dead-letter topic)", s.sourceName(), j.sink.sinkName()))
 		}
 	}
 	return errors.Join(errs...)
@@ -247,7 +259,18 @@ type BadRecord struct {
 // some c ≥ e, so that it is written once if its record's offset is
 // committed and never if it is not.
 type DeadLetterSink interface {
-	DeadLetter(epoch uint64, b BadRecord) error
+	// TakesDeadLetters reports whether the sink is set up to take them (a
+	// Kafka sink with a dead-letter topic, say); Validate refuses a job
+	// whose source sends dead letters to a sink that takes none.
+	TakesDeadLetters() bool
+	DeadLetter(ctx context.Context, epoch uint64, b BadRecord) error
+}
+
+// DeadLetterSource is implemented by a source that can hand undecodable
+// records to the sink's dead letters (SourceRecord.Bad) instead of failing.
+type DeadLetterSource interface {
+	// SendsDeadLetters reports whether it is set up to.
+	SendsDeadLetters() bool
 }
 
 // Source is a partitioned, replayable source: its records are addressed by
@@ -317,22 +340,57 @@ type Operator[T, O any] interface {
 
 // Sink receives the keyed operator's output. The engine calls Write from
 // one sink task; Commit from the checkpoint coordinator, in checkpoint
-// order, once the checkpoint is durable.
+// order, once the checkpoint is durable. Every call is bounded by its ctx.
 type Sink[T any] interface {
+	// Reset starts a new incarnation of the sink, before each run (the
+	// first and every restart or recovery): output not committed is
+	// dropped, and anything an older incarnation left in flight is fenced
+	// off. info describes the job.
+	Reset(ctx context.Context, info SinkInfo) error
 	// Write adds v to the output of checkpoint epoch: it must stay invisible
-	// (exactly-once) until Commit(c) for some c ≥ epoch.
-	Write(epoch uint64, v T) error
+	// (exactly-once) until Commit(c) for some c ≥ epoch. It may block
+	// (backpressure) until ctx is done.
+	Write(ctx context.Context, epoch uint64, v T) error
 	// Commit makes visible the output of every epoch ≤ ref.ID and records,
 	// in the same atomic step, that checkpoint ref committed with these
 	// source offsets (a Kafka sink commits them to its commit group inside
-	// the transaction).
+	// the transaction). An error marked OutcomeUnknown says the step may or
+	// may not have happened.
 	Commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error
-	// Recorded returns the checkpoint the sink's system recorded as
-	// committed, nil if none: recovery restores exactly that one.
-	Recorded(ctx context.Context) (*checkpoint.CheckpointRef, error)
-	// Reset drops output not committed; called before each run (the first
-	// and every restart), bounded by ctx.
-	Reset(ctx context.Context) error
+	// Recorded returns what the sink's system recorded as committed, nil
+	// if nothing: recovery restores exactly that checkpoint and checks the
+	// recorded offsets against it.
+	Recorded(ctx context.Context) (*Recorded, error)
+}
+
+// SinkInfo describes the job to its sink, at each Reset.
+type SinkInfo struct {
+	// Job is the job's name (NewJob): a Kafka sink derives its
+	// transactional id and commit group from it.
+	Job string
+	// Inputs are the topics of the job's sources, ascending.
+	Inputs []string
+	// Mode is the job's checkpointing mode: exactly-once output is
+	// written in transactions, at-least-once output at once.
+	Mode checkpoint.Mode
+	// TransactionTimeout is derived from the checkpoint settings
+	// (checkpoint.Config.TransactionTimeout): a transaction spans at most
+	// this long.
+	TransactionTimeout time.Duration
+	// Logger is the job's logger.
+	Logger *slog.Logger
+}
+
+// Recorded is what a sink's system holds as committed: a checkpoint, and
+// the source offsets committed with it.
+type Recorded struct {
+	Ref checkpoint.CheckpointRef
+	// Offsets are the committed source offsets, one per partition that has
+	// one; a restore checks them against the checkpoint's
+	// (checkpoint.CheckOffsets).
+	Offsets []checkpoint.PartitionOffset
+	// Where names the record for errors ("commit group kord.x.commit").
+	Where string
 }
 
 // Stream is a stream of records from a source.

@@ -150,18 +150,20 @@ type MemorySink[T any] struct {
 	mu        sync.Mutex
 	pending   map[uint64][]T
 	committed []T
-	record    *checkpoint.CheckpointRef
+	record    *Recorded
 	commits   int
 	// FailCommit, if set, is called before each commit; an error fails it
 	// (with nothing committed).
 	FailCommit func(ref checkpoint.CheckpointRef) error
 }
 
+var _ Sink[int] = (*MemorySink[int])(nil)
+
 // NewMemorySink returns an empty sink.
 func NewMemorySink[T any]() *MemorySink[T] { return &MemorySink[T]{pending: map[uint64][]T{}} }
 
 // Write implements Sink.
-func (s *MemorySink[T]) Write(epoch uint64, v T) error {
+func (s *MemorySink[T]) Write(_ context.Context, epoch uint64, v T) error {
 	s.mu.Lock()
 	s.pending[epoch] = append(s.pending[epoch], v)
 	s.mu.Unlock()
@@ -169,8 +171,8 @@ func (s *MemorySink[T]) Write(epoch uint64, v T) error {
 }
 
 // Commit implements Sink: the output of every epoch ≤ ref.ID becomes
-// visible, in epoch order, and ref is recorded.
-func (s *MemorySink[T]) Commit(_ context.Context, ref checkpoint.CheckpointRef, _ []checkpoint.PartitionOffset) error {
+// visible, in epoch order, and ref is recorded with offsets.
+func (s *MemorySink[T]) Commit(_ context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error {
 	if s.FailCommit != nil {
 		if err := s.FailCommit(ref); err != nil {
 			return err
@@ -189,25 +191,25 @@ func (s *MemorySink[T]) Commit(_ context.Context, ref checkpoint.CheckpointRef, 
 		s.committed = append(s.committed, s.pending[e]...)
 		delete(s.pending, e)
 	}
-	r := ref
-	s.record = &r
+	s.record = &Recorded{Ref: ref, Offsets: append([]checkpoint.PartitionOffset(nil), offsets...), Where: "memory sink"}
 	s.commits++
 	return nil
 }
 
 // Recorded implements Sink.
-func (s *MemorySink[T]) Recorded(context.Context) (*checkpoint.CheckpointRef, error) {
+func (s *MemorySink[T]) Recorded(context.Context) (*Recorded, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.record == nil {
 		return nil, nil
 	}
 	r := *s.record
+	r.Offsets = append([]checkpoint.PartitionOffset(nil), r.Offsets...)
 	return &r, nil
 }
 
 // Reset implements Sink: uncommitted output is dropped.
-func (s *MemorySink[T]) Reset(context.Context) error {
+func (s *MemorySink[T]) Reset(context.Context, SinkInfo) error {
 	s.mu.Lock()
 	s.pending = map[uint64][]T{}
 	s.mu.Unlock()

@@ -8,11 +8,8 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/failpoint"
 )
-
-// FailDuringSnapshotWrite is the failure point between a task's state
-// files (Config.Hook).
-const FailDuringSnapshotWrite = "during-snapshot-write"
 
 type sourceOf[T any] struct {
 	name        string
@@ -24,10 +21,10 @@ func (s *sourceOf[T]) sourceName() string { return s.name }
 func (s *sourceOf[T]) topic() string      { return s.src.Topic() }
 
 // sendsDeadLetters reports a source that hands undecodable records to the
-// sink (KafkaSource with OnDecodeError = DeadLetter).
+// sink (DeadLetterSource).
 func (s *sourceOf[T]) sendsDeadLetters() bool {
-	d, ok := s.src.(interface{ sendsDeadLetters() bool })
-	return ok && d.sendsDeadLetters()
+	d, ok := s.src.(DeadLetterSource)
+	return ok && d.SendsDeadLetters()
 }
 
 type opOf[T, O any] struct {
@@ -68,13 +65,13 @@ type sinkOf[O any] struct {
 	op   outputNode[O]
 }
 
-func (s *sinkOf[O]) reset(ctx context.Context) error { return s.sink.Reset(ctx) }
-func (s *sinkOf[O]) sinkName() string                { return s.name }
+func (s *sinkOf[O]) reset(ctx context.Context, info SinkInfo) error { return s.sink.Reset(ctx, info) }
+func (s *sinkOf[O]) sinkName() string                               { return s.name }
 func (s *sinkOf[O]) takesDeadLetters() bool {
-	_, ok := s.sink.(DeadLetterSink)
-	return ok
+	d, ok := s.sink.(DeadLetterSink)
+	return ok && d.TakesDeadLetters()
 }
-func (s *sinkOf[O]) recorded(ctx context.Context) (*checkpoint.CheckpointRef, error) {
+func (s *sinkOf[O]) recorded(ctx context.Context) (*Recorded, error) {
 	return s.sink.Recorded(ctx)
 }
 func (s *sinkOf[O]) commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error {
@@ -87,8 +84,11 @@ type srcAssign struct {
 	positions []Position
 }
 
-func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
-	ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+// build creates and starts every task of the run under rctx, the run's
+// context; setting up (listing partitions, a fresh start's commit, opening
+// readers) is bounded by a minute.
+func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error {
+	ctx, cancel := context.WithTimeout(rctx, time.Minute)
 	defer cancel()
 	j := r.j
 	cfg := r.cfg
@@ -221,7 +221,7 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 			for d := range from {
 				from[d] = u
 			}
-			out := newOutbox(opIn, from, cfg.BatchSize)
+			out := newOutbox(r.stop, opIn, from, cfg.BatchSize)
 			reader, err := s.src.Reader(ctx)
 			if err != nil {
 				return fmt.Errorf("keyed: source %q: %w", s.name, err)
@@ -238,16 +238,18 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 			r.triggers = append(r.triggers, trig)
 			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t],
 				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch, name: s.name, instance: t}
-			st.dead, _ = j.sink.(*sinkOf[O]).sink.(DeadLetterSink)
+			if d, ok := j.sink.(*sinkOf[O]).sink.(DeadLetterSink); ok && d.TakesDeadLetters() {
+				st.dead = d
+			}
 			st.adds = make(chan []Position, 1)
 			srcTasks[t] = st
-			r.goTask(task, st.run)
+			r.goTask(rctx, task, st.run)
 			u++
 		}
 		if cfg.PartitionDiscovery > 0 {
 			d := &discoverer[T]{r: r, src: s, tasks: srcTasks, byPartition: o.in.byPartition, known: infos[i].parts}
 			r.wg.Add(1)
-			go d.run(cfg.PartitionDiscovery)
+			go d.run(rctx, cfg.PartitionDiscovery)
 		}
 	}
 	for d := 0; d < o.parallelism; d++ {
@@ -276,9 +278,9 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 		}
 		cancels := make(chan uint64, 16)
 		r.cancels = append(r.cancels, cancels)
-		out := newOutbox([]*inbox[O]{sinkIn}, []int{d}, cfg.BatchSize)
+		out := newOutbox(r.stop, []*inbox[O]{sinkIn}, []int{d}, cfg.BatchSize)
 		ot := &opTask[T, O]{r: r, task: task, in: opIn[d], al: al, cancels: cancels, op: op, b: b, out: out}
-		r.goTask(task, ot.run)
+		r.goTask(rctx, task, ot.run)
 	}
 	{
 		task := r.addTask(fmt.Sprintf("%s[0]", j.sink.(*sinkOf[O]).name))
@@ -293,7 +295,7 @@ func (o *opOf[T, O]) build(r *run, rs *restoreState) error {
 			return fmt.Errorf("keyed: sink %q: %w", sn.name, err)
 		}
 		kt := &sinkTask[O]{r: r, task: task, in: sinkIn, al: al, cancels: cancels, sink: sn.sink, epoch: epoch, name: sn.name}
-		r.goTask(task, kt.run)
+		r.goTask(rctx, task, kt.run)
 	}
 	return nil
 }
@@ -328,18 +330,18 @@ type discoverer[T any] struct {
 	known       []int32 // ascending
 }
 
-func (d *discoverer[T]) run(interval time.Duration) {
+func (d *discoverer[T]) run(ctx context.Context, interval time.Duration) {
 	defer d.r.wg.Done()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
-		case <-d.r.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if err := d.once(); err != nil {
-			if d.r.ctx.Err() == nil {
+		if err := d.once(ctx); err != nil {
+			if ctx.Err() == nil {
 				d.r.fail(fmt.Errorf("keyed: source %q: partition discovery: %w", d.src.name, err))
 			}
 			return
@@ -349,8 +351,8 @@ func (d *discoverer[T]) run(interval time.Duration) {
 
 // once lists the partitions and assigns the new ones. A failed listing is
 // logged and tried again at the next interval.
-func (d *discoverer[T]) once() error {
-	ctx, cancel := context.WithTimeout(d.r.ctx, 30*time.Second)
+func (d *discoverer[T]) once(rctx context.Context) error {
+	ctx, cancel := context.WithTimeout(rctx, 30*time.Second)
 	defer cancel()
 	parts, err := d.src.src.Partitions(ctx)
 	if err != nil {
@@ -402,7 +404,7 @@ func (d *discoverer[T]) once() error {
 		}
 		select {
 		case d.tasks[t].adds <- ps:
-		case <-d.r.ctx.Done():
+		case <-ctx.Done():
 			return nil
 		}
 	}
@@ -433,20 +435,19 @@ func (s *sourceTask[T]) add(ctx context.Context, pos map[int32]int64, ps []Posit
 
 // deadLetter hands an undecodable record to the sink's dead letters under
 // epoch, or fails the job naming it when the sink takes none.
-func (s *sourceTask[T]) deadLetter(epoch uint64, b *BadRecord) error {
+func (s *sourceTask[T]) deadLetter(ctx context.Context, epoch uint64, b *BadRecord) error {
 	if s.dead == nil {
-		return fmt.Errorf("keyed: %s/%d@%d cannot be decoded and the job's sink takes no dead letters: %w", b.Topic, b.Partition, b.Offset, b.Err)
+		return fmt.Errorf("keyed: %s[%d] offset %d cannot be decoded and the job's sink takes no dead letters: %w", b.Topic, b.Partition, b.Offset, b.Err)
 	}
-	if err := s.dead.DeadLetter(epoch, *b); err != nil {
-		return fmt.Errorf("keyed: dead letter for %s/%d@%d: %w", b.Topic, b.Partition, b.Offset, err)
+	if err := s.dead.DeadLetter(ctx, epoch, *b); err != nil {
+		return fmt.Errorf("keyed: dead letter for %s[%d] offset %d: %w", b.Topic, b.Partition, b.Offset, err)
 	}
 	s.r.j.deadLetters.Add(1)
 	return nil
 }
 
-func (s *sourceTask[T]) run() error {
+func (s *sourceTask[T]) run(ctx context.Context) error {
 	defer s.reader.Close()
-	ctx := s.r.ctx
 	pos := make(map[int32]int64, len(s.positions))
 	for _, p := range s.positions {
 		pos[p.Partition] = p.Offset
@@ -454,13 +455,17 @@ func (s *sourceTask[T]) run() error {
 	batch := s.r.cfg.BatchSize
 	timeout := s.r.cfg.BufferTimeout
 	exhausted := false
+	// stopped: the final barrier is out. The task reads no more, but
+	// answers triggers until the run ends: a final checkpoint that aborts
+	// (with TolerableFailures) is triggered again.
+	stopped := false
 	// epoch is the checkpoint that will cover what is read next: the one
 	// after the last barrier this task emitted.
 	epoch := s.epoch
 	for {
 		var t trigger
 		got := false
-		if exhausted {
+		if exhausted || stopped {
 			select {
 			case t = <-s.trig:
 				got = true
@@ -492,14 +497,12 @@ func (s *sourceTask[T]) run() error {
 			if err != nil {
 				return err
 			}
-			if err := s.out.broadcast(ctx, t.id, false); err != nil {
+			if err := s.out.broadcast(t.id); err != nil {
 				return err
 			}
 			s.r.ack(ack{task: s.task, id: t.id, offsets: offs, files: files})
 			epoch = t.id + 1
-			if t.final {
-				return s.out.broadcast(ctx, 0, true)
-			}
+			stopped = stopped || t.final
 			continue
 		}
 		recs, done, err := s.reader.Poll(ctx, batch, timeout)
@@ -509,7 +512,7 @@ func (s *sourceTask[T]) run() error {
 		for i := range recs {
 			rec := &recs[i]
 			if rec.Bad != nil {
-				if err := s.deadLetter(epoch, rec.Bad); err != nil {
+				if err := s.deadLetter(ctx, epoch, rec.Bad); err != nil {
 					return err
 				}
 				pos[rec.Partition] = rec.Offset + 1
@@ -524,17 +527,17 @@ func (s *sourceTask[T]) run() error {
 				kg = KeyGroup(key, s.maxP)
 			}
 			d = OperatorIndex(kg, s.maxP, s.p)
-			if err := s.out.add(ctx, d, element[T]{v: rec.Value, key: key, kg: int32(kg)}); err != nil {
+			if err := s.out.add(d, element[T]{v: rec.Value, key: key, kg: int32(kg)}); err != nil {
 				return err
 			}
 			pos[rec.Partition] = rec.Offset + 1
 		}
-		if err := s.out.flushDue(ctx, timeout); err != nil {
+		if err := s.out.flushDue(timeout); err != nil {
 			return err
 		}
 		if done && !exhausted {
 			exhausted = true
-			if err := s.out.flushAll(ctx); err != nil {
+			if err := s.out.flushAll(); err != nil {
 				return err
 			}
 			select {
@@ -558,9 +561,8 @@ type opTask[T, O any] struct {
 	out     *outbox[O]
 }
 
-func (t *opTask[T, O]) run() error {
-	ctx := t.r.ctx
-	col := &Collector[O]{ctx: ctx, out: t.out}
+func (t *opTask[T, O]) run(ctx context.Context) error {
+	col := &Collector[O]{out: t.out}
 	stash := newStash[T](len(t.in.credits))
 	timeout := t.r.cfg.BufferTimeout
 	tick := time.NewTicker(timeout)
@@ -574,12 +576,12 @@ func (t *opTask[T, O]) run() error {
 					continue
 				}
 			case <-tick.C:
-				if err := t.out.flushDue(ctx, timeout); err != nil {
+				if err := t.out.flushDue(timeout); err != nil {
 					return err
 				}
 				continue
 			case id := <-t.cancels:
-				if done, err := t.apply(ctx, t.al.Cancel(id, time.Now())); done || err != nil {
+				if err := t.apply(t.al.Cancel(id, time.Now())); err != nil {
 					return err
 				}
 				continue
@@ -601,26 +603,23 @@ func (t *opTask[T, O]) run() error {
 		if m.barrier > 0 {
 			effs = t.al.Barrier(m.from, m.barrier, time.Now())
 		}
-		if m.end {
-			effs = append(effs, t.al.EndOfInput(m.from, time.Now())...)
-		}
 		t.in.done(m.from)
-		if done, err := t.apply(ctx, effs); done || err != nil {
+		if err := t.apply(effs); err != nil {
 			return err
 		}
-		if err := t.out.flushDue(ctx, timeout); err != nil {
+		if err := t.out.flushDue(timeout); err != nil {
 			return err
 		}
 	}
 }
 
-func (t *opTask[T, O]) apply(ctx context.Context, effs []checkpoint.AlignEffect) (done bool, err error) {
+func (t *opTask[T, O]) apply(effs []checkpoint.AlignEffect) error {
 	for _, e := range effs {
 		switch e.Kind {
 		case checkpoint.AlignSnapshot:
 			t.r.align.add(e.Alignment)
-			if err := t.out.broadcast(ctx, e.ID, false); err != nil {
-				return false, err
+			if err := t.out.broadcast(e.ID); err != nil {
+				return err
 			}
 			snap := t.b.Snapshot()
 			refs := t.b.OperatorRefs()
@@ -630,13 +629,11 @@ func (t *opTask[T, O]) apply(ctx context.Context, effs []checkpoint.AlignEffect)
 				files, err := t.writeSnapshot(snap, id)
 				t.r.ack(ack{task: t.task, id: id, files: files, refs: refs, err: err})
 			}(e.ID)
-		case checkpoint.AlignAllFinished:
-			return true, t.out.broadcast(ctx, 0, true)
 		case checkpoint.AlignError:
-			return false, e.Err()
+			return e.Err()
 		}
 	}
-	return false, nil
+	return nil
 }
 
 // writeSnapshot encodes the snapshot and writes its files durably.
@@ -646,7 +643,7 @@ func (t *opTask[T, O]) writeSnapshot(snap *Snapshot, id uint64) ([]checkpoint.Fi
 	if err != nil {
 		return nil, err
 	}
-	if err := t.r.hook(FailDuringSnapshotWrite); err != nil {
+	if err := t.r.point(failpoint.DuringSnapshotWrite); err != nil {
 		return nil, err
 	}
 	refs, err := t.r.store.PutAll(files)
@@ -669,8 +666,7 @@ type sinkTask[O any] struct {
 	name    string
 }
 
-func (t *sinkTask[O]) run() error {
-	ctx := t.r.ctx
+func (t *sinkTask[O]) run(ctx context.Context) error {
 	stash := newStash[O](len(t.in.credits))
 	for {
 		m, got := stash.pop(t.al)
@@ -688,16 +684,13 @@ func (t *sinkTask[O]) run() error {
 			}
 		}
 		for i := range m.elems {
-			if err := t.sink.Write(t.epoch, m.elems[i].v); err != nil {
+			if err := t.sink.Write(ctx, t.epoch, m.elems[i].v); err != nil {
 				return err
 			}
 		}
 		var effs []checkpoint.AlignEffect
 		if m.barrier > 0 {
 			effs = t.al.Barrier(m.from, m.barrier, time.Now())
-		}
-		if m.end {
-			effs = append(effs, t.al.EndOfInput(m.from, time.Now())...)
 		}
 		t.in.done(m.from)
 		for _, e := range effs {
@@ -710,8 +703,6 @@ func (t *sinkTask[O]) run() error {
 					return err
 				}
 				t.r.ack(ack{task: t.task, id: e.ID, files: files})
-			case checkpoint.AlignAllFinished:
-				return nil
 			case checkpoint.AlignError:
 				return e.Err()
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
 )
 
@@ -95,9 +96,9 @@ type countSink struct {
 	mismatch []string
 }
 
-func (s *countSink) Write(epoch uint64, v result) error {
+func (s *countSink) Write(ctx context.Context, epoch uint64, v result) error {
 	s.written++
-	return s.MemorySink.Write(epoch, v)
+	return s.MemorySink.Write(ctx, epoch, v)
 }
 
 func (s *countSink) SnapshotState(uint64) ([][]byte, error) {
@@ -130,20 +131,20 @@ func TestOperatorState(t *testing.T) {
 	defer cancel()
 	runs := []struct {
 		p    int
-		hook func(string) error
-	}{{2, crashAt(checkpoint.FailAfterCommit, 2)}, {3, crashAt(checkpoint.FailAfterSnapshots, 2)}, {3, crashAt(checkpoint.FailBeforeCommit, 3)}, {1, nil}}
+		hook failpoint.Hook
+	}{{2, crashAt(failpoint.AfterCommit, 2)}, {3, crashAt(failpoint.AfterSnapshots, 2)}, {3, crashAt(failpoint.BeforeCommit, 3)}, {1, nil}}
 	total := 0
 	for _, n := range want {
 		total += int(n)
 	}
 	for _, r := range runs {
-		j := keyed.NewJob("users", keyed.Config{FS: fs, Dir: "/c", Hook: r.hook, Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond}})
+		j := keyed.NewJob("users", keyed.Config{FS: fs, Dir: "/c", Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond}})
 		s := keyed.FromSource(j, "events", r.p, keyed.Source[event](src))
 		k := keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
 		keyed.ToSink(keyed.Process(k, "count", r.p, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](sink))
 		require.NoError(t, j.Validate())
 		if r.hook != nil {
-			require.ErrorIs(t, j.Run(ctx), keyed.ErrCrashed)
+			require.ErrorIs(t, j.Run(failpoint.WithHook(ctx, r.hook)), failpoint.ErrCrashed)
 			continue
 		}
 		runUntil(t, j, sink.MemorySink, total)

@@ -2,16 +2,17 @@ package keyed_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
 )
@@ -139,8 +140,9 @@ func TestAtLeastOnce(t *testing.T) {
 		for inc := 0; ; inc++ {
 			require.Less(t, inc, 10)
 			cfg := keyed.Config{FS: mem, Dir: "/c", Mode: checkpoint.AtLeastOnce, Checkpoint: checkpoint.Config{Interval: 2 * time.Millisecond}, Restart: keyed.FixedDelay(3, 0)}
+			ctx := context.Background()
 			if inc < 2 {
-				cfg.Hook = crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(3))
+				ctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(3)))
 			}
 			j := keyed.NewJob("users", cfg)
 			s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
@@ -152,8 +154,8 @@ func TestAtLeastOnce(t *testing.T) {
 			}
 			out := keyed.Process(k, "count", 1+r.IntN(3), func() keyed.Operator[event, result] { return &tolerantCounter{} })
 			keyed.ToSink(out, "results", keyed.Sink[result](sink))
-			err := j.Run(context.Background())
-			if err != nil && strings.Contains(err.Error(), "crashed") {
+			err := j.Run(ctx)
+			if errors.Is(err, failpoint.ErrCrashed) {
 				mem = mem.CrashClone()
 				continue
 			}
@@ -173,7 +175,7 @@ func TestAtLeastOnce(t *testing.T) {
 	require.NoError(t, j.Run(context.Background()))
 	rec, err := sink.Recorded(context.Background())
 	require.NoError(t, err)
-	meta := fmt.Sprintf("%s/%s", dir, checkpoint.MetaName(rec.Run, rec.ID))
+	meta := fmt.Sprintf("%s/%s", dir, checkpoint.MetaName(rec.Ref.Run, rec.Ref.ID))
 	b, err := os.ReadFile(meta)
 	require.NoError(t, err)
 	b[len(b)/2] ^= 0xff

@@ -8,9 +8,9 @@ package main
 //	(j) engine recovery  the job in a child process with -recovery-users keys
 //	                     of state, SIGKILLed and restarted (recovery.go)
 //
-// The job is a user-behavior count (examples/userbehavior): KafkaSource →
+// The job is a user-behavior count (examples/userbehavior): kafkaio.Source →
 // ByPartition (KeyBy the record key with -keyby) → a counter operator with a
-// keyed.ValueState[int64] per key, -parallelism tasks → KafkaSink, one
+// keyed.ValueState[int64] per key, -parallelism tasks → kafkaio.Sink, one
 // output per input, exactly-once checkpoints every -commit-interval.
 
 import (
@@ -27,6 +27,8 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 )
 
@@ -34,10 +36,32 @@ import (
 // inputs when -users is 0, as examples/userbehavior's default.
 const defaultEngineUsers = 10_000
 
-// EngineResult is figure (h): the engine job over the (a) input, timed as
-// (e).
+// EngineResult is figure (h): the engine job over the (a) input.
 type EngineResult struct {
-	KordEOSResult
+	Input  string `json:"input"`
+	Output string `json:"output"`
+	Events int64  `json:"events"`
+	// Seconds runs from the first record the job read (its sources' first
+	// decode) to the commit of the checkpoint that made the last output
+	// committed (its commit group's offsets then add up to Events), as the
+	// job reports it (its after-commit failure point, through a
+	// failpoint.WithHook hook).
+	Seconds        float64 `json:"seconds"`
+	EventsPerSec   float64 `json:"events_per_sec"`
+	CommitInterval string  `json:"commit_interval"`
+	// Checkpoints committed within Seconds, and the time between
+	// consecutive commits.
+	Checkpoints int           `json:"checkpoints"`
+	CommitGap   DurationStats `json:"commit_gap"`
+	// Ambiguous: a later checkpoint committed while the commit group was
+	// being read; Seconds then ends at that later one (conservative).
+	Ambiguous bool `json:"ambiguous,omitempty"`
+	// StartupSeconds: Run called to the first record read (InitTransactions,
+	// recovery decision, fresh checkpoint 0 committed, assign).
+	StartupSeconds float64 `json:"startup_seconds"`
+	// StopSeconds: context cancelled to Run returned (a final checkpoint).
+	StopSeconds float64       `json:"stop_seconds"`
+	Verified    *VerifyResult `json:"verified,omitempty"`
 	// Alignment: how long each task's barrier alignment took (first
 	// barrier to snapshot), over every checkpoint (keyed.Job.AlignmentTimes).
 	Alignment DurationStats `json:"alignment"`
@@ -48,8 +72,9 @@ type EngineResult struct {
 // overrides.
 type engineJob struct {
 	brokers string
-	// name is the sink's job: transactional.id "kord.<name>", commit group
-	// "kord.<name>.commit".
+	// name is the job's name (keyed.NewJob), unique to the run: its sink's
+	// transactional.id is kafkaio.TransactionalID(name), "kord.<name>", and
+	// its commit group kafkaio.CommitGroup(name), "kord.<name>.commit".
 	name        string
 	input       string
 	output      string
@@ -67,9 +92,10 @@ type engineWatch struct {
 	// read gets the produce time of every input record the sources decode,
 	// on the source tasks' goroutines.
 	read func(producedAtNs int64)
-	// point gets every failure point the job passes (keyed.Config.Hook):
-	// checkpoint.FailDuringRestore once the recovery decision is taken,
-	// checkpoint.FailAfterCommit after each checkpoint's commit.
+	// point gets every failure point the job passes (a failpoint.Hook on
+	// the context of Run): failpoint.DuringRestore once the recovery
+	// decision is taken, failpoint.AfterCommit after each checkpoint's
+	// commit.
 	point func(point string)
 	// processing is called by each operator task at its first record: its
 	// key groups are restored and it runs.
@@ -116,7 +142,7 @@ func (c *counter) Process(key []byte, in engineIn, out *keyed.Collector[engineOu
 	return nil
 }
 
-func (e engineJob) commitGroup() string { return "kord." + e.name + ".commit" }
+func (e engineJob) commitGroup() string { return kafkaio.CommitGroup(e.name) }
 
 func keying(keyBy bool) string {
 	if keyBy {
@@ -125,24 +151,33 @@ func keying(keyBy bool) string {
 	return "partition"
 }
 
-// build declares the job, watched by w. Close the sink after Run.
-func (e engineJob) build(w engineWatch) (*keyed.Job, *keyed.KafkaSink[engineOut]) {
+// builtJob is a job declared by build, with its sink and the hook that
+// reports its failure points to the watch.
+type builtJob struct {
+	job  *keyed.Job
+	sink *kafkaio.Sink[engineOut]
+	hook failpoint.Hook // nil: nothing watches the points
+}
+
+// run runs the job until ctx is done, then closes its sink.
+func (b builtJob) run(ctx context.Context) error {
+	defer b.sink.Close()
+	if b.hook != nil {
+		ctx = failpoint.WithHook(ctx, b.hook)
+	}
+	return b.job.Run(ctx)
+}
+
+// build declares the job, watched by w.
+func (e engineJob) build(w engineWatch) builtJob {
 	logw := e.log
 	if logw == nil {
 		logw = io.Discard
 	}
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cfg := keyed.Config{
-		Dir: e.dir, Checkpoint: checkpoint.Config{Interval: e.interval}, Logger: log,
-		Hook: func(point string) error {
-			if w.point != nil {
-				w.point(point)
-			}
-			return nil
-		},
-	}
-	j := keyed.NewJob("rawloop", cfg)
-	src := keyed.NewKafkaSource(e.brokers, e.input, func(rec consumer.Record) (engineIn, error) {
+	cfg := keyed.Config{Dir: e.dir, Checkpoint: checkpoint.Config{Interval: e.interval}, Logger: log}
+	j := keyed.NewJob(e.name, cfg)
+	src := kafkaio.NewSource(e.brokers, e.input, func(rec consumer.Record) (engineIn, error) {
 		if w.read != nil {
 			at, _ := producedAt(rec.Value)
 			w.read(at)
@@ -150,11 +185,12 @@ func (e engineJob) build(w engineWatch) (*keyed.Job, *keyed.KafkaSink[engineOut]
 		return engineIn{partition: rec.Partition, offset: rec.Offset, key: rec.Key, value: rec.Value}, nil
 	})
 	src.Settings, src.Logger = extra.consumer, log
-	sink := keyed.NewKafkaSink(e.brokers, e.output, e.name, []string{e.input}, func(o engineOut) ([]byte, []byte, error) {
+	sink := kafkaio.NewSink(e.brokers, e.output, func(o engineOut) ([]byte, []byte, error) {
 		return o.key, o.value, nil
 	})
-	sink.ProducerSettings = map[string]string{"transaction.timeout.ms": keyed.TransactionTimeout(cfg.Checkpoint)}
-	maps.Copy(sink.ProducerSettings, extra.producer)
+	// transaction.timeout.ms and transactional.id come from the job (its
+	// checkpoint settings, its name); the sink refuses them here.
+	sink.ProducerSettings = maps.Clone(extra.producer)
 	sink.Logger = log
 
 	s := keyed.FromSource(j, "input", e.parallelism, keyed.Source[engineIn](src))
@@ -169,13 +205,20 @@ func (e engineJob) build(w engineWatch) (*keyed.Job, *keyed.KafkaSink[engineOut]
 		return &counter{valueBytes: vb, first: w.processing}
 	})
 	keyed.ToSink(out, "output", keyed.Sink[engineOut](sink))
-	return j, sink
+	b := builtJob{job: j, sink: sink}
+	if w.point != nil {
+		b.hook = func(point string) error {
+			w.point(point)
+			return nil
+		}
+	}
+	return b
 }
 
 // afterCommit returns an engineWatch.point that calls fn after each commit.
 func afterCommit(fn func()) func(string) {
 	return func(point string) {
-		if point == checkpoint.FailAfterCommit {
+		if point == failpoint.AfterCommit {
 			fn()
 		}
 	}
@@ -184,15 +227,14 @@ func afterCommit(fn func()) func(string) {
 // runN is figure (h): the job reads the n records of its input; it is
 // stopped once the checkpoint holding the last output has committed.
 func (e engineJob) runN(ctx context.Context, n int64) (EngineResult, error) {
-	res := EngineResult{KordEOSResult: KordEOSResult{Input: e.input, Output: e.output, Events: n, CommitInterval: e.interval.String()}}
+	res := EngineResult{Input: e.input, Output: e.output, Events: n, CommitInterval: e.interval.String()}
 	p := newJobProgress()
-	job, sink := e.build(engineWatch{
+	b := e.build(engineWatch{
 		read:  func(int64) { p.readOne() },
-		point: afterCommit(func() { p.commits.add(0) }),
+		point: afterCommit(p.commits.add),
 	})
-	defer sink.Close()
-	err := timeEOS(ctx, &res.KordEOSResult, e.brokers, e.commitGroup(), e.partitions, p, job.Run)
-	res.Alignment = durationStats(job.AlignmentTimes())
+	err := timeJob(ctx, &res, e.brokers, e.commitGroup(), e.partitions, p, b.run)
+	res.Alignment = durationStats(b.job.AlignmentTimes())
 	if err != nil {
 		return res, fmt.Errorf("engine %w", err)
 	}
@@ -209,12 +251,11 @@ func (e engineJob) pipeline() pipeline {
 			lag  lagLog
 			once sync.Once
 		)
-		job, sink := e.build(engineWatch{read: lag.read, point: afterCommit(func() {
+		b := e.build(engineWatch{read: lag.read, point: afterCommit(func() {
 			lag.committed()
 			once.Do(func() { close(ready) })
 		})})
-		defer sink.Close()
-		err := job.Run(ctx)
+		err := b.run(ctx)
 		if err == nil && ctx.Err() == nil {
 			err = errors.New("stopped on its own")
 		}
@@ -231,12 +272,12 @@ func (e engineJob) pipeline() pipeline {
 // processed a record, and "committed" after each checkpoint's commit.
 func (e engineJob) childRun(say func(what string, at time.Time)) func(context.Context) error {
 	var running atomic.Int64
-	job, sink := e.build(engineWatch{
+	b := e.build(engineWatch{
 		point: func(point string) {
 			switch point {
-			case checkpoint.FailDuringRestore:
+			case failpoint.DuringRestore:
 				say("recovery", time.Now())
-			case checkpoint.FailAfterCommit:
+			case failpoint.AfterCommit:
 				say("committed", time.Now())
 			}
 		},
@@ -246,10 +287,7 @@ func (e engineJob) childRun(say func(what string, at time.Time)) func(context.Co
 			}
 		},
 	})
-	return func(ctx context.Context) error {
-		defer sink.Close()
-		return job.Run(ctx)
-	}
+	return b.run
 }
 
 // newEngineJob returns the job of figure (h), (i) or (j) for c, with a fresh
@@ -330,7 +368,7 @@ func runEnginePaced(ctx context.Context, c config, sum *Summary, id string, crea
 		if err := create(rin, rout); err != nil {
 			return err
 		}
-		r := recoveryRun{child: childEngine, parallelism: c.parallelism, keyBy: c.keyBy,
+		r := recoveryRun{parallelism: c.parallelism, keyBy: c.keyBy,
 			brokers: c.brokers, name: "rawloop." + id + ".erecovery", input: rin, output: rout,
 			partitions: c.partitions, valueBytes: c.valueBytes, interval: c.commitInterval,
 			rate: c.recoveryRate, keys: newKeys(c.recoveryUsers), users: c.recoveryUsers,

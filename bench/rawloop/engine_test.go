@@ -14,6 +14,15 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
+// TestMain lets the recovery figure (j) re-execute this test binary as a
+// job incarnation, as the rawloop binary re-executes itself.
+func TestMain(m *testing.M) {
+	if kind := os.Getenv(childEnv); kind != "" {
+		os.Exit(childMain(kind))
+	}
+	os.Exit(m.Run())
+}
+
 // tinyConfig is a tiny run of mode (every figure in seconds), changed by
 // edit if not nil, then validated.
 func tinyConfig(t *testing.T, mode string, edit func(*config)) config {
@@ -140,6 +149,13 @@ func TestEngineValidate(t *testing.T) {
 	c.mode = "txloop"
 	if err := c.validate(); err != nil {
 		t.Errorf("the engine's limits apply to mode txloop: %v", err)
+	}
+	// checkpoint.CountJob's modes went with it.
+	for _, mode := range []string{"eos", "eos-latency", "recovery", "compare"} {
+		c.mode = mode
+		if err := c.validate(); err == nil || !strings.Contains(err.Error(), "-mode") {
+			t.Errorf("mode %s: validate() = %v, want an error about -mode", mode, err)
+		}
 	}
 }
 

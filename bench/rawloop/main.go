@@ -15,22 +15,20 @@
 //	latency  (d): a producer paced at -rate, the same loop, and a
 //	         read_committed reader of the output timing every record
 //	all      (a), (b), (c), (d); -rate 0 means half of (c)'s rate
-//	eos      (a), (c), then (e): kord's checkpoint.CountJob over the same
-//	         input, checkpoint every -commit-interval, verified like (c)
-//	eos-latency  (d), then (f): (d) with CountJob in place of the loop
-//	recovery (g): CountJob in a child process on a paced input
-//	         (-recovery-rate), SIGKILLed -kills times and restarted
-//	compare  (a), (c), (e), (d), (f), (g)
 //	engine   (a), (c), then (h): kord's keyed engine (package keyed) over
-//	         the same input: KafkaSource → ByPartition (-keyby: KeyBy) →
-//	         a ValueState[int64] counter, -parallelism tasks → KafkaSink,
+//	         the same input: kafkaio.Source → ByPartition (-keyby: KeyBy) →
+//	         a ValueState[int64] counter, -parallelism tasks → kafkaio.Sink,
 //	         checkpoint every -commit-interval, verified like (c) and each
 //	         key's counts checked
 //	engine-latency   (i): (d) with the engine job in place of the loop
 //	engine-recovery  (j): the engine job in a child process on a paced
-//	         input of -recovery-users keys, all in state, SIGKILLed -kills
-//	         times and restarted
+//	         input (-recovery-rate) of -recovery-users keys, all in state,
+//	         SIGKILLed -kills times and restarted
 //	engine-compare   (a), (c), (h), (i), (j)
+//
+// Figures (e), (f) and (g) measured checkpoint.CountJob, kord's first
+// exactly-once job; their modes (eos, eos-latency, recovery, compare) went
+// with it (bench/RESULTS.md keeps their figures as history).
 //
 // Keys are 36-byte UUIDs: a fresh one per record, or -users distinct ones
 // (the engine modes' default is 10,000, as examples/userbehavior).
@@ -85,7 +83,7 @@ type config struct {
 	// the latency drain).
 	stepTimeout time.Duration
 	log         io.Writer // progress
-	// (g), (j): SIGKILLs, run time after each restart's first commit, input rate.
+	// (j): SIGKILLs, run time after each restart's first commit, input rate.
 	kills        int
 	killAfter    time.Duration
 	recoveryRate float64
@@ -114,7 +112,7 @@ func (c config) keysFor() int {
 	return 0
 }
 
-// pacedRun returns the latency measurement of figures (d), (f) and (i)
+// pacedRun returns the latency measurement of figures (d) and (i)
 // around a pipeline reading input and writing output; counts: the output
 // is the keyed engine's.
 func (c config) pacedRun(name, group, input, output string, rate float64, counts bool) pacedRun {
@@ -125,10 +123,18 @@ func (c config) pacedRun(name, group, input, output string, rate float64, counts
 }
 
 var modes = map[string]bool{"all": true, "produce": true, "consume": true, "txloop": true, "latency": true,
-	"eos": true, "eos-latency": true, "recovery": true, "compare": true,
 	"engine": true, "engine-latency": true, "engine-recovery": true, "engine-compare": true}
 
-const modeNames = "all, produce, consume, txloop, latency, eos, eos-latency, recovery, compare, engine, engine-latency, engine-recovery or engine-compare"
+const modeNames = "all, produce, consume, txloop, latency, engine, engine-latency, engine-recovery or engine-compare"
+
+// producesInput reports whether mode writes the (a) input first.
+func producesInput(mode string) bool {
+	switch mode {
+	case "latency", "engine-latency", "engine-recovery":
+		return false
+	}
+	return true
+}
 
 // minRecoveryUsers keeps every operator task of (j) owning keys: each
 // restart's "running" waits for all of them to process a record.
@@ -195,10 +201,6 @@ type Summary struct {
 	Consume   *ConsumeResult `json:"consume,omitempty"`
 	TxLoop    *TxLoopResult  `json:"txloop,omitempty"`
 	Latency   *LatencyResult `json:"latency,omitempty"`
-	// kord's checkpoint.CountJob (eos.go, recovery.go).
-	KordEOS     *KordEOSResult  `json:"kord_eos,omitempty"`
-	KordLatency *LatencyResult  `json:"kord_latency,omitempty"`
-	Recovery    *RecoveryResult `json:"kord_recovery,omitempty"`
 	// kord's keyed engine (engine.go, recovery.go): its settings, and
 	// figures (h), (i), (j).
 	Users          int             `json:"users,omitempty"` // distinct keys of the inputs but (j)'s; 0: one per record
@@ -218,15 +220,15 @@ func main() {
 	flag.Int64Var(&c.n, "n", 1_000_000, "records for produce, consume and txloop")
 	flag.IntVar(&c.valueBytes, "value-bytes", 100, "value size in bytes (keys are 36-byte UUIDs)")
 	flag.IntVar(&c.partitions, "partitions", 12, "partitions of every topic created")
-	flag.DurationVar(&c.commitInterval, "commit-interval", time.Second, "transaction commit interval of the loop, checkpoint interval of the kord jobs")
+	flag.DurationVar(&c.commitInterval, "commit-interval", time.Second, "transaction commit interval of the loop, checkpoint interval of the engine job")
 	flag.StringVar(&c.mode, "mode", "all", modeNames)
 	flag.IntVar(&c.users, "users", 0, fmt.Sprintf("distinct keys of the input (0: %d in the engine modes, else a fresh UUID per record)", defaultEngineUsers))
 	flag.IntVar(&c.parallelism, "parallelism", 2, "tasks of the engine job's source and counter stages")
 	flag.BoolVar(&c.keyBy, "keyby", false, "the engine job keys by the record key with KeyBy (xxhash key groups, shuffled) instead of ByPartition")
 	flag.IntVar(&c.recoveryUsers, "recovery-users", 100_000, "distinct keys of the engine recovery input, all in the job's state before the first kill")
-	flag.IntVar(&c.kills, "kills", 5, "SIGKILLs of the kord job in -mode recovery, engine-recovery and the compare modes")
-	flag.DurationVar(&c.killAfter, "kill-after", 4*time.Second, "each kord incarnation runs this long (plus up to one commit interval) after its first commit before the SIGKILL")
-	flag.Float64Var(&c.recoveryRate, "recovery-rate", 20000, "records/s of the input in -mode recovery, engine-recovery and the compare modes")
+	flag.IntVar(&c.kills, "kills", 5, "SIGKILLs of the engine job in -mode engine-recovery and engine-compare")
+	flag.DurationVar(&c.killAfter, "kill-after", 4*time.Second, "each engine incarnation runs this long (plus up to one commit interval) after its first commit before the SIGKILL")
+	flag.Float64Var(&c.recoveryRate, "recovery-rate", 20000, "records/s of the input in -mode engine-recovery and engine-compare")
 	flag.Float64Var(&c.rate, "rate", 0, fmt.Sprintf("records/s of the latency producer; 0 = half of txloop's rate in -mode all, half of the engine's (h) in -mode engine-compare, else %d", defaultLatencyRate))
 	flag.DurationVar(&c.duration, "duration", 30*time.Second, "latency measuring window")
 	flag.DurationVar(&c.warmup, "warmup", 5*time.Second, "latency warmup before the window (processed, not measured)")
@@ -346,7 +348,7 @@ func run(ctx context.Context, c config) (*Summary, error) {
 		logf("(b) %d records in %.2fs: %.0f records/s, %.1f MB/s", res.Records, res.Seconds, res.RecordsPerSec, res.MBPerSec)
 	}
 
-	if c.mode == "txloop" || c.mode == "all" || c.mode == "eos" || c.mode == "compare" || c.mode == "engine" || c.mode == "engine-compare" {
+	if c.mode == "txloop" || c.mode == "all" || c.mode == "engine" || c.mode == "engine-compare" {
 		output := "rawloop." + id + ".out"
 		if err := create(output); err != nil {
 			return sum, err
@@ -376,18 +378,13 @@ func run(ctx context.Context, c config) (*Summary, error) {
 		logf("(c) verified: %s holds exactly %d committed records, one per input", output, v.Records)
 	}
 
-	if c.mode == "eos" || c.mode == "compare" {
-		if err := runKordEOS(ctx, c, sum, id, input, create, logf); err != nil {
-			return sum, err
-		}
-	}
 	if c.mode == "engine" || c.mode == "engine-compare" {
 		if err := runEngine(ctx, c, sum, id, input, create, logf); err != nil {
 			return sum, err
 		}
 	}
 
-	if c.mode == "latency" || c.mode == "all" || c.mode == "eos-latency" || c.mode == "compare" {
+	if c.mode == "latency" || c.mode == "all" {
 		rate := c.rate
 		switch {
 		case rate > 0:
@@ -409,9 +406,6 @@ func run(ctx context.Context, c config) (*Summary, error) {
 		}
 		logf("(d) %d measured of %d produced, latency %s, drain %.2fs%s",
 			res.Measured, res.Produced, res.Latency, res.DrainSeconds, backlogNote(&res))
-	}
-	if err := runKordPaced(ctx, c, sum, id, create, logf); err != nil {
-		return sum, err
 	}
 	if err := runEnginePaced(ctx, c, sum, id, create, logf); err != nil {
 		return sum, err
@@ -502,7 +496,6 @@ func printSummary(w io.Writer, s *Summary, asJSON bool) error {
 			fmt.Fprintf(w, "    verified  %s\n", v)
 		}
 	}
-	printKord(w, s)
 	printEngine(w, s)
 	return nil
 }

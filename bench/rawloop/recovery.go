@@ -1,13 +1,13 @@
 package main
 
-// (g) kord recovery and (j) engine recovery: the job (CountJob, or the
-// keyed engine job of engine.go) runs in a child process (this binary,
-// re-executed with childEnv set) on a paced input; the parent SIGKILLs it
-// mid-run, restarts it at once on the same checkpoint directory, and times
-// the SIGKILL to the first committed output of an input produced after the
-// kill, as a read_committed reader of the output sees it. For (j) the input
-// starts with one record for each of its keys, and the first kill waits
-// until a checkpoint covers them: every restart restores that many keys.
+// (j) engine recovery: the keyed engine job of engine.go runs in a child
+// process (this binary, re-executed with childEnv set) on a paced input; the
+// parent SIGKILLs it mid-run, restarts it at once on the same checkpoint
+// directory, and times the SIGKILL to the first committed output of an
+// input produced after the kill, as a read_committed reader of the output
+// sees it. The input starts with one record for each of its keys, and the
+// first kill waits until a checkpoint covers them: every restart restores
+// that many keys.
 
 import (
 	"bufio"
@@ -27,15 +27,16 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/kordproject/kord/kafkaio"
 )
 
-// childEnv, set to childCountJob or childEngine, makes this binary run one
-// incarnation of that job (settings in the RAWLOOP_JOB_* environment)
-// instead of the benchmark.
+// childEnv, set to childEngine, makes this binary run one incarnation of
+// the engine job (settings in the RAWLOOP_JOB_* environment) instead of the
+// benchmark.
 const (
-	childEnv      = "RAWLOOP_CHILD"
-	childCountJob = "countjob"
-	childEngine   = "engine"
+	childEnv    = "RAWLOOP_CHILD"
+	childEngine = "engine"
 )
 
 // RecoverySample is one SIGKILL and restart; times are ms after the
@@ -48,26 +49,25 @@ type RecoverySample struct {
 	StartMs float64 `json:"start_ms"`
 	// RecoveryMs: the job took its recovery decision (after
 	// InitTransactions fenced the killed incarnation and aborted its open
-	// transaction, and the commit group was read): CountJob logs it; the
-	// engine passes its during-restore failure point.
+	// transaction, and the commit group was read): it passes its
+	// during-restore failure point.
 	RecoveryMs float64 `json:"recovery_ms"`
-	// RunningMs: state restored, partitions assigned, reading. CountJob
-	// logs it; for the engine, every operator task has restored its key
-	// groups and processed a record.
+	// RunningMs: every operator task has restored its key groups and
+	// processed a record.
 	RunningMs float64 `json:"running_ms"`
-	// FirstCommitMs: the restarted job's first checkpoint committed
-	// (OnCommitted).
+	// FirstCommitMs: the restarted job's first checkpoint committed (its
+	// after-commit failure point).
 	FirstCommitMs float64 `json:"first_commit_ms"`
 	// FirstNewMs: the first output record whose input was produced after
 	// the SIGKILL reached a read_committed reader of the output.
 	FirstNewMs float64 `json:"first_new_ms"`
 }
 
-// RecoveryResult is figure (g) or (j).
+// RecoveryResult is figure (j).
 type RecoveryResult struct {
-	Job string `json:"job"` // "checkpoint.CountJob" or "keyed"
+	Job string `json:"job"` // "keyed"
 	// StateKeys: the distinct keys of the input, all in the job's state
-	// from before the first kill on ((j) only).
+	// from before the first kill on.
 	StateKeys      int              `json:"state_keys,omitempty"`
 	Input          string           `json:"input"`
 	Output         string           `json:"output"`
@@ -87,9 +87,7 @@ type RecoveryResult struct {
 }
 
 type recoveryRun struct {
-	// child is the job: childCountJob or childEngine, with parallelism
-	// and keyBy.
-	child       string
+	// The job's tasks per stage and its keying.
 	parallelism int
 	keyBy       bool
 	brokers     string
@@ -100,9 +98,9 @@ type recoveryRun struct {
 	valueBytes  int
 	interval    time.Duration
 	rate        float64
-	// keys key the input. With a pool of users keys, the input starts with
-	// one record for each (written before the first incarnation starts),
-	// and the paced input begins once a checkpoint covers them.
+	// keys key the input, a pool of users keys: the input starts with one
+	// record for each (written before the first incarnation starts), and
+	// the paced input begins once a checkpoint covers them.
 	keys  keySource
 	users int
 	kills int
@@ -111,7 +109,6 @@ type recoveryRun struct {
 	killAfter time.Duration
 	timeout   time.Duration // bounds each wait
 	logf      func(string, ...any)
-	childLog  io.Writer // the children's stderr; default os.Stderr
 }
 
 // childProc is one incarnation of the job.
@@ -142,7 +139,7 @@ func (r recoveryRun) startChild(dir string) (*childProc, error) {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(),
-		childEnv+"="+r.child,
+		childEnv+"="+childEngine,
 		"RAWLOOP_JOB_PARALLELISM="+strconv.Itoa(r.parallelism), "RAWLOOP_JOB_KEYBY="+strconv.FormatBool(r.keyBy),
 		"RAWLOOP_JOB_NAME="+r.name, "RAWLOOP_JOB_BROKERS="+r.brokers,
 		"RAWLOOP_JOB_INPUT="+r.input, "RAWLOOP_JOB_OUTPUT="+r.output, "RAWLOOP_JOB_DIR="+dir,
@@ -151,10 +148,7 @@ func (r recoveryRun) startChild(dir string) (*childProc, error) {
 		"RAWLOOP_JOB_VALUE_BYTES="+strconv.Itoa(r.valueBytes),
 		"RAWLOOP_JOB_PRODUCER_CONF="+joinConf(extra.producer),
 		"RAWLOOP_JOB_CONSUMER_CONF="+joinConf(extra.consumer))
-	cmd.Stderr = r.childLog
-	if cmd.Stderr == nil {
-		cmd.Stderr = os.Stderr
-	}
+	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -237,14 +231,11 @@ func (r recoveryRun) waitFor(ctx context.Context, c *childProc, what string, con
 }
 
 func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
-	res := RecoveryResult{Job: "checkpoint.CountJob", Input: r.input, Output: r.output, Rate: r.rate, CommitInterval: r.interval.String()}
-	if r.child == childEngine {
-		res.Job, res.StateKeys = "keyed", r.users
+	res := RecoveryResult{Job: "keyed", StateKeys: r.users, Input: r.input, Output: r.output, Rate: r.rate, CommitInterval: r.interval.String()}
+	if r.kills < 1 || r.rate <= 0 || r.users < 1 {
+		return res, fmt.Errorf("recovery: want at least 1 kill, a rate > 0 and 1 key, got %d, %g, %d", r.kills, r.rate, r.users)
 	}
-	if r.kills < 1 || r.rate <= 0 {
-		return res, fmt.Errorf("recovery: want at least 1 kill and a rate > 0, got %d, %g", r.kills, r.rate)
-	}
-	dir, err := os.MkdirTemp("", "rawloop-kord-recovery-")
+	dir, err := os.MkdirTemp("", "rawloop-engine-recovery-")
 	if err != nil {
 		return res, err
 	}
@@ -258,7 +249,7 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 		// of the first output of an input produced after it: one value, so
 		// that the reader never pairs an arrival with an older kill.
 		cur       atomic.Pointer[killMark]
-		check     = newOutputCheck(r.partitions, r.child == childEngine)
+		check     = newOutputCheck(r.partitions, true)
 		readReady = make(chan struct{})
 		readDone  = make(chan error, 1)
 		stopProd  = make(chan struct{})
@@ -287,10 +278,8 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 		return res, fmt.Errorf("recovery: output reader: %w", err)
 	}
 	prefix := int64(r.users)
-	if prefix > 0 {
-		if _, err := produceN(ctx, r.brokers, r.input, prefix, r.valueBytes, r.keys); err != nil {
-			return res, fmt.Errorf("recovery: one record per key: %w", err)
-		}
+	if _, err := produceN(ctx, r.brokers, r.input, prefix, r.valueBytes, r.keys); err != nil {
+		return res, fmt.Errorf("recovery: one record per key: %w", err)
 	}
 
 	c, err := r.startChild(dir)
@@ -306,10 +295,8 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 	if err := r.waitFor(ctx, c, "the first incarnation to run", func() bool { _, _, run, _, _, _ := c.times(); return !run.IsZero() }); err != nil {
 		return res, fmt.Errorf("recovery: %w", err)
 	}
-	if prefix > 0 {
-		if err := r.waitCovered(ctx, c, prefix); err != nil {
-			return res, fmt.Errorf("recovery: %w", err)
-		}
+	if err := r.waitCovered(ctx, c, prefix); err != nil {
+		return res, fmt.Errorf("recovery: %w", err)
 	}
 	prodStart := time.Now()
 	go func() {
@@ -379,8 +366,8 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 		toRun = append(toRun, running.Sub(kill))
 		toCmt = append(toCmt, firstCmt.Sub(kill))
 		if r.logf != nil {
-			r.logf("%s kill %d (%.0fms after a commit): restarted process up %.0fms, recovery decided %.0fms, running %.0fms, first commit %.0fms, first new output visible %.0fms",
-				r.tag(), k, s.SinceCommitMs, s.StartMs, s.RecoveryMs, s.RunningMs, s.FirstCommitMs, s.FirstNewMs)
+			r.logf("(j) kill %d (%.0fms after a commit): restarted process up %.0fms, recovery decided %.0fms, running %.0fms, first commit %.0fms, first new output visible %.0fms",
+				k, s.SinceCommitMs, s.StartMs, s.RecoveryMs, s.RunningMs, s.FirstCommitMs, s.FirstNewMs)
 		}
 	}
 	res.Recovery = durationStats(recs)
@@ -428,14 +415,6 @@ func (r recoveryRun) run(ctx context.Context) (RecoveryResult, error) {
 	return res, nil
 }
 
-// tag is the figure's letter, for progress lines.
-func (r recoveryRun) tag() string {
-	if r.child == childEngine {
-		return "(j)"
-	}
-	return "(g)"
-}
-
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
@@ -447,7 +426,7 @@ func later(a, b time.Time) time.Time {
 // records of the input, reading the group after each commit of c; the
 // input holds no more than them yet.
 func (r recoveryRun) waitCovered(ctx context.Context, c *childProc, n int64) error {
-	q, err := kafka.NewConsumer(consumerConfig(r.brokers, "kord."+r.name+".commit"))
+	q, err := kafka.NewConsumer(consumerConfig(r.brokers, kafkaio.CommitGroup(r.name)))
 	if err != nil {
 		return fmt.Errorf("commit group reader: %w", err)
 	}
@@ -479,10 +458,14 @@ type prodResult struct {
 	err  error
 }
 
-// childMain runs one incarnation of the job kind (childCountJob or
-// childEngine) until SIGTERM. It prints to stdout "start", "recovery",
-// "running" and "committed" lines, each ending in the Unix ns it happened.
+// childMain runs one incarnation of the job kind (childEngine) until
+// SIGTERM. It prints to stdout "start", "recovery", "running" and
+// "committed" lines, each ending in the Unix ns it happened.
 func childMain(kind string) int {
+	if kind != childEngine {
+		fmt.Fprintf(os.Stderr, "rawloop child: unknown job %q\n", kind)
+		return 2
+	}
 	say := func(what string, at time.Time) { fmt.Printf("%s %d\n", what, at.UnixNano()) }
 	say("start", time.Now())
 	env := os.Getenv
@@ -500,32 +483,12 @@ func childMain(kind string) int {
 		fmt.Fprintln(os.Stderr, "rawloop child:", err)
 		return 2
 	}
-	var run func(context.Context) error
-	switch kind {
-	case childCountJob:
-		k := kordJob{brokers: env("RAWLOOP_JOB_BROKERS"), name: env("RAWLOOP_JOB_NAME"),
-			input: env("RAWLOOP_JOB_INPUT"), output: env("RAWLOOP_JOB_OUTPUT"), dir: env("RAWLOOP_JOB_DIR"),
-			partitions: parts, valueBytes: vb, interval: interval, log: os.Stderr}
-		job := k.countJob(nil, func(uint64) { say("committed", time.Now()) }, func(msg string, at time.Time) {
-			switch msg {
-			case msgRecovery:
-				say("recovery", at)
-			case msgRunning:
-				say("running", at)
-			}
-		})
-		run = job.Run
-	case childEngine:
-		par, _ := strconv.Atoi(env("RAWLOOP_JOB_PARALLELISM"))
-		keyBy, _ := strconv.ParseBool(env("RAWLOOP_JOB_KEYBY"))
-		e := engineJob{brokers: env("RAWLOOP_JOB_BROKERS"), name: env("RAWLOOP_JOB_NAME"),
-			input: env("RAWLOOP_JOB_INPUT"), output: env("RAWLOOP_JOB_OUTPUT"), dir: env("RAWLOOP_JOB_DIR"),
-			partitions: parts, valueBytes: vb, parallelism: par, keyBy: keyBy, interval: interval, log: os.Stderr}
-		run = e.childRun(say)
-	default:
-		fmt.Fprintf(os.Stderr, "rawloop child: unknown job %q\n", kind)
-		return 2
-	}
+	par, _ := strconv.Atoi(env("RAWLOOP_JOB_PARALLELISM"))
+	keyBy, _ := strconv.ParseBool(env("RAWLOOP_JOB_KEYBY"))
+	e := engineJob{brokers: env("RAWLOOP_JOB_BROKERS"), name: env("RAWLOOP_JOB_NAME"),
+		input: env("RAWLOOP_JOB_INPUT"), output: env("RAWLOOP_JOB_OUTPUT"), dir: env("RAWLOOP_JOB_DIR"),
+		partitions: parts, valueBytes: vb, parallelism: par, keyBy: keyBy, interval: interval, log: os.Stderr}
+	run := e.childRun(say)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx); err != nil {
@@ -536,20 +499,11 @@ func childMain(kind string) int {
 }
 
 func printRecovery(w io.Writer, r *RecoveryResult) {
-	if r.Job == "keyed" {
-		fmt.Fprintf(w, "(j) eng rec   %d SIGKILLs at %.0f/s (achieved %.0f/s), %d keys of state, checkpoint every %s; ms after the SIGKILL:\n",
-			len(r.Samples), r.Rate, r.AchievedRate, r.StateKeys, r.CommitInterval)
-	} else {
-		fmt.Fprintf(w, "(g) recovery  %d SIGKILLs at %.0f/s (achieved %.0f/s), checkpoint every %s; ms after the SIGKILL:\n",
-			len(r.Samples), r.Rate, r.AchievedRate, r.CommitInterval)
-	}
-	running := "running                   "
-	if r.Job == "keyed" {
-		running = "state restored, running   "
-	}
+	fmt.Fprintf(w, "(j) eng rec   %d SIGKILLs at %.0f/s (achieved %.0f/s), %d keys of state, checkpoint every %s; ms after the SIGKILL:\n",
+		len(r.Samples), r.Rate, r.AchievedRate, r.StateKeys, r.CommitInterval)
 	fmt.Fprintf(w, "    first new output visible  %s\n", r.Recovery)
 	fmt.Fprintf(w, "    recovery decided          %s\n", r.ToRecovery)
-	fmt.Fprintf(w, "    %s%s\n", running, r.ToRunning)
+	fmt.Fprintf(w, "    state restored, running   %s\n", r.ToRunning)
 	fmt.Fprintf(w, "    first commit              %s\n", r.FirstCommit)
 	for i, s := range r.Samples {
 		fmt.Fprintf(w, "    kill %d: %.0fms after a commit; up %.0f, decided %.0f, running %.0f, committed %.0f, visible %.0f\n",

@@ -15,6 +15,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 )
 
@@ -72,14 +73,18 @@ func process(ctx context.Context, o options, sum *summary) error {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	job := strings.NewReplacer(".", "-").Replace("userbehavior-" + o.topic)
+	// The job's name gives the sink its transactional.id and commit group:
+	// one per input topic, so that runs on fresh topics never meet.
+	name := strings.NewReplacer(".", "-").Replace("userbehavior-" + o.topic)
 	var commits atomic.Int64
 	var crashedAt atomic.Int64 // unix nanos
 	var recovered atomic.Int64
-	build := func(crash bool) (*keyed.Job, *keyed.KafkaSink[Result]) {
-		hook := func(point string) error {
-			failpoint.Hit(point) // KORD_FAILPOINTS: SIGKILL here (crash tests)
-			if point != checkpoint.FailAfterCommit {
+	// hook sees every checkpoint step (and fires KORD_FAILPOINTS' crashes
+	// first, for the crash tests): it counts commits, measures the
+	// recovery, and crashes the job once, after the second commit.
+	hook := func(crash bool) failpoint.Hook {
+		return func(point string) error {
+			if point != failpoint.AfterCommit {
 				return nil
 			}
 			n := commits.Add(1)
@@ -92,20 +97,18 @@ func process(ctx context.Context, o options, sum *summary) error {
 			}
 			return nil
 		}
-		cfg := keyed.Config{Dir: dir, Checkpoint: checkpoint.Config{Interval: o.interval}, Hook: hook, Restart: keyed.FixedDelay(3, time.Second)}
+	}
+	build := func() (*keyed.Job, *kafkaio.Sink[Result]) {
+		cfg := keyed.Config{Dir: dir, Checkpoint: checkpoint.Config{Interval: o.interval}, Restart: keyed.FixedDelay(3, time.Second)}
 		if o.atLeastOnce {
 			cfg.Mode = checkpoint.AtLeastOnce
 		}
-		j := keyed.NewJob("userbehavior", cfg)
-		src := keyed.NewKafkaSource(o.brokers, o.topic, consumer.JSONValue[Event]())
-		sink := keyed.NewKafkaSink(o.brokers, o.output, job, []string{o.topic}, func(r Result) ([]byte, []byte, error) {
+		j := keyed.NewJob(name, cfg)
+		src := kafkaio.NewSource(o.brokers, o.topic, consumer.JSONValue[Event]())
+		sink := kafkaio.NewSink(o.brokers, o.output, func(r Result) ([]byte, []byte, error) {
 			b, err := json.Marshal(r)
 			return []byte(r.UUID), b, err
 		})
-		sink.ProducerSettings = map[string]string{"transaction.timeout.ms": keyed.TransactionTimeout(cfg.Checkpoint)}
-		if o.atLeastOnce {
-			sink.AtLeastOnce, sink.ProducerSettings = true, nil
-		}
 		s := keyed.FromSource(j, "events", 2, keyed.Source[Event](src))
 		var k *keyed.KeyedStream[Event]
 		if o.keyBy {
@@ -125,9 +128,9 @@ func process(ctx context.Context, o options, sum *summary) error {
 	crash := o.crash
 	start := time.Now()
 	for {
-		j, sink := build(crash)
-		err := j.Run(runCtx)
-		if errors.Is(err, keyed.ErrCrashed) {
+		j, sink := build()
+		err := j.Run(failpoint.WithHook(runCtx, hook(crash)))
+		if errors.Is(err, failpoint.ErrCrashed) {
 			o.say("\njob crashed on purpose (%v); restarting from the checkpoint Kafka recorded\n", err)
 			crash = false
 			continue // the crashed incarnation's producer is fenced by the next one

@@ -13,7 +13,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/crashtest"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
@@ -99,11 +98,11 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce bool) {
 		return e
 	}
 	r := rand.New(rand.NewPCG(4, 4))
-	cycles := []string{checkpoint.FailAfterSnapshots + "@2", checkpoint.FailAfterMetadata + "@2", checkpoint.FailBeforeCommit + "@2",
-		checkpoint.FailAfterCommit + "@2", checkpoint.FailDuringRestore, "", ""}
+	cycles := []string{failpoint.AfterSnapshots + "@2", failpoint.AfterMetadata + "@2", failpoint.BeforeCommit + "@2",
+		failpoint.AfterCommit + "@2", failpoint.DuringRestore, "", ""}
 	// Long mode: KORD_TORTURE_CYCLES=50 (input then lasts long enough).
 	if n, _ := strconv.Atoi(os.Getenv("KORD_TORTURE_CYCLES")); n > len(cycles) {
-		points := []string{checkpoint.FailAfterSnapshots, checkpoint.FailAfterMetadata, checkpoint.FailBeforeCommit, checkpoint.FailAfterCommit, checkpoint.FailAfterMarker}
+		points := []string{failpoint.AfterSnapshots, failpoint.AfterMetadata, failpoint.BeforeCommit, failpoint.AfterCommit, failpoint.AfterMarker}
 		for len(cycles) < n {
 			if r.IntN(2) == 0 {
 				cycles = append(cycles, "")

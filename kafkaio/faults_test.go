@@ -1,4 +1,4 @@
-package keyed_test
+package kafkaio_test
 
 import (
 	"context"
@@ -13,8 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
@@ -55,21 +57,31 @@ func runBounded(t *testing.T, j *keyed.Job, bound time.Duration) error {
 	return err
 }
 
-// TestKafkaFaultTransactionTimeout: a sink whose transaction.timeout.ms is
-// above the broker's transaction.max.timeout.ms (900000 by default on both
-// Apache Kafka and kfake, which enforces it in InitProducerID) is Flink's
-// classic failure (a 1 h timeout against a 15 min maximum). The job stops at
-// once with an error naming transaction.max.timeout.ms and wrapping
-// producer.ErrConfig, and does not restart although its strategy allows
+// TestKafkaFaultTransactionTimeout: checkpoint settings whose derived
+// transaction timeout is above the broker's transaction.max.timeout.ms
+// (900000 by default on both Apache Kafka and kfake, which enforces it in
+// InitProducerID) are Flink's classic failure (a 1 h timeout against a
+// 15 min maximum). The job is told the brokers allow an hour
+// (TransactionMaxTimeout), and its checkpoint timeout asks for more than
+// 15 min. It stops at once with an error naming
+// transaction.max.timeout.ms, wrapping producer.ErrConfig and
+// keyed.ErrPermanent, and does not restart although its strategy allows
 // restarts: the broker will refuse every new producer the same way.
 func TestKafkaFaultTransactionTimeout(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		f := newKafkaFixture(t, c, 2, 100, 10)
+		f := newFixture(t, c, 2, 10)
+		f.fill(100)
 		restarts := &restartLog{}
-		j, sink := f.build(keyed.Config{Dir: t.TempDir(), Restart: keyed.FixedDelay(5, 10*time.Millisecond), Logger: slog.New(restarts)}, true, 1)
-		sink.ProducerSettings["transaction.timeout.ms"] = "3600000"
+		j, _, sink := f.build(func(s *jobSpec) {
+			s.logger = slog.New(restarts)
+			s.config = func(c *keyed.Config) {
+				c.Restart = keyed.FixedDelay(5, 10*time.Millisecond)
+				c.Checkpoint.Timeout, c.Checkpoint.TransactionMaxTimeout = 30*time.Minute, time.Hour
+			}
+		})
 		err := runBounded(t, j, 30*time.Second)
 		require.ErrorIs(t, err, producer.ErrConfig)
+		require.ErrorIs(t, err, keyed.ErrPermanent)
 		require.Contains(t, err.Error(), "transaction.max.timeout.ms")
 		require.Zero(t, restarts.n.Load(), "the job restarted after a configuration error")
 		require.NotContains(t, err.Error(), "gave up after")
@@ -78,11 +90,46 @@ func TestKafkaFaultTransactionTimeout(t *testing.T) {
 	})
 }
 
+// TestSinkRefusesDerivedSettings: transactional.id and
+// transaction.timeout.ms are derived from the job, so a user's value is
+// refused; message.timeout.ms may be lowered but not raised above the
+// transaction timeout (a record retried past its transaction's end would
+// outlive it). Refusals are permanent and come before any network call.
+func TestSinkRefusesDerivedSettings(t *testing.T) {
+	info := keyed.SinkInfo{Job: "v", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: checkpoint.Config{}.TransactionTimeout()}
+	txn := info.TransactionTimeout.Milliseconds()
+	for _, tc := range []struct {
+		settings map[string]string
+		err      string
+	}{
+		{map[string]string{"transaction.timeout.ms": "60000"}, "transaction.timeout.ms is derived"},
+		{map[string]string{"transactional.id": "x"}, "transactional.id is derived from the job name (kord.v)"},
+		{map[string]string{"message.timeout.ms": fmt.Sprint(txn + 1)}, fmt.Sprintf("message.timeout.ms %d exceeds the transaction timeout %d ms", txn+1, txn)},
+		{map[string]string{"message.timeout.ms": "soon"}, "message.timeout.ms \"soon\""},
+		{map[string]string{"message.timeout.ms": fmt.Sprint(txn)}, ""},
+		{map[string]string{"message.timeout.ms": "5000"}, ""},
+	} {
+		sink := kafkaio.NewSink("127.0.0.1:1", "out", func(string) ([]byte, []byte, error) { return nil, nil, nil })
+		sink.ProducerSettings = tc.settings
+		sink.InitTimeout = 100 * time.Millisecond
+		err := sink.Reset(context.Background(), info)
+		require.NoError(t, sink.Close())
+		if tc.err == "" {
+			// Accepted: it goes on to the (unreachable) broker.
+			require.False(t, errors.Is(err, producer.ErrConfig), "%v: %v", tc.settings, err)
+			continue
+		}
+		require.ErrorIs(t, err, producer.ErrConfig, "%v", tc.settings)
+		require.ErrorIs(t, err, keyed.ErrPermanent, "%v", tc.settings)
+		require.ErrorContains(t, err, tc.err, "%v", tc.settings)
+	}
+}
+
 // TestKafkaFaultUnreachableBroker: source and sink name a broker nothing
 // listens on. No cluster is needed.
 //
 // "error": Run ends within 45 s (the sink's Reset waits for the brokers at
-// most KafkaSink.InitTimeout, default 30 s) with an error that names the broker or says
+// most Sink.InitTimeout, default 30 s) with an error that names the broker or says
 // it could not connect, not at the test's deadline, not with a context
 // error.
 //
@@ -90,12 +137,8 @@ func TestKafkaFaultTransactionTimeout(t *testing.T) {
 // more, although the broker is still unreachable.
 func TestKafkaFaultUnreachableBroker(t *testing.T) {
 	const broker = "127.0.0.1:1"
-	job := func(t *testing.T) (*keyed.Job, *keyed.KafkaSink[result]) {
-		j := keyed.NewJob("users", keyed.Config{Dir: t.TempDir()})
-		src := keyed.NewKafkaSource(broker, "events", func(rec consumer.Record) (event, error) { return event{}, nil })
-		sink := keyed.NewKafkaSink(broker, "results", kafkatest.TopicName(t), []string{"events"}, func(r result) ([]byte, []byte, error) { return nil, nil, nil })
-		s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
-		keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](sink))
+	job := func(t *testing.T) (*keyed.Job, *kafkaio.Sink[result]) {
+		j, _, sink := newJob(jobSpec{brokers: broker, in: "events", out: "results", name: "unreachable", dir: t.TempDir(), interval: time.Second, byPartition: true, parallelism: 1})
 		return j, sink
 	}
 	t.Run("error", func(t *testing.T) {
@@ -140,9 +183,10 @@ func containsAny(s string, subs ...string) bool {
 func TestKafkaFaultMissingOutputTopic(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		for _, events := range []int{200, 0} {
-			f := newKafkaFixture(t, c, 2, events, 20)
+			f := newFixture(t, c, 2, 20)
+			f.fill(events)
 			f.out = kafkatest.TopicName(t) + ".missing"
-			j, sink := f.build(keyed.Config{Dir: t.TempDir()}, true, 1)
+			j, _, sink := f.build(func(s *jobSpec) { s.parallelism = 1 })
 			err := runBounded(t, j, 30*time.Second)
 			require.ErrorIs(t, err, producer.ErrUnknownTopic, "%d events waiting", events)
 			require.Contains(t, err.Error(), f.out)
@@ -161,14 +205,18 @@ func TestKafkaFaultMissingOutputTopic(t *testing.T) {
 func TestKafkaFaultUndecodableRecord(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		const parts = 3
-		f := newKafkaFixture(t, c, parts, 1_000, 50)
+		f := newFixture(t, c, parts, 50)
+		f.fill(1_000)
 		restarts := &restartLog{}
-		j, sink := f.build(keyed.Config{Dir: t.TempDir(), Restart: keyed.FixedDelay(2, 10*time.Millisecond), Logger: slog.New(restarts)}, false, 2)
+		j, _, sink := f.build(func(s *jobSpec) {
+			s.byPartition, s.logger = false, slog.New(restarts)
+			s.config = func(c *keyed.Config) { c.Restart = keyed.FixedDelay(2, 10*time.Millisecond) }
+		})
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		done := make(chan error, 1)
 		go func() { done <- j.Run(ctx) }()
-		require.Len(t, f.c.ReadAll(t, f.out, f.n, true, 2*time.Minute), f.n, "results of the good records before the bad one")
+		require.Len(t, f.c.ReadAll(t, f.out, f.total(), true, 2*time.Minute), f.total(), "results of the good records before the bad one")
 
 		// The bad record, then good ones after it in the same partition
 		// (keys the fixture used there, continuing their sequences).
@@ -183,7 +231,7 @@ func TestKafkaFaultUndecodableRecord(t *testing.T) {
 				continue
 			}
 			for k := int64(0); k < 3; k++ {
-				v := fmt.Appendf(nil, `{"UUID":%q,"Seq":%d}`, u, n+k)
+				v := fmt.Appendf(nil, `{"uuid":%q,"seq":%d}`, u, n+k)
 				d, err := p.ProduceSync(ctx, producer.Record[string, []byte]{Topic: f.in, Key: u, Value: v})
 				require.NoError(t, err)
 				require.Equal(t, bad.Partition, d.Partition)
@@ -209,13 +257,13 @@ func TestKafkaFaultUndecodableRecord(t *testing.T) {
 		require.EqualValues(t, 2, restarts.n.Load())
 		require.NoError(t, sink.Close())
 
-		recs := f.c.ReadAll(t, f.out, f.n+1, true, 3*time.Second)
+		recs := f.c.ReadAll(t, f.out, f.total()+1, true, 3*time.Second)
 		for _, rec := range recs {
 			var r result
 			require.NoError(t, json.Unmarshal(rec.Value, &r))
 			require.False(t, after[fmt.Sprintf("%s/%d", r.UUID, r.Seq)], "result committed for %s seq %d, a record after the bad one", r.UUID, r.Seq)
 			require.NotEqual(t, "user-bad", r.UUID)
 		}
-		f.verify(t)
+		f.verify()
 	})
 }

@@ -1,0 +1,34 @@
+// Package kafkaio is kord's Kafka edge: the engine's Kafka source and
+// exactly-once sink (after Beam's Go SDK, whose Kafka connector is
+// sdks/go/pkg/beam/io/kafkaio, and Flink, whose connector lives outside its
+// runtime). It is the only place where the engine (package keyed) meets
+// kord's Kafka clients (packages producer and consumer); keyed and
+// checkpoint import no Kafka client.
+//
+// # The commit protocol
+//
+// Source reads a topic's partitions from concrete offsets kept in the
+// engine's checkpoints; nothing is committed by its consumers. Sink writes
+// the job's output through one transactional producer per job
+// (transactional.id "kord.<job>"): records of the checkpoint in flight go
+// into the open transaction; records after its barrier wait in a bounded
+// epoch buffer. Commit sends the checkpoint's source offsets to the commit
+// group "kord.<job>.commit" with the commit record kord1;run=R;ckpt=n as
+// offset metadata, commits, begins the next transaction and drains the
+// buffer into it. Recorded reads that record back, with stable offsets, so
+// recovery restores exactly the checkpoint Kafka committed.
+//
+// librdkafka cannot resume another producer's transaction, and Kafka's
+// transaction protocol lets a delayed commit or abort land on a later
+// transaction (KIP-890, not in librdkafka). So the sink never retries a
+// transactional call whose outcome it does not know: the call's error is
+// marked keyed.OutcomeUnknown, the engine ends the run, and the next run's
+// Reset makes a new producer whose InitTransactions fences the old one
+// (completing a commit it had sent, aborting anything else), then restores
+// what Kafka recorded.
+//
+// Errors are classified in the engine's terms: a fenced producer and a
+// configuration the broker refuses are keyed.Permanent (a restart would
+// fence the live copy of the job, or fail the same way); unknown outcomes
+// are keyed.OutcomeUnknown; the rest are retryable.
+package kafkaio

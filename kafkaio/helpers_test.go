@@ -1,0 +1,468 @@
+package kafkaio_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/crashtest"
+	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/syncbuf"
+	"github.com/kordproject/kord/kafkaio"
+	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/producer"
+)
+
+// event is an input record's value: a user's event, numbered per user
+// from 0.
+type event struct {
+	UUID string `json:"uuid"`
+	Seq  int64  `json:"seq"`
+}
+
+// result answers one event with the user's count after it.
+type result struct {
+	UUID  string `json:"uuid"`
+	Seq   int64  `json:"seq"`
+	Count int64  `json:"count"`
+}
+
+// counter counts each key's events and refuses one out of order.
+type counter struct {
+	count *keyed.ValueState[int64]
+}
+
+func (c *counter) Open(b *keyed.Backend) (err error) {
+	c.count, err = keyed.Value(b, "count", keyed.Int64())
+	return err
+}
+
+func (c *counter) Process(_ []byte, e event, out *keyed.Collector[result]) error {
+	n, _ := c.count.Get()
+	if e.Seq != n {
+		return fmt.Errorf("key %s: event seq %d after %d events: out of order", e.UUID, e.Seq, n)
+	}
+	c.count.Set(n + 1)
+	out.Emit(result{UUID: e.UUID, Seq: e.Seq, Count: n + 1})
+	return nil
+}
+
+// tolerantCounter accepts the duplicates at-least-once mode replays
+// (barriers are not aligned, so restored state may be ahead of the
+// restored offsets).
+type tolerantCounter struct{ counter }
+
+func (c *tolerantCounter) Process(key []byte, e event, out *keyed.Collector[result]) error {
+	n, _ := c.count.Get()
+	if e.Seq < n {
+		out.Emit(result{UUID: e.UUID, Seq: e.Seq, Count: e.Seq + 1})
+		return nil
+	}
+	return c.counter.Process(key, e, out)
+}
+
+// crashAt returns a hook (failpoint.WithHook) that crashes the job at the
+// nth hit of point.
+func crashAt(point string, nth int) failpoint.Hook {
+	var mu sync.Mutex
+	hits := 0
+	return func(p string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if p == point {
+			hits++
+			if hits == nth {
+				return fmt.Errorf("injected crash at %s #%d", point, nth)
+			}
+		}
+		return nil
+	}
+}
+
+// jobSpec describes the counting job between an input and an output
+// topic, in the test process or in a child (see childMain).
+type jobSpec struct {
+	brokers, in, out, name, dir string
+	interval                    time.Duration
+	byPartition                 bool
+	parallelism                 int
+	mode                        checkpoint.Mode
+	logger                      *slog.Logger
+	config                      func(*keyed.Config) // adjusts the job's configuration, if set
+}
+
+// newJob builds the job: a Kafka source of JSON events, keyed by
+// partition or by uuid, a counter, and a Kafka sink of JSON results keyed
+// by uuid.
+func newJob(s jobSpec) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result]) {
+	cfg := keyed.Config{Dir: s.dir, Mode: s.mode, Checkpoint: checkpoint.Config{Interval: s.interval}, Logger: s.logger}
+	if s.config != nil {
+		s.config(&cfg)
+	}
+	j := keyed.NewJob(s.name, cfg)
+	src := kafkaio.NewSource(s.brokers, s.in, consumer.JSONValue[event]())
+	sink := kafkaio.NewSink(s.brokers, s.out, func(r result) ([]byte, []byte, error) {
+		b, err := json.Marshal(r)
+		return []byte(r.UUID), b, err
+	})
+	st := keyed.FromSource(j, "events", s.parallelism, keyed.Source[event](src))
+	var k *keyed.KeyedStream[event]
+	if s.byPartition {
+		k = keyed.ByPartition(st)
+	} else {
+		k = keyed.KeyByString(func(e event) string { return e.UUID }, st)
+	}
+	newOp := func() keyed.Operator[event, result] { return &counter{} }
+	if s.mode == checkpoint.AtLeastOnce {
+		newOp = func() keyed.Operator[event, result] { return &tolerantCounter{} }
+	}
+	keyed.ToSink(keyed.Process(k, "count", s.parallelism, newOp), "results", keyed.Sink[result](sink))
+	return j, src, sink
+}
+
+// The crash tests run the job in a child process: this test binary,
+// re-executed with KORD_TEST_CHILD=job and the job's settings in the
+// environment (see fixture.start).
+func TestMain(m *testing.M) {
+	if os.Getenv("KORD_TEST_CHILD") == "job" {
+		os.Exit(childMain())
+	}
+	os.Exit(m.Run())
+}
+
+// childMain runs the job until SIGTERM (a graceful stop, then "stopped" on
+// stdout and exit 0) or a failure (exit 3). It prints "committed" on
+// stdout after each commit.
+func childMain() int {
+	interval, _ := time.ParseDuration(os.Getenv("KORD_JOB_INTERVAL"))
+	par, _ := strconv.Atoi(os.Getenv("KORD_JOB_PARALLELISM"))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	j, _, sink := newJob(jobSpec{brokers: os.Getenv("KORD_JOB_BROKERS"), in: os.Getenv("KORD_JOB_INPUT"), out: os.Getenv("KORD_JOB_OUTPUT"),
+		name: os.Getenv("KORD_JOB_NAME"), dir: os.Getenv("KORD_JOB_DIR"), interval: interval, byPartition: true, parallelism: par, logger: log})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	ctx = failpoint.WithHook(ctx, func(p string) error {
+		if p == failpoint.AfterCommit {
+			fmt.Fprintln(os.Stdout, "committed")
+		}
+		return nil
+	})
+	err := j.Run(ctx)
+	if cerr := sink.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "job error:", err)
+		return 3
+	}
+	fmt.Fprintln(os.Stdout, "stopped")
+	return 0
+}
+
+// fixture is an input and an output topic, the keys (user uuids) whose
+// events go to the input, numbered per key, and the job between them.
+type fixture struct {
+	t        *testing.T
+	c        *kafkatest.Cluster
+	in, out  string
+	parts    int32
+	name     string // the job's name: transactional.id kord.<name>
+	dir      string
+	interval time.Duration
+	keys     []string
+
+	mu      sync.Mutex
+	want    map[string]int64 // events produced per key
+	n       int              // events produced
+	planned int              // events produced or being produced
+	r       *rand.Rand
+}
+
+func newFixture(t *testing.T, c *kafkatest.Cluster, parts int32, keys int) *fixture {
+	f := &fixture{t: t, c: c, parts: parts, in: c.CreateTopic(t, parts, nil), out: c.CreateTopic(t, parts, nil),
+		name: strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), dir: t.TempDir(), interval: 150 * time.Millisecond,
+		want: map[string]int64{}, r: rand.New(rand.NewPCG(11, uint64(keys)))}
+	r := rand.New(rand.NewPCG(7, uint64(keys)))
+	for i := 0; i < keys; i++ {
+		f.keys = append(f.keys, fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", r.Uint32(), r.Uint32()&0xffff, r.Uint32()&0xfff, r.Uint32()&0xfff, r.Uint64()&0xffffffffffff))
+	}
+	return f
+}
+
+func (f *fixture) spec(dir string) jobSpec {
+	return jobSpec{brokers: f.c.Brokers, in: f.in, out: f.out, name: f.name, dir: dir, interval: f.interval, byPartition: true, parallelism: 2}
+}
+
+// build builds the job on the fixture's checkpoint directory.
+func (f *fixture) build(edit func(*jobSpec)) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result]) {
+	s := f.spec(f.dir)
+	if edit != nil {
+		edit(&s)
+	}
+	return newJob(s)
+}
+
+// produce writes n more events at about rate per second (0: at once),
+// through kord's producer, continuing each key's sequence.
+func (f *fixture) produce(ctx context.Context, n, rate int) error {
+	f.mu.Lock()
+	f.planned += n
+	f.mu.Unlock()
+	return f.producePlanned(ctx, n, rate)
+}
+
+// producePlanned is produce for n events already counted in planned.
+func (f *fixture) producePlanned(ctx context.Context, n, rate int) error {
+	p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(f.c.Brokers))
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		f.mu.Lock()
+		k := f.keys[f.r.IntN(len(f.keys))]
+		f.mu.Unlock()
+		ev := f.next(k, false)
+		if err := p.Produce(ctx, producer.Record[string, event]{Topic: f.in, Key: k, Value: ev}, nil); err != nil {
+			return err
+		}
+		if rate > 0 && i%100 == 99 {
+			if ahead := time.Duration(i+1)*time.Second/time.Duration(rate) - time.Since(start); ahead > 0 {
+				time.Sleep(ahead)
+			}
+		}
+	}
+	return p.Flush(ctx)
+}
+
+// next returns key's next event and counts it as produced (and, with
+// plan, as planned).
+func (f *fixture) next(key string, plan bool) event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ev := event{UUID: key, Seq: f.want[key]}
+	f.want[key]++
+	f.n++
+	if plan {
+		f.planned++
+	}
+	return ev
+}
+
+// fill produces n events at once.
+func (f *fixture) fill(n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(f.t, f.produce(ctx, n, 0))
+}
+
+// produceInBackground produces n events at rate a second on another
+// goroutine, under a context that ends after timeout (or with the test),
+// and returns the channel that gets produce's result.
+func (f *fixture) produceInBackground(n, rate int, timeout time.Duration) <-chan error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	f.t.Cleanup(cancel)
+	f.mu.Lock()
+	f.planned += n
+	f.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() { errc <- f.producePlanned(ctx, n, rate) }()
+	return errc
+}
+
+// total returns how many events were produced.
+func (f *fixture) total() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+// expected returns how many events were produced or are being produced
+// (produceInBackground).
+func (f *fixture) expected() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.planned
+}
+
+// runUntil runs j in this process until every expected event's result is
+// visible to read_committed readers, then stops it gracefully and closes
+// its sink.
+func (f *fixture) runUntil(ctx context.Context, j *keyed.Job, sink *kafkaio.Sink[result]) {
+	t := f.t
+	t.Helper()
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- j.Run(rctx) }()
+	recs := f.c.ReadAll(t, f.out, f.expected(), true, 2*time.Minute)
+	stop()
+	require.NoError(t, <-done)
+	require.NoError(t, sink.Close())
+	require.Equal(t, f.expected(), len(recs))
+}
+
+// verify reads the output with read_committed, checks every event's result
+// is there exactly once, in per-key order, with the right count, and that
+// no transaction is left open.
+func (f *fixture) verify() {
+	t := f.t
+	t.Helper()
+	n := f.total()
+	recs := f.c.ReadAll(t, f.out, n, true, 2*time.Minute)
+	extra := f.c.ReadAll(t, f.out, n+1, true, 3*time.Second)
+	require.Equal(t, n, len(extra), "output records (read_committed): exactly one result per input event")
+	next := map[string]int64{}
+	for _, r := range recs {
+		var res result
+		require.NoError(t, json.Unmarshal(r.Value, &res))
+		require.Equal(t, res.UUID, string(r.Key))
+		// A key lives in one partition, read in order: per-key order.
+		require.Equal(t, next[res.UUID], res.Seq, "key %s: result for seq %d, want %d (duplicate, loss or reorder) at %s[%d]@%d", res.UUID, res.Seq, next[res.UUID], r.Topic, r.Partition, r.Offset)
+		require.Equal(t, res.Seq+1, res.Count, "key %s seq %d: count %d: state and output disagree", res.UUID, res.Seq, res.Count)
+		next[res.UUID] = res.Seq + 1
+	}
+	f.mu.Lock()
+	for k, w := range f.want {
+		require.Equal(t, w, next[k], "key %s: results", k)
+	}
+	f.mu.Unlock()
+	f.requireNoOpenTransaction()
+}
+
+// requireNoOpenTransaction checks that every output partition's last
+// stable offset equals its high watermark: no transaction is left open to
+// stall read_committed readers.
+func (f *fixture) requireNoOpenTransaction() {
+	t := f.t
+	cl := f.c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ends := func(isolation int8) map[int32]int64 {
+		req := kmsg.NewPtrListOffsetsRequest()
+		req.IsolationLevel = isolation
+		rt := kmsg.NewListOffsetsRequestTopic()
+		rt.Topic = f.out
+		for p := int32(0); p < f.parts; p++ {
+			rp := kmsg.NewListOffsetsRequestTopicPartition()
+			rp.Partition = p
+			rp.Timestamp = -1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		out := map[int32]int64{}
+		for _, p := range resp.Topics[0].Partitions {
+			require.Zero(t, p.ErrorCode)
+			out[p.Partition] = p.Offset
+		}
+		return out
+	}
+	require.Equal(t, ends(0), ends(1), "high watermark vs last stable offset: a transaction is open")
+}
+
+// start starts the job in a child process on dir, with failpoints armed
+// (KORD_FAILPOINTS syntax) and parallelism par.
+func (f *fixture) start(failpoints, dir string, par int) *crashtest.Child {
+	return crashtest.Start(f.t,
+		"KORD_TEST_CHILD=job",
+		"KORD_JOB_NAME="+f.name, "KORD_JOB_BROKERS="+f.c.Brokers,
+		"KORD_JOB_INPUT="+f.in, "KORD_JOB_OUTPUT="+f.out,
+		"KORD_JOB_DIR="+dir, "KORD_JOB_INTERVAL="+f.interval.String(),
+		"KORD_JOB_PARALLELISM="+strconv.Itoa(par),
+		failpoint.Env+"="+failpoints)
+}
+
+// waitKilled waits for the child to die by SIGKILL (from a failpoint or
+// from us after killAfter).
+func (f *fixture) waitKilled(c *crashtest.Child, what string, killAfter time.Duration) {
+	f.t.Helper()
+	if signaled, err := c.Wait(killAfter, true); !signaled {
+		f.t.Fatalf("%s: child exited without being killed (%v)\nstdout:\n%s\nstderr:\n%s", what, err, c.Stdout, c.Stderr)
+	}
+}
+
+// waitFired waits for the child to be SIGKILLed by failpoint fp, and fails
+// the test if it was not: a failpoint that never fires (renamed, moved off
+// the path, hit fewer times than armed) would otherwise pass as the kill we
+// send after killAfter.
+func (f *fixture) waitFired(c *crashtest.Child, fp string, killAfter time.Duration) {
+	f.t.Helper()
+	f.waitKilled(c, fp, killAfter)
+	if want := "kord: failpoint " + fp + ": SIGKILL"; !strings.Contains(c.Stderr.String(), want) {
+		f.t.Fatalf("failpoint %s did not fire within %v (the test killed the child)\nstdout:\n%s\nstderr:\n%s", fp, killAfter, c.Stdout, c.Stderr)
+	}
+}
+
+// finish runs the job in a child until every result is visible, stops it
+// with SIGTERM (a graceful stop) and verifies the output.
+func (f *fixture) finish(dir string) {
+	t := f.t
+	c := f.start("", dir, 2)
+	recs := f.c.ReadAll(t, f.out, f.expected(), true, 2*time.Minute)
+	require.Equal(t, f.expected(), len(recs), "stderr:\n%s", c.Stderr)
+	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-c.Done:
+		require.NoError(t, err, "graceful stop\nstderr:\n%s", c.Stderr)
+	case <-time.After(45 * time.Second):
+		_ = c.Cmd.Process.Kill()
+		t.Fatalf("graceful stop took over 45s\nstderr:\n%s", c.Stderr)
+	}
+	require.Contains(t, c.Stdout.String(), "stopped")
+	f.verify()
+}
+
+// logTo returns a text logger at level writing to buf, which also calls
+// each (if not nil) with every record's message and attributes, on the
+// logging goroutine.
+func logTo(buf *syncbuf.Buffer, level slog.Level, each func(msg string, attrs map[string]string)) *slog.Logger {
+	return slog.New(&hookHandler{Handler: slog.NewTextHandler(buf, &slog.HandlerOptions{Level: level}), each: each})
+}
+
+type hookHandler struct {
+	slog.Handler
+	attrs []slog.Attr
+	each  func(msg string, attrs map[string]string)
+}
+
+func (h *hookHandler) Handle(ctx context.Context, r slog.Record) error {
+	if h.each != nil {
+		m := map[string]string{}
+		for _, a := range h.attrs {
+			m[a.Key] = a.Value.String()
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			m[a.Key] = a.Value.String()
+			return true
+		})
+		h.each(r.Message, m)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *hookHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &hookHandler{Handler: h.Handler.WithAttrs(as), attrs: append(append([]slog.Attr(nil), h.attrs...), as...), each: h.each}
+}
+
+func (h *hookHandler) WithGroup(name string) slog.Handler {
+	return &hookHandler{Handler: h.Handler.WithGroup(name), attrs: h.attrs, each: h.each}
+}

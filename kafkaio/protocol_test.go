@@ -1,0 +1,538 @@
+package kafkaio_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/syncbuf"
+	"github.com/kordproject/kord/internal/testdir"
+	"github.com/kordproject/kord/kafkaio"
+	"github.com/kordproject/kord/keyed"
+)
+
+// The proofs of the exactly-once protocol (DESIGN.md, "Exactly-once to
+// Kafka with librdkafka") on the engine with the Kafka source and sink.
+
+// TestCrashAtEveryFailpoint: the job, in a child process, is SIGKILLed at
+// each failpoint of the checkpoint lifecycle in turn (the fresh start's
+// first, as it fires only then) and at random times, while input keeps
+// arriving, with one in-process recovery from a commit whose outcome is
+// unknown, at parallelism 1 to 3; then a read_committed reader sees every
+// input's result exactly once, in per-key order, with counts that match,
+// and no transaction is left open.
+func TestCrashAtEveryFailpoint(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 6, 500)
+		prodErr := f.produceInBackground(20_000, 2_000, 5*time.Minute)
+
+		r := rand.New(rand.NewPCG(5, 8))
+		cycles := []string{failpoint.AfterFreshCommitted}
+		for _, fp := range failpoint.Crashes {
+			if fp != failpoint.AfterFreshCommitted {
+				cycles = append(cycles, fp)
+			}
+		}
+		cycles = append(cycles, failpoint.SimCommitUnknown, "random", "random", "random")
+		for i, fp := range cycles {
+			par := 1 + i%3
+			switch fp {
+			case "random":
+				f.waitKilled(f.start("", f.dir, par), fp, time.Duration(300+r.IntN(1500))*time.Millisecond)
+			case failpoint.SimCommitUnknown:
+				ch := f.start(fp+"@2", f.dir, par)
+				deadline := time.Now().Add(30 * time.Second)
+				for !strings.Contains(ch.Stderr.String(), "recovering from what the sink recorded") && time.Now().Before(deadline) {
+					time.Sleep(50 * time.Millisecond)
+				}
+				f.waitKilled(ch, fp, 500*time.Millisecond)
+				require.Contains(t, ch.Stderr.String(), "recovering from what the sink recorded", "no in-process recovery after the unknown commit outcome")
+			case failpoint.DuringRestore, failpoint.AfterFreshCommitted:
+				f.waitFired(f.start(fp, f.dir, par), fp, 60*time.Second)
+			default:
+				f.waitFired(f.start(fmt.Sprintf("%s@%d", fp, 1+r.IntN(3)), f.dir, par), fp, 60*time.Second)
+			}
+		}
+		require.NoError(t, <-prodErr)
+		f.finish(f.dir)
+	})
+}
+
+// TestZombieIsFenced: a job process paused (SIGSTOP) while a second copy
+// starts with the same name on a copy of its checkpoints: the copy fences
+// it; the paused one, resumed, stops with a clear fencing error and leaves
+// the survivor's output exactly-once.
+func TestZombieIsFenced(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 6, 200)
+		prodErr := f.produceInBackground(6_000, 3_000, 3*time.Minute)
+
+		zombie := f.start("", f.dir, 2)
+		require.Eventually(t, func() bool { return strings.Count(zombie.Stdout.String(), "committed") >= 3 }, 60*time.Second, 20*time.Millisecond, "stderr:\n%s", zombie.Stderr)
+		require.NoError(t, zombie.Cmd.Process.Signal(syscall.SIGSTOP))
+		// The survivor gets the zombie's checkpoints, as from shared storage.
+		survivorDir := t.TempDir()
+		testdir.Copy(t, f.dir, survivorDir)
+		survivor := f.start("", survivorDir, 2)
+		require.Eventually(t, func() bool { return strings.Count(survivor.Stdout.String(), "committed") >= 2 }, 60*time.Second, 20*time.Millisecond, "stderr:\n%s", survivor.Stderr)
+		require.NoError(t, zombie.Cmd.Process.Signal(syscall.SIGCONT))
+		select {
+		case err := <-zombie.Done:
+			require.Error(t, err, "the zombie must not keep running")
+			require.Contains(t, zombie.Stderr.String(), "fenced", "stderr:\n%s", zombie.Stderr)
+		case <-time.After(60 * time.Second):
+			_ = zombie.Cmd.Process.Kill()
+			t.Fatalf("zombie not stopped 60s after resuming\nstderr:\n%s", zombie.Stderr)
+		}
+		require.NoError(t, <-prodErr)
+		recs := f.c.ReadAll(t, f.out, f.total(), true, 90*time.Second)
+		require.Equal(t, f.total(), len(recs), "survivor stderr:\n%s", survivor.Stderr)
+		require.NoError(t, survivor.Cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, <-survivor.Done, "survivor stderr:\n%s", survivor.Stderr)
+		f.verify()
+	})
+}
+
+// TestUnknownOutcomeRecovers: a transactional step whose outcome the job
+// cannot know (SendOffsetsToTransaction, CommitTransaction, the
+// AbortTransaction of the abort path, each sent with a deadline too short
+// to see its answer, or a record produced into the transaction and
+// reported with an unknown outcome) ends that producer; a new run with a
+// new producer initialises, restores the checkpoint Kafka recorded, and
+// the output stays exactly-once. The commit of checkpoint 2 is the one hit
+// (fresh start, checkpoint 1, then 2): offsets sent or an abort mean the
+// commit never went out, so Kafka recorded checkpoint 1; an unknown commit
+// may have landed (2) or not (1). The produce hit is a record of epoch 1
+// or 2.
+func TestUnknownOutcomeRecovers(t *testing.T) {
+	for _, sim := range failpoint.SimUnknown {
+		t.Run(sim, func(t *testing.T) {
+			kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+				f := newFixture(t, c, 6, 50)
+				// Input keeps coming for 2 s, well past checkpoint 2.
+				n := 2_000
+				hit := "@3"
+				if sim == failpoint.SimProduceUnknown {
+					hit = "@150" // a record produced after checkpoint 1 committed
+				}
+				require.NoError(t, failpoint.Set(sim+hit))
+				t.Cleanup(func() { _ = failpoint.Set("") })
+				prodErr := f.produceInBackground(n, 1_000, 2*time.Minute)
+				var out syncbuf.Buffer
+				var mu sync.Mutex
+				var events []string // "committed <run>/<id>", "recovering", "restored <run>/<id> by <run>"
+				log := logTo(&out, slog.LevelDebug, func(msg string, a map[string]string) {
+					mu.Lock()
+					defer mu.Unlock()
+					switch msg {
+					case "keyed: checkpoint committed":
+						events = append(events, "committed "+a["run"]+"/"+a["checkpoint"])
+					case "keyed: recovering from what the sink recorded":
+						events = append(events, "recovering")
+					case "keyed: recovery":
+						events = append(events, "restored "+a["checkpoint"]+" by "+a["run"])
+					}
+				})
+				j, _, sink := f.build(func(s *jobSpec) { s.logger = log })
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				f.runUntil(ctx, j, sink)
+				require.NoError(t, <-prodErr)
+
+				mu.Lock()
+				defer mu.Unlock()
+				var runs []string
+				lastCommitted, recovering, restored := "", 0, ""
+				for _, e := range events {
+					switch {
+					case strings.HasPrefix(e, "committed "):
+						if recovering == 0 {
+							lastCommitted = strings.TrimPrefix(e, "committed ")
+						}
+					case e == "recovering":
+						recovering++
+					case strings.HasPrefix(e, "restored "):
+						ref, run, _ := strings.Cut(strings.TrimPrefix(e, "restored "), " by ")
+						runs = append(runs, run)
+						if recovering == 1 && restored == "" {
+							restored = ref
+						}
+					}
+				}
+				require.Equal(t, 1, recovering, "one in-process recovery\n%s", &out)
+				require.Contains(t, out.String(), "simulated", "the simulated fault is in the recovery's cause\n%s", &out)
+				require.Len(t, runs, 2, "two runs, each with its own producer\n%s", &out)
+				require.NotEqual(t, runs[0], runs[1], "the recovery runs on a new run id\n%s", &out)
+				want := []string{lastCommitted}
+				if sim == failpoint.SimCommitUnknown {
+					require.Equal(t, runs[0]+"/1", lastCommitted, "checkpoint 2's commit is the one that failed\n%s", &out)
+					want = append(want, runs[0]+"/2")
+				}
+				if sim != failpoint.SimProduceUnknown {
+					require.Equal(t, runs[0]+"/1", lastCommitted, "checkpoint 2's commit is the one that failed\n%s", &out)
+				}
+				require.Contains(t, want, restored, "restored what Kafka recorded\n%s", &out)
+				f.verify()
+			})
+		})
+	}
+}
+
+// TestStopRecoversFailedFinalCommit: the final checkpoint of a graceful
+// stop fails with an unknown outcome. The stop still recovers with a new
+// producer (whose InitTransactions aborts the failed transaction) and
+// commits a final checkpoint, so no transaction is left open to stall
+// read_committed readers; a later run then delivers everything exactly
+// once.
+func TestStopRecoversFailedFinalCommit(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 6, 20)
+		f.fill(300)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		// Hit 1 is the fresh start's commit; with an hour's interval, hit 2
+		// is the final checkpoint's.
+		require.NoError(t, failpoint.Set(failpoint.SimSendOffsetsUnknown+"@2"))
+		t.Cleanup(func() { _ = failpoint.Set("") })
+		var out syncbuf.Buffer
+		j, _, sink := f.build(func(s *jobSpec) {
+			s.interval = time.Hour
+			s.logger = logTo(&out, slog.LevelWarn, nil)
+		})
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- j.Run(rctx) }()
+		// Every result is in the open transaction.
+		require.Len(t, f.c.ReadAll(t, f.out, f.total(), false, 60*time.Second), f.total())
+		stop()
+		require.NoError(t, <-done)
+		require.NoError(t, sink.Close())
+		require.Contains(t, out.String(), "simulated unknown send-offsets outcome", "the final checkpoint's commit failed")
+		require.Contains(t, out.String(), "recovering from what the sink recorded")
+		f.requireNoOpenTransaction()
+
+		require.NoError(t, failpoint.Set(""))
+		j, _, sink = f.build(nil)
+		f.runUntil(ctx, j, sink)
+		f.verify()
+	})
+}
+
+// TestAbortedCheckpointMergesIntoNext: with TolerableFailures 1, the first
+// checkpoint k with state fails its snapshot (after 300 ms, while input
+// keeps arriving and its output waits in the epoch buffer), so k aborts
+// before its commit. The job goes on: the buffered output joins the open
+// transaction, ahead of anything newer, checkpoint k+1 commits it all, and
+// the output stays exactly-once and in per-key order.
+func TestAbortedCheckpointMergesIntoNext(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 6, 50)
+		prodErr := f.produceInBackground(2_000, 1_000, 2*time.Minute)
+		var injected atomic.Int32
+		fs := checkpoint.NewErrorFS(checkpoint.OSFS(), func(op checkpoint.Op, name string) error {
+			// The first state file (of the first checkpoint with state),
+			// written by a snapshot goroutine while the job reads on.
+			if op == checkpoint.OpCreate && strings.Contains(filepath.Base(name), ".op-count.") && injected.Add(1) == 1 {
+				time.Sleep(300 * time.Millisecond)
+				return checkpoint.ErrInjected
+			}
+			return nil
+		})
+		// The first commit after the abort, k+1: its transaction must hold
+		// exactly the output of the input before barrier k+1 (the input
+		// starts at offset 0), the aborted epoch's included. The log line
+		// is written by the coordinator before it triggers the next
+		// checkpoint.
+		var mu sync.Mutex
+		var committed, aborted []uint64
+		wantAtK1, gotAtK1 := -1, -1
+		var out syncbuf.Buffer
+		log := logTo(&out, slog.LevelDebug, func(msg string, a map[string]string) {
+			mu.Lock()
+			defer mu.Unlock()
+			id, _ := strconv.ParseUint(a["checkpoint"], 10, 64)
+			switch msg {
+			case "keyed: checkpoint aborted; its output commits with the next":
+				aborted = append(aborted, id)
+				if a["reason"] != "task-failed" {
+					t.Errorf("abort reason %q", a["reason"])
+				}
+			case "keyed: checkpoint committed":
+				committed = append(committed, id)
+				if len(aborted) == 0 || wantAtK1 >= 0 {
+					return
+				}
+				m := readMeta(t, f.dir, a["run"], id)
+				wantAtK1 = 0
+				for _, o := range m.Offsets {
+					wantAtK1 += int(o.Offset)
+				}
+				gotAtK1 = len(f.c.ReadAll(t, f.out, wantAtK1+1, true, 2*time.Second))
+			}
+		})
+		j, _, sink := f.build(func(s *jobSpec) {
+			s.logger = log
+			s.config = func(c *keyed.Config) { c.Checkpoint.TolerableFailures, c.FS = 1, fs }
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		f.runUntil(ctx, j, sink)
+		require.NoError(t, <-prodErr)
+
+		require.NotZero(t, injected.Load())
+		mu.Lock()
+		require.Len(t, aborted, 1, "one abort\n%s", &out)
+		require.NotContains(t, committed, aborted[0])
+		require.Contains(t, committed, aborted[0]+1, "the job went on after the abort")
+		require.Equal(t, wantAtK1, gotAtK1, "checkpoint %d's transaction: output visible at its commit vs input before its barrier", aborted[0]+1)
+		mu.Unlock()
+		require.NotContains(t, out.String(), "recovering", "no recovery: the abort merged into the open transaction")
+		f.verify()
+	})
+}
+
+// readMeta reads checkpoint run/id's metadata from dir.
+func readMeta(t *testing.T, dir, run string, id uint64) *checkpoint.Metadata {
+	name := filepath.Join(dir, checkpoint.MetaName(run, id))
+	b, err := os.ReadFile(name)
+	require.NoError(t, err)
+	m, err := checkpoint.DecodeMetadata(name, b)
+	require.NoError(t, err)
+	return m
+}
+
+// TestEpochBufferBackpressure: with an epoch buffer of 7 records and
+// snapshots slowed to 200 ms while input keeps arriving, the buffer fills
+// during each checkpoint and the sink stops taking output (its Write
+// blocks, and the job's channels back up to the sources): it holds exactly
+// 7, never more. The output stays exactly-once.
+func TestEpochBufferBackpressure(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 6, 50)
+		prodErr := f.produceInBackground(2_000, 1_000, 2*time.Minute)
+		var mu sync.Mutex
+		peak, full := 0, 0
+		kafkaio.SetEpochBufferHook(func(n int) {
+			mu.Lock()
+			defer mu.Unlock()
+			peak = max(peak, n)
+			if n == 7 {
+				full++
+			}
+		})
+		t.Cleanup(func() { kafkaio.SetEpochBufferHook(nil) })
+		fs := checkpoint.NewErrorFS(checkpoint.OSFS(), func(op checkpoint.Op, name string) error {
+			if op == checkpoint.OpCreate && strings.Contains(filepath.Base(name), ".op-count.") {
+				time.Sleep(200 * time.Millisecond)
+			}
+			return nil
+		})
+		j, _, sink := f.build(func(s *jobSpec) { s.config = func(c *keyed.Config) { c.FS = fs } })
+		sink.EpochBuffer = 7
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		f.runUntil(ctx, j, sink)
+		require.NoError(t, <-prodErr)
+		mu.Lock()
+		require.Equal(t, 7, peak, "the epoch buffer's peak")
+		require.NotZero(t, full, "the buffer filled (backpressure)")
+		mu.Unlock()
+		f.verify()
+	})
+}
+
+// TestStopTimeout: the final checkpoint's commit gets no answer. The stop
+// gives up at StopTimeout (cancelling the commit), not at the checkpoint
+// timeout, and returns keyed.ErrStopTimeout naming the checkpoint; the
+// next start recovers and delivers everything exactly once.
+func TestStopTimeout(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 6, 20)
+		f.fill(300)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		// Hit 1 is the fresh start's commit; with an hour's interval, hit 2
+		// is the final checkpoint's.
+		require.NoError(t, failpoint.Set(failpoint.SimCommitStall+"@2"))
+		t.Cleanup(func() { _ = failpoint.Set("") })
+		j, _, sink := f.build(func(s *jobSpec) {
+			s.interval = time.Hour
+			s.config = func(c *keyed.Config) { c.StopTimeout = time.Second }
+		})
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- j.Run(rctx) }()
+		require.Len(t, f.c.ReadAll(t, f.out, f.total(), false, 60*time.Second), f.total())
+		stop()
+		start := time.Now()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no return 30 s after the stop (the checkpoint timeout is 60 s)")
+		}
+		// StopTimeout, plus closing the clients.
+		require.Less(t, time.Since(start), 8*time.Second)
+		require.ErrorIs(t, err, keyed.ErrStopTimeout)
+		require.ErrorContains(t, err, "checkpoint 1")
+		t.Log(err)
+		require.NoError(t, sink.Close())
+
+		require.NoError(t, failpoint.Set(""))
+		j, _, sink = f.build(nil)
+		f.runUntil(ctx, j, sink)
+		f.verify()
+	})
+}
+
+// TestRestoreFailsClearly: the checkpoint Kafka recorded as committed is
+// corrupt, or the offsets it restores are no longer in the log: the job
+// stops with an error naming the file or the topic, partition and offset,
+// instead of restoring something else.
+func TestRestoreFailsClearly(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 6, 50)
+		f.fill(500)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		j, _, sink := f.build(nil)
+		f.runUntil(ctx, j, sink)
+		run := func(dir string) error {
+			j, _, sink := f.build(func(s *jobSpec) { s.dir = dir })
+			defer sink.Close()
+			return j.Run(ctx)
+		}
+
+		// Corrupt the committed checkpoint's metadata: exactly-once mode
+		// stops.
+		bad := t.TempDir()
+		testdir.Copy(t, f.dir, bad)
+		metas := listMeta(t, bad)
+		newest := metas[len(metas)-1]
+		b, err := os.ReadFile(filepath.Join(bad, newest))
+		require.NoError(t, err)
+		b[len(b)/2] ^= 0xff
+		require.NoError(t, os.WriteFile(filepath.Join(bad, newest), b, 0o644))
+		err = run(bad)
+		require.ErrorIs(t, err, checkpoint.ErrCommittedMissing)
+		require.ErrorIs(t, err, keyed.ErrPermanent)
+		require.Contains(t, err.Error(), newest)
+
+		// Delete it: same.
+		require.NoError(t, os.Remove(filepath.Join(bad, newest)))
+		require.ErrorIs(t, run(bad), checkpoint.ErrCommittedMissing)
+
+		// More input, then the log start moves past what the checkpoint
+		// restores (retention deleted unread records): fail, never skip.
+		f.fill(500)
+		cl := f.c.Client(t)
+		req := kmsg.NewPtrDeleteRecordsRequest()
+		rt := kmsg.NewDeleteRecordsRequestTopic()
+		rt.Topic = f.in
+		for p := int32(0); p < 6; p++ {
+			rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+			rp.Partition = p
+			rp.Offset = -1 // up to the high watermark
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		req.TimeoutMillis = 30000
+		resp, err := req.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		for _, p := range resp.Topics[0].Partitions {
+			require.NoError(t, kerr.ErrorForCode(p.ErrorCode))
+		}
+		err = run(f.dir)
+		require.ErrorIs(t, err, consumer.ErrOutOfRange)
+		var oe *consumer.OffsetError
+		require.ErrorAs(t, err, &oe)
+		require.Equal(t, f.in, oe.Topic)
+		require.Contains(t, err.Error(), fmt.Sprintf("%s[%d] offset %d", f.in, oe.Partition, oe.Offset))
+	})
+}
+
+func listMeta(t *testing.T, dir string) []string {
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var out []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".meta") {
+			out = append(out, e.Name())
+		}
+	}
+	require.NotEmpty(t, out)
+	return out
+}
+
+// TestRestoreOffsetsDiffer: the commit group's offsets were changed behind
+// the job's back (same commit record, another offset): the job stops with
+// checkpoint.ErrOffsetsDiffer naming the partition, instead of restoring a
+// checkpoint that Kafka's offsets contradict.
+func TestRestoreOffsetsDiffer(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 6, 20)
+		f.fill(200)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		j, _, sink := f.build(nil)
+		f.runUntil(ctx, j, sink)
+		group := kafkaio.CommitGroup(f.name)
+
+		// Kafka 3.9's request versions name topics, not topic ids.
+		cl := f.c.Client(t, kgo.MaxVersions(kversion.V3_9_0()))
+		fetch := kmsg.NewPtrOffsetFetchRequest()
+		fetch.Group = group
+		ft := kmsg.NewOffsetFetchRequestTopic()
+		ft.Topic = f.in
+		ft.Partitions = []int32{3}
+		fetch.Topics = append(fetch.Topics, ft)
+		fresp, err := fetch.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		require.NoError(t, kerr.ErrorForCode(fresp.ErrorCode))
+		fp := fresp.Topics[0].Partitions[0]
+		require.NoError(t, kerr.ErrorForCode(fp.ErrorCode))
+		require.Contains(t, *fp.Metadata, "kord1;")
+
+		// The group has no members: a plain commit (generation -1) goes in.
+		commit := kmsg.NewPtrOffsetCommitRequest()
+		commit.Group = group
+		commit.Generation = -1
+		ct := kmsg.NewOffsetCommitRequestTopic()
+		ct.Topic = f.in
+		cp := kmsg.NewOffsetCommitRequestTopicPartition()
+		cp.Partition = 3
+		cp.Offset = fp.Offset + 1
+		cp.Metadata = fp.Metadata
+		ct.Partitions = append(ct.Partitions, cp)
+		commit.Topics = append(commit.Topics, ct)
+		cresp, err := commit.RequestWith(ctx, cl)
+		require.NoError(t, err)
+		require.NoError(t, kerr.ErrorForCode(cresp.Topics[0].Partitions[0].ErrorCode))
+
+		j, _, sink = f.build(nil)
+		defer sink.Close()
+		err = j.Run(ctx)
+		require.ErrorIs(t, err, checkpoint.ErrOffsetsDiffer)
+		require.Contains(t, err.Error(), fmt.Sprintf("%s[3] is at %d in commit group %s, %d in checkpoint", f.in, fp.Offset+1, group, fp.Offset))
+	})
+}
