@@ -1,0 +1,13 @@
+// Package layers holds the test that keeps kord's packages in their layers
+// (DESIGN.md in the repository's root, "Layers"): arrows point down only.
+//
+//	examples/, bench/          programs
+//	kafkaio/                   the Kafka edge: the engine's source and sink
+//	keyed/                     job graph, runtime, keyed and operator state
+//	checkpoint/                pure core: aligner, lifecycle, recovery, formats, storage
+//	producer/  consumer/       standalone clients on confluent-kafka-go
+//	partitioner/               Kafka's placement rules, pure functions
+//
+// It has no code: the rules live in its test, which reads the packages'
+// imports with `go list`.
+package layers
