@@ -4,3 +4,12 @@ package kafkaio
 // length after each record it buffers (nil: no hook). For tests; not safe
 // to call while a sink is in use.
 func SetEpochBufferHook(fn func(n int)) { testHookBuffered = fn }
+
+// BreakRetrySameProducer makes every Sink retry a failed commit on the same
+// producer and go on with it: the protocol broken on purpose, to show the
+// network-fault tests catch it.
+func BreakRetrySameProducer(on bool) { testRetrySameProducer = on }
+
+// BreakSocketGuard makes every Sink take socket.timeout.ms as given, even
+// below the commit timeout: the protocol broken on purpose.
+func BreakSocketGuard(on bool) { testNoSocketGuard = on }

@@ -94,9 +94,11 @@ func TestKafkaFaultTransactionTimeout(t *testing.T) {
 // transaction.timeout.ms are derived from the job, so a user's value is
 // refused; message.timeout.ms may be lowered but not raised above the
 // transaction timeout (a record retried past its transaction's end would
-// outlive it). Refusals are permanent and come before any network call.
+// outlive it); socket.timeout.ms must exceed the commit timeout (else
+// librdkafka resends a commit by itself: DESIGN.md, on KIP-890). Refusals
+// are permanent and come before any network call.
 func TestSinkRefusesDerivedSettings(t *testing.T) {
-	info := keyed.SinkInfo{Job: "v", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: checkpoint.Config{}.TransactionTimeout()}
+	info := keyed.SinkInfo{Job: "v", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: checkpoint.Config{}.TransactionTimeout(), CommitTimeout: time.Minute}
 	txn := info.TransactionTimeout.Milliseconds()
 	for _, tc := range []struct {
 		settings map[string]string
@@ -108,6 +110,8 @@ func TestSinkRefusesDerivedSettings(t *testing.T) {
 		{map[string]string{"message.timeout.ms": "soon"}, "message.timeout.ms \"soon\""},
 		{map[string]string{"message.timeout.ms": fmt.Sprint(txn)}, ""},
 		{map[string]string{"message.timeout.ms": "5000"}, ""},
+		{map[string]string{"socket.timeout.ms": "60000"}, "socket.timeout.ms \"60000\" must exceed the commit timeout 60000 ms"},
+		{map[string]string{"socket.timeout.ms": "70000"}, ""},
 	} {
 		sink := kafkaio.NewSink("127.0.0.1:1", "out", func(string) ([]byte, []byte, error) { return nil, nil, nil })
 		sink.ProducerSettings = tc.settings

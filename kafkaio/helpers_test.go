@@ -105,6 +105,7 @@ type jobSpec struct {
 	mode                        checkpoint.Mode
 	logger                      *slog.Logger
 	config                      func(*keyed.Config) // adjusts the job's configuration, if set
+	settings                    map[string]string   // the sink's ProducerSettings
 }
 
 // newJob builds the job: a Kafka source of JSON events, keyed by
@@ -121,6 +122,7 @@ func newJob(s jobSpec) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result
 		b, err := json.Marshal(r)
 		return []byte(r.UUID), b, err
 	})
+	sink.ProducerSettings = s.settings
 	st := keyed.FromSource(j, "events", s.parallelism, keyed.Source[event](src))
 	var k *keyed.KeyedStream[event]
 	if s.byPartition {
@@ -323,28 +325,66 @@ func (f *fixture) runUntil(ctx context.Context, j *keyed.Job, sink *kafkaio.Sink
 // is there exactly once, in per-key order, with the right count, and that
 // no transaction is left open.
 func (f *fixture) verify() {
+	f.t.Helper()
+	if problems := f.check(); len(problems) > 0 {
+		f.t.Fatalf("output (read_committed) is not exactly-once:\n%s", strings.Join(problems, "\n"))
+	}
+	f.requireNoOpenTransaction()
+}
+
+// check reads the output with read_committed and returns what is wrong
+// with it (at most 20 findings, then a count): a result lost, duplicated,
+// out of per-key order, or with the wrong count.
+func (f *fixture) check() []string {
 	t := f.t
-	t.Helper()
 	n := f.total()
-	recs := f.c.ReadAll(t, f.out, n, true, 2*time.Minute)
-	extra := f.c.ReadAll(t, f.out, n+1, true, 3*time.Second)
-	require.Equal(t, n, len(extra), "output records (read_committed): exactly one result per input event")
+	recs := f.c.ReadAll(t, f.out, n+1, true, 3*time.Second)
+	if len(recs) < n {
+		recs = f.c.ReadAll(t, f.out, n+1, true, 2*time.Minute)
+	}
+	var problems []string
+	add := func(format string, args ...any) {
+		problems = append(problems, fmt.Sprintf(format, args...))
+	}
+	if len(recs) != n {
+		add("%d results for %d input events", len(recs), n)
+	}
 	next := map[string]int64{}
+	dups := 0
 	for _, r := range recs {
 		var res result
-		require.NoError(t, json.Unmarshal(r.Value, &res))
-		require.Equal(t, res.UUID, string(r.Key))
+		if err := json.Unmarshal(r.Value, &res); err != nil || res.UUID != string(r.Key) {
+			add("%s[%d]@%d: bad result %q (%v)", r.Topic, r.Partition, r.Offset, r.Value, err)
+			continue
+		}
 		// A key lives in one partition, read in order: per-key order.
-		require.Equal(t, next[res.UUID], res.Seq, "key %s: result for seq %d, want %d (duplicate, loss or reorder) at %s[%d]@%d", res.UUID, res.Seq, next[res.UUID], r.Topic, r.Partition, r.Offset)
-		require.Equal(t, res.Seq+1, res.Count, "key %s seq %d: count %d: state and output disagree", res.UUID, res.Seq, res.Count)
+		switch w := next[res.UUID]; {
+		case res.Seq < w:
+			dups++
+			add("key %s: result for seq %d again (duplicate) at %s[%d]@%d", res.UUID, res.Seq, r.Topic, r.Partition, r.Offset)
+			continue
+		case res.Seq > w:
+			add("key %s: result for seq %d, want %d (loss or reorder) at %s[%d]@%d", res.UUID, res.Seq, w, r.Topic, r.Partition, r.Offset)
+		}
+		if res.Count != res.Seq+1 {
+			add("key %s seq %d: count %d: state and output disagree", res.UUID, res.Seq, res.Count)
+		}
 		next[res.UUID] = res.Seq + 1
 	}
 	f.mu.Lock()
 	for k, w := range f.want {
-		require.Equal(t, w, next[k], "key %s: results", k)
+		if next[k] != w {
+			add("key %s: results up to seq %d, want %d", k, next[k], w)
+		}
 	}
 	f.mu.Unlock()
-	f.requireNoOpenTransaction()
+	if dups > 0 {
+		add("%d duplicates in all", dups)
+	}
+	if len(problems) > 20 {
+		problems = append(problems[:20], fmt.Sprintf("... %d findings in all", len(problems)))
+	}
+	return problems
 }
 
 // requireNoOpenTransaction checks that every output partition's last

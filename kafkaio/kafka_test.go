@@ -155,7 +155,7 @@ func stringSink(t *testing.T, c *kafkatest.Cluster, mode checkpoint.Mode, edit f
 // sinkInfo is what a job with one input gives its sink.
 func sinkInfo(t *testing.T, mode checkpoint.Mode, in string) keyed.SinkInfo {
 	return keyed.SinkInfo{Job: strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), Inputs: []string{in}, Mode: mode,
-		TransactionTimeout: checkpoint.Config{}.TransactionTimeout()}
+		TransactionTimeout: checkpoint.Config{}.TransactionTimeout(), CommitTimeout: time.Minute}
 }
 
 // TestKafkaSinkCommitAfterAbort: after checkpoint 1 aborts, the output

@@ -82,13 +82,26 @@ type Sink[T any] struct {
 	bufEpochs []uint64
 	err       error // set when the producer may no more be used
 	unknown   bool  // err left the transaction's state unknown (or the producer fenced)
-	tooLarge  atomic.Int64
-	commits   *consumer.Source // at-least-once: commits to the commit group
+	// commitDeadline bounds every Commit: below librdkafka's request
+	// timeout, so that librdkafka never sends a commit again by itself.
+	commitDeadline time.Duration
+	tooLarge       atomic.Int64
+	commits        *consumer.Source // at-least-once: commits to the commit group
 }
 
-// testHookBuffered, set by tests only, sees the epoch buffer's length after
-// each record buffered.
-var testHookBuffered func(n int)
+// Set by tests only.
+var (
+	// testHookBuffered sees the epoch buffer's length after each record
+	// buffered.
+	testHookBuffered func(n int)
+	// testRetrySameProducer breaks the protocol on purpose, to show that
+	// the network-fault tests catch it: a commit that failed is retried on
+	// the same producer until it succeeds, and the sink goes on with it.
+	testRetrySameProducer bool
+	// testNoSocketGuard breaks the protocol on purpose: ProducerSettings'
+	// socket.timeout.ms is taken as given, even below the commit deadline.
+	testNoSocketGuard bool
+)
 
 // NewSink returns a sink writing topic.
 func NewSink[T any](brokers, topic string, encode func(T) ([]byte, []byte, error)) *Sink[T] {
@@ -134,7 +147,7 @@ func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) error {
 		s.EpochBuffer = 100_000
 	}
 	s.closeClients(false) // the new producer's InitTransactions aborts what it left
-	s.buffer, s.bufEpochs, s.err, s.unknown = nil, nil, nil, false
+	s.buffer, s.bufEpochs, s.err, s.unknown, s.commitDeadline = nil, nil, nil, false, 0
 	s.wake()
 	if info.Job == "" || len(info.Inputs) == 0 {
 		return keyed.Permanent(fmt.Errorf("%w: kafkaio: sink %s: the job gave no name or no input topics", producer.ErrConfig, s.Topic))
@@ -246,6 +259,35 @@ func (s *Sink[T]) checkSettings() (map[string]string, error) {
 		out["message.timeout.ms"] = strconv.FormatInt(txn.Milliseconds(), 10)
 	}
 	out["transaction.timeout.ms"] = strconv.FormatInt(txn.Milliseconds(), 10)
+	// librdkafka times out an unanswered request after socket.timeout.ms,
+	// reconnects and sends an EndTxn again by itself
+	// (rd_kafka_txn_handle_EndTxn retries on __TIMED_OUT and __TRANSPORT),
+	// and CommitTransaction then succeeds. If the first EndTxn was only
+	// delayed in the network, it can land later on the next transaction of
+	// the same producer epoch and commit it half-written: the KIP-890
+	// problem, which librdkafka does not solve. So the request timeout must
+	// outlast every commit call: the sink gives up first, ends the producer,
+	// and the next producer's epoch fences what is still in flight.
+	// librdkafka requires socket.timeout.ms <= transaction.timeout.ms + 100.
+	commit := s.info.CommitTimeout
+	if commit <= 0 {
+		return nil, fmt.Errorf("%w: kafkaio: sink %s: the job gave no commit timeout", producer.ErrConfig, s.Topic)
+	}
+	// librdkafka's maximum socket.timeout.ms is 300 s: a longer checkpoint
+	// timeout gives the commit call a shorter deadline instead.
+	const maxSocket = 300 * time.Second
+	s.commitDeadline = min(commit, maxSocket-5*time.Second)
+	if v, ok := out["socket.timeout.ms"]; ok && !testNoSocketGuard {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || time.Duration(ms)*time.Millisecond <= s.commitDeadline {
+			return nil, fmt.Errorf("%w: kafkaio: sink %s: producer setting socket.timeout.ms %q must exceed the commit timeout %d ms (the checkpoint timeout): librdkafka would otherwise send a timed-out commit again by itself while the sink still uses the producer (DESIGN.md, on KIP-890); leave it unset",
+				producer.ErrConfig, s.Topic, v, s.commitDeadline.Milliseconds())
+		}
+	} else if !ok {
+		socket := min(max(60*time.Second, s.commitDeadline+5*time.Second), txn, maxSocket)
+		out["socket.timeout.ms"] = strconv.FormatInt(socket.Milliseconds(), 10)
+		s.commitDeadline = min(s.commitDeadline, socket-5*time.Second)
+	}
 	return out, nil
 }
 
@@ -507,6 +549,12 @@ func (s *Sink[T]) BufferLen() int {
 func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.commitDeadline > 0 {
+		// Below librdkafka's request timeout (see checkSettings).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.commitDeadline)
+		defer cancel()
+	}
 	if s.p == nil {
 		return fmt.Errorf("kafkaio: sink %s: not reset", s.Topic)
 	}
@@ -557,6 +605,10 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 		cancel()
 		return fail("abort", fmt.Errorf("simulated unknown abort outcome (abort returned %v)", aerr))
 	}
+	if failpoint.Active(failpoint.ForceAbort) {
+		aerr := s.p.AbortTransaction(ctx)
+		return fail("abort", fmt.Errorf("forced abort path (abort returned %v)", aerr))
+	}
 	if failpoint.Active(failpoint.SimSendOffsetsUnknown) {
 		sctx, cancel := context.WithTimeout(ctx, time.Millisecond)
 		err := s.p.SendOffsetsToTransaction(sctx, group, offs)
@@ -580,7 +632,16 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 		return fail("commit", fmt.Errorf("simulated unknown commit outcome (commit returned %v)", err))
 	}
 	if err := s.p.CommitTransaction(ctx); err != nil {
-		return fail("commit", s.abortIfRequired(ctx, err))
+		if !testRetrySameProducer {
+			return fail("commit", s.abortIfRequired(ctx, err))
+		}
+		// The broken protocol (tests only): retry on this producer.
+		for err != nil {
+			s.log.Warn("kafkaio: sink: TEST ONLY: retrying the commit on the same producer", "checkpoint", ref.String(), "err", err)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.commitDeadline)
+			err = s.p.CommitTransaction(rctx)
+			cancel()
+		}
 	}
 	s.committed = ref.ID
 	if err := s.p.BeginTransaction(); err != nil {

@@ -264,8 +264,16 @@ func (j *Job) sinkInfo() SinkInfo {
 		inputs = append(inputs, s.topic())
 	}
 	sort.Strings(inputs)
-	return SinkInfo{Job: j.name, Inputs: inputs, Mode: j.cfg.Mode, TransactionTimeout: j.cfg.Checkpoint.TransactionTimeout(),
+	return SinkInfo{Job: j.name, Inputs: inputs, Mode: j.cfg.Mode, TransactionTimeout: j.cfg.Checkpoint.TransactionTimeout(), CommitTimeout: j.commitTimeout(),
 		Logger: j.cfg.Logger.With("job", j.name)}
+}
+
+// commitTimeout bounds every commit: the checkpoint timeout.
+func (j *Job) commitTimeout() time.Duration {
+	if t := j.cfg.Checkpoint.Timeout; t > 0 {
+		return t
+	}
+	return 60 * time.Second
 }
 
 // runOnce runs one attempt. ctx done asks for a graceful stop; wctx bounds
@@ -409,7 +417,10 @@ func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkp
 		return err
 	}
 	ref := checkpoint.CheckpointRef{Run: r.runID, ID: 0}
-	if err := r.j.sink.commit(ctx, ref, offsets); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, r.j.commitTimeout())
+	err := r.j.sink.commit(cctx, ref, offsets)
+	cancel()
+	if err != nil {
 		return fmt.Errorf("keyed: committing the fresh start: %w", err)
 	}
 	if err := checkpoint.SetCommitted(r.store, ref); err != nil {
@@ -490,11 +501,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				// checkpoint of a graceful stop commits after it), only by
 				// the checkpoint timeout, the stop deadline and the run's
 				// failure.
-				timeout := r.cfg.Checkpoint.Timeout
-				if timeout <= 0 {
-					timeout = 60 * time.Second
-				}
-				cctx, ccancel := context.WithTimeout(rctx, timeout)
+				cctx, ccancel := context.WithTimeout(rctx, r.j.commitTimeout())
 				err := r.j.sink.commit(cctx, checkpoint.CheckpointRef{Run: r.runID, ID: e.ID}, pending[e.ID].offsets)
 				ccancel()
 				if err != nil {

@@ -377,6 +377,11 @@ type SinkInfo struct {
 	// (checkpoint.Config.TransactionTimeout): a transaction spans at most
 	// this long.
 	TransactionTimeout time.Duration
+	// CommitTimeout bounds every Commit (its ctx has this deadline, the
+	// checkpoint timeout, or less during a graceful stop). A Kafka sink
+	// keeps librdkafka's request timeout above it, so that librdkafka never
+	// sends a commit again by itself while the sink still uses its producer.
+	CommitTimeout time.Duration
 	// Logger is the job's logger.
 	Logger *slog.Logger
 }

@@ -73,6 +73,11 @@ const (
 	// reported failed with an unknown outcome (as after a delivery timeout:
 	// the broker may or may not hold it).
 	SimProduceUnknown = "sim-produce-unknown"
+	// ForceAbort: at a checkpoint's commit the sink takes the abort path
+	// for real (as after an abortable error from SendOffsetsToTransaction):
+	// AbortTransaction with the commit's own deadline, then a recovery.
+	// Network-fault tests pair it with a lost abort reply.
+	ForceAbort = "force-abort"
 	// SimCommitStall: instead of CommitTransaction the sink waits out the
 	// commit's deadline. Nothing is sent, so Kafka keeps the previous
 	// record.
