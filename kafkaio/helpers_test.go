@@ -24,58 +24,19 @@ import (
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
 	"github.com/kordproject/kord/internal/syncbuf"
+	"github.com/kordproject/kord/internal/testjob"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
 )
 
-// event is an input record's value: a user's event, numbered per user
-// from 0.
-type event struct {
-	UUID string `json:"uuid"`
-	Seq  int64  `json:"seq"`
-}
-
-// result answers one event with the user's count after it.
-type result struct {
-	UUID  string `json:"uuid"`
-	Seq   int64  `json:"seq"`
-	Count int64  `json:"count"`
-}
-
-// counter counts each key's events and refuses one out of order.
-type counter struct {
-	count *keyed.ValueState[int64]
-}
-
-func (c *counter) Open(b *keyed.Backend) (err error) {
-	c.count, err = keyed.Value(b, "count", keyed.Int64())
-	return err
-}
-
-func (c *counter) Process(_ []byte, e event, out *keyed.Collector[result]) error {
-	n, _ := c.count.Get()
-	if e.Seq != n {
-		return fmt.Errorf("key %s: event seq %d after %d events: out of order", e.UUID, e.Seq, n)
-	}
-	c.count.Set(n + 1)
-	out.Emit(result{UUID: e.UUID, Seq: e.Seq, Count: n + 1})
-	return nil
-}
-
-// tolerantCounter accepts the duplicates at-least-once mode replays
-// (barriers are not aligned, so restored state may be ahead of the
-// restored offsets).
-type tolerantCounter struct{ counter }
-
-func (c *tolerantCounter) Process(key []byte, e event, out *keyed.Collector[result]) error {
-	n, _ := c.count.Get()
-	if e.Seq < n {
-		out.Emit(result{UUID: e.UUID, Seq: e.Seq, Count: e.Seq + 1})
-		return nil
-	}
-	return c.counter.Process(key, e, out)
-}
+// The counting job the tests run (internal/testjob).
+type (
+	event           = testjob.Event
+	result          = testjob.Result
+	counter         = testjob.Counter
+	tolerantCounter = testjob.TolerantCounter
+)
 
 // crashAt returns a hook (failpoint.WithHook) that crashes the job at the
 // nth hit of point.

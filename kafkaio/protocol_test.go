@@ -198,6 +198,49 @@ func TestUnknownOutcomeRecovers(t *testing.T) {
 	}
 }
 
+// failFinalCommit runs the job on 300 events with an hour's checkpoint
+// interval, the commit's failpoint fp armed for its second hit (hit 1 is
+// the fresh start's commit, hit 2 the final checkpoint's), and stops it
+// once every result is in the open transaction. It returns how long Run
+// took after the stop (at most 30 s) and its error. edit adjusts the job.
+func (f *fixture) failFinalCommit(fp string, edit func(*jobSpec)) (took time.Duration, err error) {
+	t := f.t
+	f.fill(300)
+	require.NoError(t, failpoint.Set(fp+"@2"))
+	t.Cleanup(func() { _ = failpoint.Set("") })
+	j, _, sink := f.build(func(s *jobSpec) {
+		s.interval = time.Hour
+		if edit != nil {
+			edit(s)
+		}
+	})
+	defer func() { require.NoError(t, sink.Close()) }()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- j.Run(ctx) }()
+	require.Len(t, f.c.ReadAll(t, f.out, f.total(), false, 60*time.Second), f.total())
+	stop()
+	start := time.Now()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no return 30 s after the stop (the checkpoint timeout is 60 s)")
+	}
+	return time.Since(start), err
+}
+
+// thenAllOnce disarms the failpoints, runs the job until every result is
+// visible, and verifies the output.
+func (f *fixture) thenAllOnce() {
+	require.NoError(f.t, failpoint.Set(""))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	j, _, sink := f.build(nil)
+	f.runUntil(ctx, j, sink)
+	f.verify()
+}
+
 // TestStopRecoversFailedFinalCommit: the final checkpoint of a graceful
 // stop fails with an unknown outcome. The stop still recovers with a new
 // producer (whose InitTransactions aborts the failed transaction) and
@@ -207,34 +250,13 @@ func TestUnknownOutcomeRecovers(t *testing.T) {
 func TestStopRecoversFailedFinalCommit(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		f := newFixture(t, c, 6, 20)
-		f.fill(300)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		// Hit 1 is the fresh start's commit; with an hour's interval, hit 2
-		// is the final checkpoint's.
-		require.NoError(t, failpoint.Set(failpoint.SimSendOffsetsUnknown+"@2"))
-		t.Cleanup(func() { _ = failpoint.Set("") })
 		var out syncbuf.Buffer
-		j, _, sink := f.build(func(s *jobSpec) {
-			s.interval = time.Hour
-			s.logger = logTo(&out, slog.LevelWarn, nil)
-		})
-		rctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- j.Run(rctx) }()
-		// Every result is in the open transaction.
-		require.Len(t, f.c.ReadAll(t, f.out, f.total(), false, 60*time.Second), f.total())
-		stop()
-		require.NoError(t, <-done)
-		require.NoError(t, sink.Close())
+		_, err := f.failFinalCommit(failpoint.SimSendOffsetsUnknown, func(s *jobSpec) { s.logger = logTo(&out, slog.LevelWarn, nil) })
+		require.NoError(t, err)
 		require.Contains(t, out.String(), "simulated unknown send-offsets outcome", "the final checkpoint's commit failed")
 		require.Contains(t, out.String(), "recovering from what the sink recorded")
 		f.requireNoOpenTransaction()
-
-		require.NoError(t, failpoint.Set(""))
-		j, _, sink = f.build(nil)
-		f.runUntil(ctx, j, sink)
-		f.verify()
+		f.thenAllOnce()
 	})
 }
 
@@ -368,40 +390,15 @@ func TestEpochBufferBackpressure(t *testing.T) {
 func TestStopTimeout(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		f := newFixture(t, c, 6, 20)
-		f.fill(300)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		// Hit 1 is the fresh start's commit; with an hour's interval, hit 2
-		// is the final checkpoint's.
-		require.NoError(t, failpoint.Set(failpoint.SimCommitStall+"@2"))
-		t.Cleanup(func() { _ = failpoint.Set("") })
-		j, _, sink := f.build(func(s *jobSpec) {
-			s.interval = time.Hour
+		took, err := f.failFinalCommit(failpoint.SimCommitStall, func(s *jobSpec) {
 			s.config = func(c *keyed.Config) { c.StopTimeout = time.Second }
 		})
-		rctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- j.Run(rctx) }()
-		require.Len(t, f.c.ReadAll(t, f.out, f.total(), false, 60*time.Second), f.total())
-		stop()
-		start := time.Now()
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatal("no return 30 s after the stop (the checkpoint timeout is 60 s)")
-		}
 		// StopTimeout, plus closing the clients.
-		require.Less(t, time.Since(start), 8*time.Second)
+		require.Less(t, took, 8*time.Second)
 		require.ErrorIs(t, err, keyed.ErrStopTimeout)
 		require.ErrorContains(t, err, "checkpoint 1")
 		t.Log(err)
-		require.NoError(t, sink.Close())
-
-		require.NoError(t, failpoint.Set(""))
-		j, _, sink = f.build(nil)
-		f.runUntil(ctx, j, sink)
-		f.verify()
+		f.thenAllOnce()
 	})
 }
 

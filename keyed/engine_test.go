@@ -10,40 +10,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/testjob"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
 )
 
-type event struct {
-	UUID string
-	Seq  int64
-}
-
-type result struct {
-	UUID  string
-	Seq   int64
-	Count int64
-}
-
-// counter counts each key's events and checks they arrive in order.
-type counter struct {
-	count *keyed.ValueState[int64]
-}
-
-func (c *counter) Open(b *keyed.Backend) (err error) {
-	c.count, err = keyed.Value(b, "count", keyed.Int64())
-	return err
-}
-
-func (c *counter) Process(key []byte, e event, out *keyed.Collector[result]) error {
-	n, _ := c.count.Get()
-	if e.Seq != n {
-		return fmt.Errorf("key %s: event seq %d after %d events: out of order", e.UUID, e.Seq, n)
-	}
-	c.count.Set(n + 1)
-	out.Emit(result{UUID: e.UUID, Seq: e.Seq, Count: n + 1})
-	return nil
-}
+// The counting job the tests run (internal/testjob).
+type (
+	event   = testjob.Event
+	result  = testjob.Result
+	counter = testjob.Counter
+)
 
 // input fills a bounded memory source with n events over keys uuids,
 // each key on its Java-exact partition, numbered per key.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/internal/testjob"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
 )
@@ -111,22 +112,7 @@ func (c *stringCounter) Open(b *keyed.Backend) (err error) {
 func (c *stringCounter) Process([]byte, event, *keyed.Collector[result]) error { return nil }
 
 // tolerantCounter accepts the duplicates at-least-once mode replays.
-type tolerantCounter struct{ counter }
-
-func (c *tolerantCounter) Process(key []byte, e event, out *keyed.Collector[result]) error {
-	if string(key) != e.UUID {
-		return fmt.Errorf("key %q for event of %s", key, e.UUID)
-	}
-	n, _ := c.count.Get()
-	switch {
-	case e.Seq < n: // a replayed duplicate
-		out.Emit(result{UUID: e.UUID, Seq: e.Seq, Count: e.Seq + 1})
-		return nil
-	case e.Seq > n:
-		return fmt.Errorf("key %s: seq %d after %d: lost or reordered", e.UUID, e.Seq, n)
-	}
-	return c.counter.Process(key, e, out)
-}
+type tolerantCounter = testjob.TolerantCounter
 
 // TestAtLeastOnce: with crashes at random checkpoint steps, at-least-once
 // mode loses nothing (duplicates allowed), and when the committed

@@ -301,6 +301,21 @@ ready() {
     echo "127.0.0.1:$PORT"
 }
 
+# Launch the broker and wait until it is ready (its log read from byte $1
+# on; $2 is when the start began): print its address and succeed, or stop
+# it and fail.
+launch_and_wait() {
+    local pid
+    launch
+    pid=$(cat "$PIDFILE")
+    if wait_ready "$pid" "$PORT" "$1"; then
+        ready "$pid" "$2"
+        return 0
+    fi
+    stop_pid "$pid"
+    return 1
+}
+
 start() {
     lock_state
     local pid
@@ -324,13 +339,7 @@ start() {
 
         log "starting Kafka $VERSION on 127.0.0.1:$PORT (controller :$CPORT, proxied :$BACKEND as :$FRONT), log: $LOG"
         from=$(log_size)
-        launch
-        pid=$(cat "$PIDFILE")
-        if wait_ready "$pid" "$PORT" "$from"; then
-            ready "$pid" "$t0"
-            return 0
-        fi
-        stop_pid "$pid"
+        launch_and_wait "$from" "$t0" && return 0
         # Someone took a port between picking and binding: pick again.
         if ((attempt < 3)) && grep -q "Address already in use" "$LOG"; then
             log "port clash, retrying with other ports"
@@ -354,17 +363,11 @@ resume_locked() {
         || die "$PROPS was written by an older kafka.sh (no PROXIED listener): run \`$0 start\` for a fresh broker"
     fetch
     rm -f "$PIDFILE" "$BOOTSTRAP" "$PROXYFILE"
-    local attempt pid from t0=$SECONDS
+    local attempt from t0=$SECONDS
     for attempt in 1 2 3; do
         log "resuming Kafka $VERSION on 127.0.0.1:$PORT with its data in $DATA"
         from=$(log_size)
-        launch
-        pid=$(cat "$PIDFILE")
-        if wait_ready "$pid" "$PORT" "$from"; then
-            ready "$pid" "$t0"
-            return 0
-        fi
-        stop_pid "$pid"
+        launch_and_wait "$from" "$t0" && return 0
         # The ports are fixed now: a clash can only be waited out.
         if ((attempt < 3)) && tail -c +$((from + 1)) "$LOG" | grep -q "Address already in use"; then
             log "a port is still in use, retrying in 2s"
