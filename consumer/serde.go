@@ -94,3 +94,9 @@ func avroDecode(codec *goavro.Codec, b []byte) (any, error) {
 	}
 	return native, nil
 }
+
+// Header is a record header.
+type Header struct {
+	Key   string
+	Value []byte
+}

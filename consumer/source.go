@@ -36,7 +36,7 @@ type Record struct {
 	Offset    int64
 	Key       []byte
 	Value     []byte
-	Headers   []kafka.Header
+	Headers   []Header
 	Timestamp time.Time
 }
 
@@ -107,7 +107,7 @@ var forced = map[string]string{
 	"enable.auto.offset.store": "offsets reach Kafka only inside the transaction that commits a checkpoint",
 	"group.id":                 "use consumer.Group",
 	"go.logs.channel.enable":   "kord forwards librdkafka's log to log/slog; use consumer.Logger",
-	"enable.partition.eof":     "kord tracks positions itself",
+	"enable.partition.eof":     "kord tracks positions itself (Reached)",
 }
 
 // Source reads assigned partitions from concrete offsets and tracks the next
@@ -123,6 +123,7 @@ type Source struct {
 	readCommitted bool
 
 	pos      map[TopicPartition]int64
+	eof      map[TopicPartition]int64 // where each partition's end was last reached
 	assigned []TopicPartition
 	wg       sync.WaitGroup
 	closed   bool
@@ -169,7 +170,7 @@ func New(opts ...Opt) (*Source, error) {
 	cm["group.id"] = c.group
 	cm["enable.auto.commit"] = false
 	cm["enable.auto.offset.store"] = false
-	cm["enable.partition.eof"] = false
+	cm["enable.partition.eof"] = true // end of partition events tell Reached where the end is
 	cm["go.logs.channel.enable"] = true
 	kc, err := kafka.NewConsumer(&cm)
 	if err != nil {
@@ -319,7 +320,7 @@ func (s *Source) Assign(ctx context.Context, positions []Position) error {
 	if err := s.c.Assign(tps); err != nil {
 		return fmt.Errorf("consumer: assign: %w", err)
 	}
-	s.pos, s.assigned = pos, assigned
+	s.pos, s.assigned, s.eof = pos, assigned, map[TopicPartition]int64{}
 	return nil
 }
 
@@ -351,7 +352,21 @@ func (s *Source) Poll(ctx context.Context, max int, wait time.Duration) ([]Recor
 				continue // a partition no longer assigned
 			}
 			s.pos[key] = int64(tp.Offset) + 1
-			out = append(out, Record{Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset), Key: e.Key, Value: e.Value, Headers: e.Headers, Timestamp: e.Timestamp})
+			var hs []Header
+			if len(e.Headers) > 0 {
+				hs = make([]Header, len(e.Headers))
+				for i, h := range e.Headers {
+					hs[i] = Header{Key: h.Key, Value: h.Value}
+				}
+			}
+			out = append(out, Record{Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset), Key: e.Key, Value: e.Value, Headers: hs, Timestamp: e.Timestamp})
+		case kafka.PartitionEOF:
+			if e.Topic != nil { // its Error is librdkafka's "no more messages"
+				key := TopicPartition{*e.Topic, e.Partition}
+				if _, ok := s.pos[key]; ok {
+					s.eof[key] = int64(e.Offset)
+				}
+			}
 		case kafka.Error:
 			if e.IsFatal() || e.Code() == kafka.ErrAutoOffsetReset {
 				return out, fmt.Errorf("consumer: %w", e)
@@ -373,6 +388,42 @@ func (s *Source) fetchError(tp kafka.TopicPartition) error {
 		err = fmt.Errorf("%w: %w", ErrOutOfRange, err)
 	}
 	return &OffsetError{Topic: topic, Partition: tp.Partition, Offset: s.pos[TopicPartition{topic, tp.Partition}], Err: err}
+}
+
+// Ends returns the end of every assigned partition, in assignment order,
+// as Watermarks sees it (under read_committed, the last stable offset):
+// what a bounded reader stops at.
+func (s *Source) Ends(ctx context.Context) ([]Position, error) {
+	out := make([]Position, len(s.assigned))
+	for i, tp := range s.assigned {
+		_, end, err := s.Watermarks(ctx, tp)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = Position{Topic: tp.Topic, Partition: tp.Partition, Offset: end}
+	}
+	return out, nil
+}
+
+// Reached reports whether reading has reached ends (from Ends, or resolved
+// earlier) on every partition it names: the next offset to read is at or
+// past the end, or the consumer came to the partition's end at or past it.
+// The second covers read_committed logs, whose last offsets can be
+// transaction markers that no record carries. A partition not assigned
+// counts as reached.
+func (s *Source) Reached(ends []Position) bool {
+	for _, e := range ends {
+		tp := TopicPartition{e.Topic, e.Partition}
+		pos, ok := s.pos[tp]
+		if !ok || pos >= e.Offset {
+			continue
+		}
+		if at, ok := s.eof[tp]; ok && at >= e.Offset {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 // Positions returns the next offset to read of every assigned partition,
@@ -502,6 +553,27 @@ func (s *Source) CommitGroupOffsets(ctx context.Context, group string, offsets [
 			if tp.Error != nil {
 				return fmt.Errorf("consumer: commit offsets to group %q: %s[%d] offset %d: %w", group, *tp.Topic, tp.Partition, tp.Offset, tp.Error)
 			}
+		}
+	}
+	return nil
+}
+
+// DeleteGroup deletes group and its committed offsets (Kafka's
+// DeleteGroups; kafka-consumer-groups --delete). A group that does not
+// exist is not an error. The group must have no active members.
+func (s *Source) DeleteGroup(ctx context.Context, group string) error {
+	a, err := kafka.NewAdminClientFromConsumer(s.c)
+	if err != nil {
+		return fmt.Errorf("consumer: admin client: %w", err)
+	}
+	defer a.Close()
+	res, err := a.DeleteConsumerGroups(ctx, []string{group})
+	if err != nil {
+		return fmt.Errorf("consumer: delete group %q: %w", group, err)
+	}
+	for _, r := range res.ConsumerGroupResults {
+		if c := r.Error.Code(); c != kafka.ErrNoError && c != kafka.ErrGroupIDNotFound {
+			return fmt.Errorf("consumer: delete group %q: %w", group, r.Error)
 		}
 	}
 	return nil

@@ -72,3 +72,54 @@ func TestSourcePositionsAndRanges(t *testing.T) {
 		require.ErrorIs(t, err, consumer.ErrUnknownTopic)
 	})
 }
+
+// TestReachedPastTransactionMarkers: a topic written in transactions ends
+// in commit markers, offsets no record carries. A reader bounded by Ends
+// (the last stable offset) must still learn it reached the end: its own
+// position stops at the marker, the consumer's end-of-partition event does
+// not. Headers arrive as kord's own type.
+func TestReachedPastTransactionMarkers(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		topic := c.CreateTopic(t, 2, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers), producer.TransactionalID(topic))
+		require.NoError(t, err)
+		defer p.Close()
+		require.NoError(t, p.InitTransactions(ctx))
+		for txn := 0; txn < 3; txn++ {
+			require.NoError(t, p.BeginTransaction())
+			for i := 0; i < 5; i++ {
+				require.NoError(t, p.Produce(ctx, producer.Record[string, string]{Topic: topic, Key: strconv.Itoa(i), Value: "v",
+					Headers: []producer.Header{{Key: "h", Value: []byte(strconv.Itoa(txn))}}}, nil))
+			}
+			require.NoError(t, p.CommitTransaction(ctx))
+		}
+		s, err := consumer.New(consumer.Brokers(c.Brokers))
+		require.NoError(t, err)
+		defer s.Close()
+		start, err := s.Resolve(ctx, topic, consumer.Earliest)
+		require.NoError(t, err)
+		require.NoError(t, s.Assign(ctx, start))
+		ends, err := s.Ends(ctx)
+		require.NoError(t, err)
+		n := 0
+		for !s.Reached(ends) {
+			recs, err := s.Poll(ctx, 100, 100*time.Millisecond)
+			require.NoError(t, err)
+			for _, r := range recs {
+				require.Len(t, r.Headers, 1)
+				require.Equal(t, "h", r.Headers[0].Key)
+				require.Contains(t, []string{"0", "1", "2"}, string(r.Headers[0].Value))
+			}
+			n += len(recs)
+			require.NoError(t, ctx.Err(), "Reached never became true after %d records (ends %v, positions %v)", n, ends, s.Positions())
+		}
+		require.Equal(t, 15, n)
+		var behind bool
+		for i, pos := range s.Positions() {
+			behind = behind || pos.Offset < ends[i].Offset
+		}
+		require.True(t, behind, "the test did not put a marker after the last record: it proves nothing (positions %v, ends %v)", s.Positions(), ends)
+	})
+}

@@ -74,10 +74,8 @@ func TestKafkaFaultTransactionTimeout(t *testing.T) {
 		restarts := &restartLog{}
 		j, _, sink := f.build(func(s *jobSpec) {
 			s.logger = slog.New(restarts)
-			s.config = func(c *keyed.Config) {
-				c.Restart = keyed.FixedDelay(5, 10*time.Millisecond)
-				c.Checkpoint.Timeout, c.Checkpoint.TransactionMaxTimeout = 30*time.Minute, time.Hour
-			}
+			s.opts = []keyed.Opt{keyed.RestartStrategy(keyed.FixedDelay(5, 10*time.Millisecond)),
+				keyed.CheckpointTimeout(30 * time.Minute), keyed.TransactionMaxTimeout(time.Hour)}
 		})
 		err := runBounded(t, j, 30*time.Second)
 		require.ErrorIs(t, err, producer.ErrConfig)
@@ -113,9 +111,14 @@ func TestSinkRefusesDerivedSettings(t *testing.T) {
 		{map[string]string{"socket.timeout.ms": "60000"}, "socket.timeout.ms \"60000\" must exceed the commit timeout 60000 ms"},
 		{map[string]string{"socket.timeout.ms": "70000"}, ""},
 	} {
-		sink := kafkaio.NewSink("127.0.0.1:1", "out", func(string) ([]byte, []byte, error) { return nil, nil, nil })
-		sink.ProducerSettings = tc.settings
-		sink.InitTimeout = 100 * time.Millisecond
+		opts := []kafkaio.SinkOpt{kafkaio.InitTimeout(100 * time.Millisecond)}
+		for k, v := range tc.settings {
+			opts = append(opts, kafkaio.ProducerSet(k, v))
+		}
+		sink := kafkaio.NewSink(kafkaio.NewClient(kafkaio.Brokers("127.0.0.1:1")), "out", func(string) ([]byte, []byte, error) { return nil, nil, nil }, opts...)
+		if tc.err != "" {
+			require.ErrorContains(t, sink.ValidateSink(info), tc.err, "Validate sees it before the job starts")
+		}
 		err := sink.Reset(context.Background(), info)
 		require.NoError(t, sink.Close())
 		if tc.err == "" {
@@ -214,7 +217,7 @@ func TestKafkaFaultUndecodableRecord(t *testing.T) {
 		restarts := &restartLog{}
 		j, _, sink := f.build(func(s *jobSpec) {
 			s.byPartition, s.logger = false, slog.New(restarts)
-			s.config = func(c *keyed.Config) { c.Restart = keyed.FixedDelay(2, 10*time.Millisecond) }
+			s.opts = []keyed.Opt{keyed.RestartStrategy(keyed.FixedDelay(2, 10*time.Millisecond))}
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()

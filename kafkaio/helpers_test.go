@@ -65,37 +65,46 @@ type jobSpec struct {
 	parallelism                 int
 	mode                        checkpoint.Mode
 	logger                      *slog.Logger
-	config                      func(*keyed.Config) // adjusts the job's configuration, if set
-	settings                    map[string]string   // the sink's ProducerSettings
+	opts                        []keyed.Opt         // more job options
+	srcOpts                     []kafkaio.SourceOpt // the source's options
+	sinkOpts                    []kafkaio.SinkOpt   // the sink's options
+}
+
+// client is the kafkaio client of cluster c.
+func client(c *kafkatest.Cluster) *kafkaio.Client {
+	return kafkaio.NewClient(kafkaio.Brokers(strings.Split(c.Brokers, ",")...))
 }
 
 // newJob builds the job: a Kafka source of JSON events, keyed by
 // partition or by uuid, a counter, and a Kafka sink of JSON results keyed
 // by uuid.
 func newJob(s jobSpec) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result]) {
-	cfg := keyed.Config{Dir: s.dir, Mode: s.mode, Checkpoint: checkpoint.Config{Interval: s.interval}, Logger: s.logger}
-	if s.config != nil {
-		s.config(&cfg)
+	opts := []keyed.Opt{keyed.Dir(s.dir), keyed.CheckpointInterval(s.interval)}
+	if s.mode == checkpoint.AtLeastOnce {
+		opts = append(opts, keyed.AtLeastOnce())
 	}
-	j := keyed.NewJob(s.name, cfg)
-	src := kafkaio.NewSource(s.brokers, s.in, consumer.JSONValue[event]())
-	sink := kafkaio.NewSink(s.brokers, s.out, func(r result) ([]byte, []byte, error) {
+	if s.logger != nil {
+		opts = append(opts, keyed.Logger(s.logger))
+	}
+	j := keyed.NewJob(s.name, append(opts, s.opts...)...)
+	client := kafkaio.NewClient(kafkaio.Brokers(strings.Split(s.brokers, ",")...))
+	src := kafkaio.NewSource(client, s.in, consumer.JSONValue[event](), s.srcOpts...)
+	sink := kafkaio.NewSink(client, s.out, func(r result) ([]byte, []byte, error) {
 		b, err := json.Marshal(r)
 		return []byte(r.UUID), b, err
-	})
-	sink.ProducerSettings = s.settings
+	}, s.sinkOpts...)
 	st := keyed.FromSource(j, "events", s.parallelism, keyed.Source[event](src))
-	var k *keyed.KeyedStream[event]
-	if s.byPartition {
-		k = keyed.ByPartition(st)
-	} else {
-		k = keyed.KeyByString(func(e event) string { return e.UUID }, st)
-	}
 	newOp := func() keyed.Operator[event, result] { return &counter{} }
 	if s.mode == checkpoint.AtLeastOnce {
 		newOp = func() keyed.Operator[event, result] { return &tolerantCounter{} }
 	}
-	keyed.ToSink(keyed.Process(k, "count", s.parallelism, newOp), "results", keyed.Sink[result](sink))
+	var out *keyed.Output[result]
+	if s.byPartition {
+		out = keyed.Process(keyed.ByPartition(st), "count", s.parallelism, newOp)
+	} else {
+		out = keyed.Process(keyed.KeyByString(func(e event) string { return e.UUID }, st), "count", s.parallelism, newOp)
+	}
+	keyed.ToSink(out, "results", keyed.Sink[result](sink))
 	return j, src, sink
 }
 

@@ -24,18 +24,15 @@ import (
 
 // incarnations builds and runs the job once per hook, each of which must
 // crash it, then once without a hook until until returns, with a graceful
-// stop. setup adjusts each build. It returns every job and sink, in order.
+// stop. edit adjusts each build. It returns every job and sink, in order.
 func (f *fixture) incarnations(ctx context.Context, edit func(*jobSpec), hooks []failpoint.Hook,
-	setup func(*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result]), until func(*kafkaio.Sink[result])) ([]*keyed.Job, []*kafkaio.Sink[result]) {
+	until func(*kafkaio.Sink[result])) ([]*keyed.Job, []*kafkaio.Sink[result]) {
 	t := f.t
 	t.Helper()
 	var jobs []*keyed.Job
 	var sinks []*kafkaio.Sink[result]
 	for _, hook := range append(hooks, nil) {
-		j, src, sink := f.build(edit)
-		if setup != nil {
-			setup(j, src, sink)
-		}
+		j, _, sink := f.build(edit)
 		jobs, sinks = append(jobs, j), append(sinks, sink)
 		if hook != nil {
 			require.ErrorIs(t, j.Run(failpoint.WithHook(ctx, hook)), failpoint.ErrCrashed)
@@ -75,7 +72,7 @@ func TestKafkaZombieIsFenced(t *testing.T) {
 		}
 		zombie, _, zsink := f.build(func(s *jobSpec) {
 			s.dir, s.byPartition = zdir, false
-			s.config = func(c *keyed.Config) { c.Restart = keyed.FixedDelay(5, 10*time.Millisecond) }
+			s.opts = []keyed.Opt{keyed.RestartStrategy(keyed.FixedDelay(5, 10*time.Millisecond))}
 		})
 		zdone := make(chan error, 1)
 		go func() { zdone <- zombie.Run(failpoint.WithHook(ctx, hold)) }()
@@ -134,19 +131,16 @@ func TestKafkaUnknownTopic(t *testing.T) {
 }
 
 // stringSink makes one-partition input and output topics and a started
-// Sink of strings (key "k") to the output, in mode, configured by edit
-// before Reset, closed with the test; ctx ends after a minute.
-func stringSink(t *testing.T, c *kafkatest.Cluster, mode checkpoint.Mode, edit func(*kafkaio.Sink[string])) (ctx context.Context, in, out string, sink *kafkaio.Sink[string]) {
+// Sink of strings (key "k") to the output, in mode, with opts, closed with
+// the test; ctx ends after a minute.
+func stringSink(t *testing.T, c *kafkatest.Cluster, mode checkpoint.Mode, opts ...kafkaio.SinkOpt) (ctx context.Context, in, out string, sink *kafkaio.Sink[string]) {
 	in = c.CreateTopic(t, 1, nil)
 	out = c.CreateTopic(t, 1, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	sink = kafkaio.NewSink(c.Brokers, out, func(v string) ([]byte, []byte, error) {
+	sink = kafkaio.NewSink(client(c), out, func(v string) ([]byte, []byte, error) {
 		return []byte("k"), []byte(v), nil
-	})
-	if edit != nil {
-		edit(sink)
-	}
+	}, opts...)
 	require.NoError(t, sink.Reset(ctx, sinkInfo(t, mode, in)))
 	t.Cleanup(func() { sink.Close() })
 	return ctx, in, out, sink
@@ -164,7 +158,7 @@ func sinkInfo(t *testing.T, mode checkpoint.Mode, in string) keyed.SinkInfo {
 // its input. Epoch 3's output stays invisible until checkpoint 3.
 func TestKafkaSinkCommitAfterAbort(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		ctx, in, out, sink := stringSink(t, c, checkpoint.ExactlyOnce, nil)
+		ctx, in, out, sink := stringSink(t, c, checkpoint.ExactlyOnce)
 		rec, err := sink.Recorded(ctx)
 		require.NoError(t, err)
 		require.Nil(t, rec)
@@ -190,8 +184,8 @@ func TestKafkaSinkCommitAfterAbort(t *testing.T) {
 	})
 }
 
-// TestKafkaDeadLetters: undecodable input records, with OnDecodeError =
-// DeadLetter, go to the dead-letter topic in the transactions that commit
+// TestKafkaDeadLetters: undecodable input records, with a dead-letter
+// topic, go to the dead-letter topic in the transactions that commit
 // their offsets: across a crash after a commit and a crash before one, a
 // read_committed reader sees each bad record there exactly once, with
 // headers naming its topic, partition and offset, and every good event's
@@ -235,11 +229,10 @@ func TestKafkaDeadLetters(t *testing.T) {
 				return nil
 			}
 		}
-		jobs, sinks := f.incarnations(ctx, func(s *jobSpec) { s.byPartition = false }, []failpoint.Hook{lateBadThenCrash(3), crashAt(failpoint.BeforeCommit, 1), lateBadThenCrash(2)},
-			func(_ *keyed.Job, src *kafkaio.Source[event], sink *kafkaio.Sink[result]) {
-				src.OnDecodeError = kafkaio.DeadLetter
-				sink.DeadLetterTopic = dlq
-			},
+		jobs, sinks := f.incarnations(ctx, func(s *jobSpec) {
+			s.byPartition = false
+			s.sinkOpts = []kafkaio.SinkOpt{kafkaio.DeadLetterTopic(dlq)}
+		}, []failpoint.Hook{lateBadThenCrash(3), crashAt(failpoint.BeforeCommit, 1), lateBadThenCrash(2)},
 			func(*kafkaio.Sink[result]) {
 				f.c.ReadAll(t, f.out, f.total(), true, 2*time.Minute)
 				f.c.ReadAll(t, dlq, nBad, true, time.Minute)
@@ -281,13 +274,12 @@ func TestKafkaSinkTopicLimit(t *testing.T) {
 		dlq := c.CreateTopic(t, 1, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		sink := kafkaio.NewSink(c.Brokers, out, func(v string) ([]byte, []byte, error) {
+		sink := kafkaio.NewSink(client(c), out, func(v string) ([]byte, []byte, error) {
 			if v == "big" {
 				return []byte("big-key"), make([]byte, 50_000), nil
 			}
 			return []byte("k"), []byte(v), nil
-		})
-		sink.DeadLetterTopic, sink.OnTooLarge = dlq, kafkaio.DeadLetter
+		}, kafkaio.DeadLetterTopic(dlq))
 		require.NoError(t, sink.Reset(ctx, sinkInfo(t, checkpoint.ExactlyOnce, in)))
 		defer sink.Close()
 		_, err := sink.Recorded(ctx)
@@ -309,10 +301,10 @@ func TestKafkaSinkTopicLimit(t *testing.T) {
 }
 
 // TestKafkaSinkTooLarge: an output record larger than message.max.bytes
-// fails the write naming its key under OnTooLarge = Fail (and the sink then
-// refuses to commit: the transaction lacks the record), and under
-// DeadLetter leaves a stand-in (key, size, error) in the dead-letter topic
-// in the same transaction while the other records commit.
+// fails the write naming its key when the sink has no dead-letter topic
+// (and the sink then refuses to commit: the transaction lacks the record),
+// and with one leaves a stand-in (key, size, error) in the dead-letter
+// topic in the same transaction while the other records commit.
 func TestKafkaSinkTooLarge(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		in := c.CreateTopic(t, 1, nil)
@@ -321,21 +313,24 @@ func TestKafkaSinkTooLarge(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		huge := string(make([]byte, 2_000_000))
-		for _, policy := range []kafkaio.Policy{kafkaio.Fail, kafkaio.DeadLetter} {
-			sink := kafkaio.NewSink(c.Brokers, out, func(v string) ([]byte, []byte, error) {
+		for _, deadLetters := range []bool{false, true} {
+			var opts []kafkaio.SinkOpt
+			if deadLetters {
+				opts = append(opts, kafkaio.DeadLetterTopic(dlq))
+			}
+			sink := kafkaio.NewSink(client(c), out, func(v string) ([]byte, []byte, error) {
 				if v == "huge" {
 					return []byte("big-key"), []byte(huge), nil
 				}
 				return []byte("k"), []byte(v), nil
-			})
-			sink.DeadLetterTopic, sink.OnTooLarge = dlq, policy
+			}, opts...)
 			require.NoError(t, sink.Reset(ctx, sinkInfo(t, checkpoint.ExactlyOnce, in)))
 			_, err := sink.Recorded(ctx)
 			require.NoError(t, err)
 			require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 0}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 0}}))
 			require.NoError(t, sink.Write(ctx, 1, "before"))
 			err = sink.Write(ctx, 1, "huge")
-			if policy == kafkaio.Fail {
+			if !deadLetters {
 				require.ErrorIs(t, err, producer.ErrRecordTooLarge)
 				require.Contains(t, err.Error(), "big-key")
 				require.Contains(t, err.Error(), out)
@@ -380,8 +375,10 @@ func TestKafkaStartFromLatest(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		var commits atomic.Int64
-		j, src, sink := f.build(func(s *jobSpec) { s.byPartition = false })
-		src.StartFrom = consumer.Latest
+		j, _, sink := f.build(func(s *jobSpec) {
+			s.byPartition = false
+			s.srcOpts = []kafkaio.SourceOpt{kafkaio.StartFrom(consumer.Latest)}
+		})
 		runCtx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
@@ -427,7 +424,7 @@ func TestKafkaPartitionDiscovery(t *testing.T) {
 		defer cancel()
 		discovering := func(s *jobSpec) {
 			s.byPartition = false
-			s.config = func(c *keyed.Config) { c.PartitionDiscovery = 100 * time.Millisecond }
+			s.opts = []keyed.Opt{keyed.PartitionDiscovery(100 * time.Millisecond)}
 		}
 		j, _, sink := f.build(discovering)
 		done := make(chan error, 1)
@@ -457,7 +454,7 @@ func TestKafkaPartitionDiscovery(t *testing.T) {
 		// Partition mode cannot follow a growth.
 		g := newFixture(t, c, 2, 10)
 		g.fill(100)
-		j, _, sink = g.build(func(s *jobSpec) { s.config = func(c *keyed.Config) { c.PartitionDiscovery = 100 * time.Millisecond } })
+		j, _, sink = g.build(func(s *jobSpec) { s.opts = []keyed.Opt{keyed.PartitionDiscovery(100 * time.Millisecond)} })
 		go func() { done <- j.Run(ctx) }()
 		g.c.ReadAll(t, g.out, g.total(), true, time.Minute)
 		c.AddPartitions(t, g.in, 3)
@@ -496,7 +493,7 @@ func TestKafkaAtLeastOnce(t *testing.T) {
 			return fmt.Errorf("injected crash")
 		}
 		atLeastOnce := func(s *jobSpec) { s.byPartition, s.mode = false, checkpoint.AtLeastOnce }
-		_, sinks := f.incarnations(ctx, atLeastOnce, []failpoint.Hook{afterOutput, crashAt(failpoint.AfterSnapshots, 1), crashAt(failpoint.AfterCommit, 2)}, nil,
+		_, sinks := f.incarnations(ctx, atLeastOnce, []failpoint.Hook{afterOutput, crashAt(failpoint.AfterSnapshots, 1), crashAt(failpoint.AfterCommit, 2)},
 			func(sink *kafkaio.Sink[result]) {
 				require.Eventually(t, func() bool {
 					rec, err := sink.Recorded(ctx)
@@ -570,16 +567,16 @@ func TestKafkaSideOutput(t *testing.T) {
 		for _, n := range f.want {
 			nSide += int((n + 4) / 5) // seq 0, 5, 10, ... < n
 		}
-		_, sinks := f.incarnations(ctx, func(s *jobSpec) { s.byPartition = false }, []failpoint.Hook{crashAt(failpoint.AfterCommit, 2), crashAt(failpoint.BeforeCommit, 1)},
-			func(_ *keyed.Job, _ *kafkaio.Source[event], sink *kafkaio.Sink[result]) {
-				sink.SideTopics = []string{side}
-				sink.TopicOf = func(r result) string {
-					if toSide(r) {
-						return side
-					}
-					return ""
-				}
-			},
+		route := func(r result) string {
+			if toSide(r) {
+				return side
+			}
+			return ""
+		}
+		_, sinks := f.incarnations(ctx, func(s *jobSpec) {
+			s.byPartition = false
+			s.sinkOpts = []kafkaio.SinkOpt{kafkaio.SideOutput(route, side)}
+		}, []failpoint.Hook{crashAt(failpoint.AfterCommit, 2), crashAt(failpoint.BeforeCommit, 1)},
 			func(*kafkaio.Sink[result]) {
 				f.c.ReadAll(t, f.out, f.total()-nSide, true, 2*time.Minute)
 				f.c.ReadAll(t, side, nSide, true, time.Minute)
@@ -613,9 +610,7 @@ func TestKafkaSideOutput(t *testing.T) {
 // returns, or a crash after the commit would lose them.
 func TestKafkaSinkAtLeastOnceFlushes(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		ctx, in, out, sink := stringSink(t, c, checkpoint.AtLeastOnce, func(s *kafkaio.Sink[string]) {
-			s.ProducerSettings = map[string]string{"linger.ms": "30000"}
-		})
+		ctx, in, out, sink := stringSink(t, c, checkpoint.AtLeastOnce, kafkaio.ProducerSet("linger.ms", "30000"))
 		for i := 0; i < 100; i++ {
 			require.NoError(t, sink.Write(ctx, 1, strconv.Itoa(i)))
 		}
@@ -624,5 +619,26 @@ func TestKafkaSinkAtLeastOnceFlushes(t *testing.T) {
 		rec, err := sink.Recorded(ctx)
 		require.NoError(t, err)
 		require.Equal(t, checkpoint.CheckpointRef{Run: "r", ID: 1}, rec.Ref)
+	})
+}
+
+// TestKafkaBounded: a Bounded source ends where the topic ended when the
+// job started: Run commits a final checkpoint and returns nil by itself.
+// Records written meanwhile wait for the next run, which reads from the
+// committed checkpoint to the new end. The output is exactly once.
+func TestKafkaBounded(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 4, 100)
+		f.fill(3_000)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		bounded := func(s *jobSpec) { s.srcOpts = []kafkaio.SourceOpt{kafkaio.Bounded()} }
+		j, _, _ := f.build(bounded)
+		require.NoError(t, j.Run(ctx), "a bounded job returns nil at its end")
+		require.Len(t, f.c.ReadAll(t, f.out, f.total()+1, true, 3*time.Second), f.total())
+		f.fill(1_000)
+		j, _, _ = f.build(bounded)
+		require.NoError(t, j.Run(ctx))
+		f.verify()
 	})
 }

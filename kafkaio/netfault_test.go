@@ -71,13 +71,13 @@ func runNetFault(t *testing.T, nf netFault) {
 	})
 	build := func() (*keyed.Job, *kafkaio.Sink[result]) {
 		j, _, sink := f.build(func(s *jobSpec) {
-			s.brokers, s.logger, s.settings = p.Addr(), log, nf.settings
-			s.config = func(c *keyed.Config) {
-				// Commits give up after 3 s (the commit call's deadline is
-				// the checkpoint timeout): faults are made longer than that.
-				c.Checkpoint.Timeout = 3 * time.Second
-				c.Restart = keyed.FixedDelay(5, 500*time.Millisecond)
+			s.brokers, s.logger = p.Addr(), log
+			for k, v := range nf.settings {
+				s.sinkOpts = append(s.sinkOpts, kafkaio.ProducerSet(k, v))
 			}
+			// Commits give up after 3 s (the commit call's deadline is the
+			// checkpoint timeout): faults are made longer than that.
+			s.opts = []keyed.Opt{keyed.CheckpointTimeout(3 * time.Second), keyed.RestartStrategy(keyed.FixedDelay(5, 500*time.Millisecond))}
 		})
 		return j, sink
 	}
@@ -260,10 +260,7 @@ func TestBrokerRestart(t *testing.T) {
 	var out syncbuf.Buffer
 	j, _, sink := f.build(func(s *jobSpec) {
 		s.logger = logTo(&out, slog.LevelInfo, nil)
-		s.config = func(c *keyed.Config) {
-			c.Checkpoint.Timeout = 10 * time.Second
-			c.Restart = keyed.FixedDelay(20, time.Second)
-		}
+		s.opts = []keyed.Opt{keyed.CheckpointTimeout(10 * time.Second), keyed.RestartStrategy(keyed.FixedDelay(20, time.Second))}
 	})
 	var commits atomic.Int64
 	hook := func(point string) error {

@@ -314,7 +314,7 @@ func TestAbortedCheckpointMergesIntoNext(t *testing.T) {
 		})
 		j, _, sink := f.build(func(s *jobSpec) {
 			s.logger = log
-			s.config = func(c *keyed.Config) { c.Checkpoint.TolerableFailures, c.FS = 1, fs }
+			s.opts = []keyed.Opt{keyed.TolerableFailures(1), keyed.FS(fs)}
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -369,8 +369,10 @@ func TestEpochBufferBackpressure(t *testing.T) {
 			}
 			return nil
 		})
-		j, _, sink := f.build(func(s *jobSpec) { s.config = func(c *keyed.Config) { c.FS = fs } })
-		sink.EpochBuffer = 7
+		j, _, sink := f.build(func(s *jobSpec) {
+			s.opts = []keyed.Opt{keyed.FS(fs)}
+			s.sinkOpts = []kafkaio.SinkOpt{kafkaio.EpochBuffer(7)}
+		})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		f.runUntil(ctx, j, sink)
@@ -391,7 +393,7 @@ func TestStopTimeout(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		f := newFixture(t, c, 6, 20)
 		took, err := f.failFinalCommit(failpoint.SimCommitStall, func(s *jobSpec) {
-			s.config = func(c *keyed.Config) { c.StopTimeout = time.Second }
+			s.opts = []keyed.Opt{keyed.StopTimeout(time.Second)}
 		})
 		// StopTimeout, plus closing the clients.
 		require.Less(t, took, 8*time.Second)

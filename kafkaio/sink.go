@@ -19,58 +19,22 @@ import (
 )
 
 // Sink writes a job's output to a Kafka topic, exactly once in the job's
-// exactly-once mode, with one transactional producer per job (see the
-// package doc for the protocol), and at least once in its at-least-once
-// mode: output written at once by an idempotent producer, flushed at each
-// checkpoint before the checkpoint's offsets and commit record are
-// committed to the commit group.
+// exactly-once mode (Flink KafkaSink with DeliveryGuarantee.EXACTLY_ONCE;
+// Kafka Streams exactly_once_v2), with one transactional producer per job
+// (see the package doc for the protocol), and at least once in its
+// at-least-once mode: output written at once by an idempotent producer,
+// flushed at each checkpoint before the checkpoint's offsets and commit
+// record are committed to the commit group. Make one with NewSink.
 //
 // The job gives the sink its name, its input topics, its mode and its
 // transaction timeout (keyed.SinkInfo): transactional.id "kord.<job>",
 // commit group "kord.<job>.commit", transaction.timeout.ms derived from the
-// checkpoint settings.
+// checkpoint settings. Run closes the sink when it returns.
 type Sink[T any] struct {
-	Brokers string
-	Topic   string
-	// Encode turns a result into the record key and value.
-	Encode func(v T) (key, value []byte, err error)
-	// TopicOf, if set, routes a result to another topic (a side output:
-	// alerts beside counts, say); "" means Topic. Every topic is written
-	// by the same transactional producer, so side outputs commit with the
-	// main output and the dead letters, exactly once. Name the topics in
-	// SideTopics so that Reset checks they exist.
-	TopicOf    func(v T) string
-	SideTopics []string
-	// EpochBuffer bounds the records held after a barrier until the commit;
-	// Write blocks while it is full (backpressure). Default 100,000.
-	EpochBuffer int
-	// ProducerSettings are librdkafka producer settings. transactional.id
-	// and transaction.timeout.ms are derived from the job (its name, its
-	// checkpoint settings) and refused here; message.timeout.ms defaults to
-	// the transaction timeout and may be set lower, not higher: a record
-	// still being retried when its transaction times out would outlive it.
-	ProducerSettings map[string]string
-	// Logger receives the sink's and its producer's log. Default: the
-	// job's logger.
-	Logger *slog.Logger
-	// DeadLetterTopic receives, in the same transactions as the output,
-	// the input records a source could not decode (with OnDecodeError =
-	// DeadLetter) and, with OnTooLarge = DeadLetter, a stand-in for each
-	// output record too large to write. Each carries headers naming where
-	// it came from and why (kord.dlq.*).
-	DeadLetterTopic string
-	// InitTimeout bounds Reset's wait for the brokers (metadata and
-	// InitTransactions). Default 30 s.
-	InitTimeout time.Duration
-	// OnTooLarge says what an output record larger than the producer's
-	// message.max.bytes does: Fail (default), or DeadLetter: a record
-	// with its key, no value, and headers giving its size and the error
-	// goes to DeadLetterTopic. Either way no transaction is aborted
-	// over it again and again. (librdkafka refuses such a record when it
-	// is produced; Reset lowers message.max.bytes to the smallest
-	// max.message.bytes of the topics written, so the broker never refuses
-	// one later.)
-	OnTooLarge Policy
+	c      *Client
+	topic  string
+	encode func(v T) (key, value []byte, err error)
+	cfg    sinkConfig
 
 	mu        sync.Mutex
 	room      chan struct{} // closed and replaced when Write may go on
@@ -89,6 +53,67 @@ type Sink[T any] struct {
 	commits        *consumer.Source // at-least-once: commits to the commit group
 }
 
+type sinkConfig struct {
+	topicOf     any // func(T) string, checked by NewSink
+	sideTopics  []string
+	epochBuffer int
+	settings    map[string]string
+	log         *slog.Logger
+	deadLetters string
+	initTimeout time.Duration
+}
+
+// SinkOpt configures a Sink.
+type SinkOpt func(*sinkConfig)
+
+// DeadLetterTopic sends what can never be processed to topic, in the same
+// transactions as the output, with headers naming where it came from and
+// why (kord.dlq.*), and counts it: every input record a source cannot
+// decode, and a stand-in (its key, its size, the error) for every output
+// record too large to write. Default none: such a record fails the job,
+// naming its topic, partition and offset (Kafka Streams'
+// deserialization.exception.handler, LogAndFail by default).
+func DeadLetterTopic(topic string) SinkOpt { return func(c *sinkConfig) { c.deadLetters = topic } }
+
+// SideOutput routes some results to other topics (alerts beside counts,
+// say): route returns a result's topic, "" for the sink's own. Every topic
+// is written by the same transactional producer, so side outputs commit
+// with the main output and the dead letters, exactly once. Name every
+// topic route can return in topics, so that the sink checks they exist
+// before the job starts.
+func SideOutput[T any](route func(v T) string, topics ...string) SinkOpt {
+	return func(c *sinkConfig) { c.topicOf, c.sideTopics = route, append(c.sideTopics, topics...) }
+}
+
+// EpochBuffer bounds the records held after a checkpoint's barrier until
+// its commit; Write blocks while it is full (backpressure to the sources).
+// Default 100,000.
+func EpochBuffer(n int) SinkOpt { return func(c *sinkConfig) { c.epochBuffer = n } }
+
+// ProducerSet passes a librdkafka producer property to this sink's
+// producer only (after the Client's settings). transactional.id and
+// transaction.timeout.ms are derived from the job (its name, its
+// checkpoint settings) and refused; message.timeout.ms defaults to the
+// transaction timeout and may be set lower, not higher (a record retried
+// past its transaction's end would outlive it); socket.timeout.ms must
+// exceed the checkpoint timeout (DESIGN.md, on KIP-890).
+func ProducerSet(key, value string) SinkOpt {
+	return func(c *sinkConfig) {
+		if c.settings == nil {
+			c.settings = map[string]string{}
+		}
+		c.settings[key] = value
+	}
+}
+
+// InitTimeout bounds the sink's wait for the brokers at the start of every
+// run (metadata and InitTransactions). Default 30 s.
+func InitTimeout(d time.Duration) SinkOpt { return func(c *sinkConfig) { c.initTimeout = d } }
+
+// SinkLogger receives this sink's and its producer's log. Default: the
+// Client's logger, else the job's.
+func SinkLogger(l *slog.Logger) SinkOpt { return func(c *sinkConfig) { c.log = l } }
+
 // Set by tests only.
 var (
 	// testHookBuffered sees the epoch buffer's length after each record
@@ -103,9 +128,53 @@ var (
 	testNoSocketGuard bool
 )
 
-// NewSink returns a sink writing topic.
-func NewSink[T any](brokers, topic string, encode func(T) ([]byte, []byte, error)) *Sink[T] {
-	return &Sink[T]{Brokers: brokers, Topic: topic, Encode: encode}
+// NewSink returns a sink writing topic through c, each result encoded by
+// encode into the record's key and value.
+func NewSink[T any](c *Client, topic string, encode func(T) ([]byte, []byte, error), opts ...SinkOpt) *Sink[T] {
+	s := &Sink[T]{c: c, topic: topic, encode: encode}
+	for _, o := range opts {
+		o(&s.cfg)
+	}
+	return s
+}
+
+// route returns the SideOutput route, nil when none or of another type.
+func (s *Sink[T]) route() func(T) string {
+	r, _ := s.cfg.topicOf.(func(T) string)
+	return r
+}
+
+// ValidateSink implements keyed's check of a sink before the job runs:
+// what the sink needs, and the producer settings the job derives.
+func (s *Sink[T]) ValidateSink(info keyed.SinkInfo) error {
+	var errs []error
+	if s.c == nil || len(s.c.brokers) == 0 {
+		errs = append(errs, fmt.Errorf("kafkaio: sink %s: no brokers (kafkaio.Brokers in its Client)", s.topic))
+	}
+	if s.topic == "" {
+		errs = append(errs, errors.New("kafkaio: sink: no topic"))
+	}
+	if s.encode == nil {
+		errs = append(errs, fmt.Errorf("kafkaio: sink %s: no encoder", s.topic))
+	}
+	if s.cfg.topicOf != nil && s.route() == nil {
+		var zero T
+		errs = append(errs, fmt.Errorf("kafkaio: sink %s: SideOutput's route is a %T, want a func(%T) string", s.topic, s.cfg.topicOf, zero))
+	}
+	if s.cfg.deadLetters != "" && s.cfg.deadLetters == s.topic {
+		errs = append(errs, fmt.Errorf("kafkaio: sink %s: DeadLetterTopic is the output topic", s.topic))
+	}
+	for _, in := range info.Inputs {
+		for _, out := range s.topics() {
+			if in == out {
+				errs = append(errs, fmt.Errorf("kafkaio: sink %s: topic %s is also an input of the job", s.topic, out))
+			}
+		}
+	}
+	if _, _, err := s.checkSettings(info); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 func (s *Sink[T]) exactlyOnce() bool { return s.info.Mode != checkpoint.AtLeastOnce }
@@ -136,33 +205,28 @@ func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.info = info
-	s.log = s.Logger
-	if s.log == nil {
-		s.log = info.Logger
+	s.log = s.cfg.log
+	if s.log == nil && s.c != nil {
+		s.log = s.c.logger(info.Logger)
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if s.EpochBuffer <= 0 {
-		s.EpochBuffer = 100_000
-	}
 	s.closeClients(false) // the new producer's InitTransactions aborts what it left
-	s.buffer, s.bufEpochs, s.err, s.unknown, s.commitDeadline = nil, nil, nil, false, 0
+	s.buffer, s.bufEpochs, s.err, s.unknown = nil, nil, nil, false
 	s.wake()
-	if info.Job == "" || len(info.Inputs) == 0 {
-		return keyed.Permanent(fmt.Errorf("%w: kafkaio: sink %s: the job gave no name or no input topics", producer.ErrConfig, s.Topic))
+	if err := s.ValidateSink(info); err != nil {
+		return keyed.Permanent(err)
 	}
-	settings, err := s.checkSettings()
+	if info.Job == "" || len(info.Inputs) == 0 {
+		return keyed.Permanent(fmt.Errorf("%w: kafkaio: sink %s: the job gave no name or no input topics", producer.ErrConfig, s.topic))
+	}
+	settings, deadline, err := s.checkSettings(info)
 	if err != nil {
 		return keyed.Permanent(err)
 	}
-	opts := []producer.Opt{producer.Brokers(s.Brokers), producer.CloseTimeout(5 * time.Second), producer.Logger(s.log)}
-	if s.exactlyOnce() {
-		// A failed record fails the transaction's commit, so per-record
-		// delivery reports are not needed.
-		opts = append(opts, producer.TransactionalID(TransactionalID(info.Job)), producer.CommitReports())
-	}
-	timeout := s.InitTimeout
+	s.commitDeadline = deadline
+	timeout := s.cfg.initTimeout
 	if timeout <= 0 {
 		timeout = 30 * time.Second
 	}
@@ -171,8 +235,11 @@ func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) error {
 	if settings, err = s.sizedSettings(ictx, settings); err != nil {
 		return err
 	}
-	for k, v := range settings {
-		opts = append(opts, producer.Set(k, v))
+	opts := append(s.c.producerOpts(s.log, settings), producer.CloseTimeout(5*time.Second), producer.Logger(s.log))
+	if s.exactlyOnce() {
+		// A failed record fails the transaction's commit, so per-record
+		// delivery reports are not needed.
+		opts = append(opts, producer.TransactionalID(TransactionalID(info.Job)), producer.CommitReports())
 	}
 	p, err := producer.New(producer.Bytes(), producer.Bytes(), opts...)
 	if err != nil {
@@ -181,11 +248,11 @@ func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) error {
 	for _, topic := range s.topics() {
 		if _, err := p.Partition(ictx, producer.Record[[]byte, []byte]{Topic: topic}); err != nil {
 			p.Close()
-			return fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.Topic, s.Brokers, err)
+			return fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err)
 		}
 	}
 	if !s.exactlyOnce() {
-		c, err := consumer.New(consumer.Brokers(s.Brokers), consumer.Logger(s.log))
+		c, err := s.c.consumer(s.log, nil)
 		if err != nil {
 			p.Close()
 			return err
@@ -196,12 +263,12 @@ func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) error {
 	if err := p.InitTransactions(ictx); err != nil {
 		p.Close()
 		if errors.Is(err, producer.ErrConfig) || errors.Is(err, producer.ErrFenced) {
-			return keyed.Permanent(fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.Topic, s.Brokers, err))
+			return keyed.Permanent(fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err))
 		}
 		if ctx.Err() == nil && ictx.Err() != nil {
-			return fmt.Errorf("kafkaio: sink %s: no transaction coordinator reached at %s within %v: %w", s.Topic, s.Brokers, timeout, err)
+			return fmt.Errorf("kafkaio: sink %s: no transaction coordinator reached at %s within %v (InitTimeout): %w", s.topic, s.c.BrokerList(), timeout, err)
 		}
-		return fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.Topic, s.Brokers, err)
+		return fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err)
 	}
 	if err := p.BeginTransaction(); err != nil {
 		p.Close()
@@ -214,7 +281,7 @@ func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) error {
 // topics lists every topic the sink writes.
 func (s *Sink[T]) topics() []string {
 	var out []string
-	for _, t := range append([]string{s.Topic, s.DeadLetterTopic}, s.SideTopics...) {
+	for _, t := range append([]string{s.topic, s.cfg.deadLetters}, s.cfg.sideTopics...) {
 		if t != "" {
 			out = append(out, t)
 		}
@@ -222,38 +289,46 @@ func (s *Sink[T]) topics() []string {
 	return out
 }
 
-// checkSettings checks ProducerSettings against what the job derives and
-// returns them with the derived ones added (DESIGN.md, "Timeouts").
-func (s *Sink[T]) checkSettings() (map[string]string, error) {
-	out := make(map[string]string, len(s.ProducerSettings)+2)
-	for k, v := range s.ProducerSettings {
-		out[k] = v
+// checkSettings checks the producer settings (the Client's, then
+// ProducerSet's) against what the job derives, and returns the sink's own
+// with the derived ones added, and the deadline of every commit (DESIGN.md,
+// "Timeouts" and "Unknown outcomes").
+func (s *Sink[T]) checkSettings(info keyed.SinkInfo) (map[string]string, time.Duration, error) {
+	all := map[string]string{}
+	if s.c != nil {
+		for k, v := range s.c.settings {
+			all[k] = v
+		}
 	}
-	txn := s.info.TransactionTimeout
-	if _, ok := out["transactional.id"]; ok {
-		return nil, fmt.Errorf("%w: kafkaio: sink %s: producer setting transactional.id is derived from the job name (%s); remove it",
-			producer.ErrConfig, s.Topic, TransactionalID(s.info.Job))
+	out := make(map[string]string, len(s.cfg.settings)+3)
+	for k, v := range s.cfg.settings {
+		all[k], out[k] = v, v
 	}
-	if _, ok := out["transaction.timeout.ms"]; ok {
-		return nil, fmt.Errorf("%w: kafkaio: sink %s: producer setting transaction.timeout.ms is derived from the checkpoint settings (%v now: interval, timeout, min pause and tolerable failures, capped at TransactionMaxTimeout); remove it and change those instead",
-			producer.ErrConfig, s.Topic, txn)
+	txn := info.TransactionTimeout
+	if _, ok := all["transactional.id"]; ok {
+		return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: producer setting transactional.id is derived from the job name (%s); remove it",
+			producer.ErrConfig, s.topic, TransactionalID(info.Job))
 	}
-	if !s.exactlyOnce() {
-		return out, nil
+	if _, ok := all["transaction.timeout.ms"]; ok {
+		return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: producer setting transaction.timeout.ms is derived from the checkpoint settings (%v now: interval, timeout, min pause and tolerable failures, capped at keyed.TransactionMaxTimeout); remove it and change those instead",
+			producer.ErrConfig, s.topic, txn)
+	}
+	if info.Mode == checkpoint.AtLeastOnce {
+		return out, info.CommitTimeout, nil
 	}
 	if txn <= 0 {
-		return nil, fmt.Errorf("%w: kafkaio: sink %s: the job gave no transaction timeout", producer.ErrConfig, s.Topic)
+		return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: the job gave no transaction timeout", producer.ErrConfig, s.topic)
 	}
 	// A shorter message timeout only fails a produce sooner (an abort and
 	// a replay), so it is accepted.
-	if v, ok := out["message.timeout.ms"]; ok {
+	if v, ok := all["message.timeout.ms"]; ok {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		switch {
 		case err != nil || ms < 1:
-			return nil, fmt.Errorf("%w: kafkaio: sink %s: producer setting message.timeout.ms %q: want a positive number of milliseconds", producer.ErrConfig, s.Topic, v)
+			return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: producer setting message.timeout.ms %q: want a positive number of milliseconds", producer.ErrConfig, s.topic, v)
 		case time.Duration(ms)*time.Millisecond > txn:
-			return nil, fmt.Errorf("%w: kafkaio: sink %s: producer setting message.timeout.ms %d exceeds the transaction timeout %d ms (transaction.timeout.ms, derived from the checkpoint settings); lower it or leave it unset (it defaults to the transaction timeout)",
-				producer.ErrConfig, s.Topic, ms, txn.Milliseconds())
+			return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: producer setting message.timeout.ms %d exceeds the transaction timeout %d ms (transaction.timeout.ms, derived from the checkpoint settings); lower it or leave it unset (it defaults to the transaction timeout)",
+				producer.ErrConfig, s.topic, ms, txn.Milliseconds())
 		}
 	} else {
 		out["message.timeout.ms"] = strconv.FormatInt(txn.Milliseconds(), 10)
@@ -268,36 +343,36 @@ func (s *Sink[T]) checkSettings() (map[string]string, error) {
 	// problem, which librdkafka does not solve. So the request timeout must
 	// outlast every commit call: the sink gives up first, ends the producer,
 	// and the next producer's epoch fences what is still in flight.
-	// librdkafka requires socket.timeout.ms <= transaction.timeout.ms + 100.
-	commit := s.info.CommitTimeout
+	// librdkafka requires socket.timeout.ms <= transaction.timeout.ms + 100
+	// and at most 300 s: a longer checkpoint timeout gives the commit call a
+	// shorter deadline instead.
+	commit := info.CommitTimeout
 	if commit <= 0 {
-		return nil, fmt.Errorf("%w: kafkaio: sink %s: the job gave no commit timeout", producer.ErrConfig, s.Topic)
+		return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: the job gave no commit timeout", producer.ErrConfig, s.topic)
 	}
-	// librdkafka's maximum socket.timeout.ms is 300 s: a longer checkpoint
-	// timeout gives the commit call a shorter deadline instead.
 	const maxSocket = 300 * time.Second
-	s.commitDeadline = min(commit, maxSocket-5*time.Second)
-	if v, ok := out["socket.timeout.ms"]; ok && !testNoSocketGuard {
+	deadline := min(commit, maxSocket-5*time.Second)
+	if v, ok := all["socket.timeout.ms"]; ok && !testNoSocketGuard {
 		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || time.Duration(ms)*time.Millisecond <= s.commitDeadline {
-			return nil, fmt.Errorf("%w: kafkaio: sink %s: producer setting socket.timeout.ms %q must exceed the commit timeout %d ms (the checkpoint timeout): librdkafka would otherwise send a timed-out commit again by itself while the sink still uses the producer (DESIGN.md, on KIP-890); leave it unset",
-				producer.ErrConfig, s.Topic, v, s.commitDeadline.Milliseconds())
+		if err != nil || time.Duration(ms)*time.Millisecond <= deadline {
+			return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: producer setting socket.timeout.ms %q must exceed the commit timeout %d ms (keyed.CheckpointTimeout): librdkafka would otherwise send a timed-out commit again by itself while the sink still uses the producer (DESIGN.md, on KIP-890); leave it unset",
+				producer.ErrConfig, s.topic, v, deadline.Milliseconds())
 		}
 	} else if !ok {
-		socket := min(max(60*time.Second, s.commitDeadline+5*time.Second), txn, maxSocket)
+		socket := min(max(60*time.Second, deadline+5*time.Second), txn, maxSocket)
 		out["socket.timeout.ms"] = strconv.FormatInt(socket.Milliseconds(), 10)
-		s.commitDeadline = min(s.commitDeadline, socket-5*time.Second)
+		deadline = min(deadline, socket-5*time.Second)
 	}
-	return out, nil
+	return out, deadline, nil
 }
 
 // sizedSettings returns settings with message.max.bytes (and batch.size)
 // no larger than the smallest max.message.bytes of the topics the sink
 // writes: librdkafka then refuses a record the broker would refuse, when
-// it is produced, where OnTooLarge classifies it, instead of the broker
+// it is produced, where the sink sends it to its dead letters or fails, instead of the broker
 // failing every transaction that carries it.
 func (s *Sink[T]) sizedSettings(ctx context.Context, settings map[string]string) (map[string]string, error) {
-	c, err := consumer.New(consumer.Brokers(s.Brokers), consumer.Logger(s.log))
+	c, err := s.c.consumer(s.log, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -308,15 +383,15 @@ func (s *Sink[T]) sizedSettings(ctx context.Context, settings map[string]string)
 			if errors.Is(err, consumer.ErrUnknownTopic) {
 				err = fmt.Errorf("%w: %w", producer.ErrUnknownTopic, err)
 			}
-			return nil, fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.Topic, s.Brokers, err)
+			return nil, fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err)
 		}
 		v, err := c.TopicConfig(ctx, topic, "max.message.bytes")
 		if err != nil {
-			return nil, fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.Topic, s.Brokers, err)
+			return nil, fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err)
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("kafkaio: sink %s: topic %s: max.message.bytes %q: %w", s.Topic, topic, v, err)
+			return nil, fmt.Errorf("kafkaio: sink %s: topic %s: max.message.bytes %q: %w", s.topic, topic, v, err)
 		}
 		if limit < 0 || n < limit {
 			limit = n
@@ -328,7 +403,7 @@ func (s *Sink[T]) sizedSettings(ctx context.Context, settings map[string]string)
 	own := int64(1_000_000) // librdkafka's default message.max.bytes
 	if v, ok := settings["message.max.bytes"]; ok {
 		if own, err = strconv.ParseInt(v, 10, 64); err != nil {
-			return nil, keyed.Permanent(fmt.Errorf("%w: kafkaio: sink %s: message.max.bytes %q: %w", producer.ErrConfig, s.Topic, v, err))
+			return nil, keyed.Permanent(fmt.Errorf("%w: kafkaio: sink %s: message.max.bytes %q: %w", producer.ErrConfig, s.topic, v, err))
 		}
 	}
 	if limit < own {
@@ -348,9 +423,9 @@ func (s *Sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
 	inputs, group := s.info.Inputs, CommitGroup(s.info.Job)
 	s.mu.Unlock()
 	if len(inputs) == 0 {
-		return nil, fmt.Errorf("kafkaio: sink %s: Recorded before Reset", s.Topic)
+		return nil, fmt.Errorf("kafkaio: sink %s: Recorded before Reset", s.topic)
 	}
-	c, err := consumer.New(consumer.Brokers(s.Brokers), consumer.Logger(s.log))
+	c, err := s.c.consumer(s.log, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -390,16 +465,30 @@ func (s *Sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
 	return &keyed.Recorded{Ref: checkpoint.CheckpointRef{Run: rec.Run, ID: rec.Checkpoint}, Offsets: recorded, Where: "commit group " + group}, nil
 }
 
+// Forget implements keyed.Forgetter (Job.Forget): it deletes the job's
+// commit group, and with it the record of which checkpoint committed.
+func (s *Sink[T]) Forget(ctx context.Context, info keyed.SinkInfo) error {
+	if s.c == nil || len(s.c.brokers) == 0 {
+		return fmt.Errorf("kafkaio: sink %s: no brokers", s.topic)
+	}
+	c, err := s.c.consumer(info.Logger, nil)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.DeleteGroup(ctx, CommitGroup(info.Job))
+}
+
 // Write implements keyed.Sink. It blocks while the epoch buffer is full,
 // until ctx is done.
 func (s *Sink[T]) Write(ctx context.Context, epoch uint64, v T) error {
-	key, val, err := s.Encode(v)
+	key, val, err := s.encode(v)
 	if err != nil {
-		return fmt.Errorf("kafkaio: sink %s: encode: %w", s.Topic, err)
+		return fmt.Errorf("kafkaio: sink %s: encode: %w", s.topic, err)
 	}
-	topic := s.Topic
-	if s.TopicOf != nil {
-		if t := s.TopicOf(v); t != "" {
+	topic := s.topic
+	if route := s.route(); route != nil {
+		if t := route(v); t != "" {
 			topic = t
 		}
 	}
@@ -417,12 +506,12 @@ func (s *Sink[T]) write(ctx context.Context, epoch uint64, rec producer.Record[[
 			return s.err
 		}
 		if s.p == nil {
-			return fmt.Errorf("kafkaio: sink %s: not reset", s.Topic)
+			return fmt.Errorf("kafkaio: sink %s: not reset", s.topic)
 		}
 		if !s.exactlyOnce() || epoch <= s.committed+1 {
 			return s.produce(ctx, rec)
 		}
-		if len(s.buffer) < s.EpochBuffer {
+		if len(s.buffer) < s.epochBuffer() {
 			s.buffer = append(s.buffer, rec)
 			s.bufEpochs = append(s.bufEpochs, epoch)
 			if testHookBuffered != nil {
@@ -445,15 +534,23 @@ func (s *Sink[T]) write(ctx context.Context, epoch uint64, rec producer.Record[[
 }
 
 // TakesDeadLetters implements keyed.DeadLetterSink: with a DeadLetterTopic.
-func (s *Sink[T]) TakesDeadLetters() bool { return s.DeadLetterTopic != "" }
+func (s *Sink[T]) TakesDeadLetters() bool { return s.cfg.deadLetters != "" }
+
+// epochBuffer is EpochBuffer's bound, 100,000 by default.
+func (s *Sink[T]) epochBuffer() int {
+	if s.cfg.epochBuffer > 0 {
+		return s.cfg.epochBuffer
+	}
+	return 100_000
+}
 
 // DeadLetter implements keyed.DeadLetterSink: b goes to DeadLetterTopic
 // with epoch's output.
 func (s *Sink[T]) DeadLetter(ctx context.Context, epoch uint64, b keyed.BadRecord) error {
-	if s.DeadLetterTopic == "" {
-		return fmt.Errorf("kafkaio: sink %s: %s[%d] offset %d cannot be decoded and the sink has no DeadLetterTopic: %w", s.Topic, b.Topic, b.Partition, b.Offset, b.Err)
+	if s.cfg.deadLetters == "" {
+		return fmt.Errorf("kafkaio: sink %s: %s[%d] offset %d cannot be decoded and the sink has no DeadLetterTopic: %w", s.topic, b.Topic, b.Partition, b.Offset, b.Err)
 	}
-	rec := producer.Record[[]byte, []byte]{Topic: s.DeadLetterTopic, Key: b.Key, Value: b.Value, Timestamp: b.Timestamp, Headers: []producer.Header{
+	rec := producer.Record[[]byte, []byte]{Topic: s.cfg.deadLetters, Key: b.Key, Value: b.Value, Timestamp: b.Timestamp, Headers: []producer.Header{
 		{Key: "kord.dlq.topic", Value: []byte(b.Topic)},
 		{Key: "kord.dlq.partition", Value: []byte(strconv.Itoa(int(b.Partition)))},
 		{Key: "kord.dlq.offset", Value: []byte(strconv.FormatInt(b.Offset, 10))},
@@ -465,9 +562,9 @@ func (s *Sink[T]) DeadLetter(ctx context.Context, epoch uint64, b keyed.BadRecor
 }
 
 // produce writes rec into the open transaction. A record librdkafka
-// refuses as too large follows OnTooLarge. In exactly-once mode any other
-// failure ends the producer's use (s.err): a transaction missing a record
-// must never commit. Called with s.mu held.
+// refuses as too large goes to the dead letters, as a stand-in, or fails.
+// In exactly-once mode any other failure ends the producer's use (s.err):
+// a transaction missing a record must never commit. Called with s.mu held.
 func (s *Sink[T]) produce(ctx context.Context, rec producer.Record[[]byte, []byte]) error {
 	if s.exactlyOnce() && failpoint.Active(failpoint.SimProduceUnknown) {
 		// The record goes out, but the job is told its outcome is unknown.
@@ -476,12 +573,12 @@ func (s *Sink[T]) produce(ctx context.Context, rec producer.Record[[]byte, []byt
 	}
 	err := s.p.Produce(ctx, rec, nil)
 	if errors.Is(err, producer.ErrRecordTooLarge) {
-		if s.OnTooLarge != DeadLetter || s.DeadLetterTopic == "" || rec.Topic == s.DeadLetterTopic {
-			err = fmt.Errorf("kafkaio: sink: output record for %s with key %q cannot be written (OnTooLarge is Fail, or no DeadLetterTopic): %w", rec.Topic, rec.Key, err)
+		if s.cfg.deadLetters == "" || rec.Topic == s.cfg.deadLetters {
+			err = fmt.Errorf("kafkaio: sink %s: output record for %s with key %q cannot be written, and there is no DeadLetterTopic for a stand-in: %w", s.topic, rec.Topic, rec.Key, err)
 		} else {
 			s.tooLarge.Add(1)
-			s.log.Warn("kafkaio: sink: output record too large; a stand-in goes to the dead-letter topic", "topic", rec.Topic, "key", string(rec.Key), "bytes", len(rec.Key)+len(rec.Value), "dead_letter_topic", s.DeadLetterTopic)
-			err = s.p.Produce(ctx, producer.Record[[]byte, []byte]{Topic: s.DeadLetterTopic, Key: rec.Key, Headers: []producer.Header{
+			s.log.Warn("kafkaio: sink: output record too large; a stand-in goes to the dead-letter topic", "topic", rec.Topic, "key", string(rec.Key), "bytes", len(rec.Key)+len(rec.Value), "dead_letter_topic", s.cfg.deadLetters)
+			err = s.p.Produce(ctx, producer.Record[[]byte, []byte]{Topic: s.cfg.deadLetters, Key: rec.Key, Headers: []producer.Header{
 				{Key: "kord.dlq.topic", Value: []byte(rec.Topic)},
 				{Key: "kord.dlq.size", Value: []byte(strconv.Itoa(len(rec.Key) + len(rec.Value)))},
 				{Key: "kord.dlq.error", Value: []byte(err.Error())},
@@ -523,13 +620,13 @@ func (s *Sink[T]) failed(err error) error {
 	} else {
 		err = keyed.OutcomeUnknown(err)
 	}
-	s.err, s.unknown = fmt.Errorf("kafkaio: sink %s: %w", s.Topic, err), true
+	s.err, s.unknown = fmt.Errorf("kafkaio: sink %s: %w", s.topic, err), true
 	s.wake()
 	return s.err
 }
 
 // TooLarge returns how many output records were too large and went to the
-// dead-letter topic as stand-ins (OnTooLarge = DeadLetter), counting again
+// dead-letter topic as stand-ins (DeadLetterTopic), counting again
 // those written again after a restart.
 func (s *Sink[T]) TooLarge() int64 { return s.tooLarge.Load() }
 
@@ -556,7 +653,7 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 		defer cancel()
 	}
 	if s.p == nil {
-		return fmt.Errorf("kafkaio: sink %s: not reset", s.Topic)
+		return fmt.Errorf("kafkaio: sink %s: not reset", s.topic)
 	}
 	if s.err != nil {
 		return s.err

@@ -2,84 +2,117 @@ package kafkaio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
 )
 
-// Policy says what a record that can never be processed does.
-type Policy int
-
-const (
-	// Fail fails the job with an error naming the record.
-	Fail Policy = iota
-	// DeadLetter sends the record to the sink's dead-letter topic, exactly
-	// once, and counts it.
-	DeadLetter
-)
-
-// Source reads a Kafka topic as a keyed.Source: each source task has its
-// own assign-only consumer (consumer.Source), positions are concrete
-// offsets kept in checkpoints, and nothing is ever committed by the
-// consumer. A fresh start reads from StartFrom (default the log start). A
-// record whose value cannot be decoded fails the job with topic, partition
-// and offset, or, with OnDecodeError = DeadLetter, goes to the sink's
-// dead-letter topic in the transaction that commits its offset, and is
-// counted (keyed.Job.DeadLetters).
+// Source reads a Kafka topic as a keyed.Source (Flink's KafkaSource, read
+// committed): each source task has its own assign-only consumer, positions
+// are concrete offsets kept in the job's checkpoints, and nothing is ever
+// committed by the consumer. A fresh start reads from StartFrom (default
+// the log start). A record whose value cannot be decoded goes to the sink's
+// dead letters (Sink option DeadLetterTopic) in the transaction that
+// commits its offset, and is counted (keyed.Job.DeadLetters); with no
+// dead-letter topic it fails the job, naming its topic, partition and
+// offset. Make one with NewSource.
 type Source[T any] struct {
-	Brokers   string
-	TopicName string // the topic
-	// Decode turns a record into a T: consumer.JSONValue, AvroValue,
-	// StringValue, BytesValue, or a function of the user's.
-	Decode func(rec consumer.Record) (T, error)
-	// OnDecodeError says what an undecodable record does: Fail (default)
-	// or DeadLetter.
-	OnDecodeError Policy
-	// StartFrom is where a fresh start (no checkpoint) reads each
-	// partition from: consumer.Earliest (default), consumer.Latest,
-	// consumer.AtTime, consumer.AtOffsets or consumer.FromGroup. It is
-	// resolved once, to the concrete offsets of checkpoint 0; a restore
-	// always reads on from the checkpoint's offsets.
-	StartFrom consumer.Start
-	// Settings are librdkafka consumer settings.
-	Settings map[string]string
-	Logger   *slog.Logger
+	c      *Client
+	topic  string
+	decode consumer.Deserializer[T]
+	cfg    sourceConfig
+
+	once    sync.Once
+	ends    map[int32]int64 // Bounded: the end of each partition, resolved once
+	endsErr error
 }
+
+type sourceConfig struct {
+	start    consumer.Start
+	bounded  bool
+	settings map[string]string
+	log      *slog.Logger
+}
+
+// SourceOpt configures a Source.
+type SourceOpt func(*sourceConfig)
+
+// StartFrom is where a fresh start (no checkpoint) reads each partition
+// from (Flink KafkaSource.setStartingOffsets; Kafka's auto.offset.reset):
+// consumer.Earliest (default), consumer.Latest, consumer.AtTime,
+// consumer.AtOffsets or consumer.FromGroup. It is resolved once, to the
+// concrete offsets of checkpoint 0; a restore always reads on from the
+// checkpoint's offsets.
+func StartFrom(s consumer.Start) SourceOpt { return func(c *sourceConfig) { c.start = s } }
+
+// Bounded makes the source end where the topic ends when the source first
+// looks (Flink KafkaSource.setBounded(OffsetsInitializer.latest())): each
+// partition's last stable offset, resolved once. When every partition is
+// read up to it the job commits a final checkpoint and Run returns nil.
+// Default: unbounded, the source waits for more.
+func Bounded() SourceOpt { return func(c *sourceConfig) { c.bounded = true } }
+
+// ConsumerSet passes a librdkafka consumer property to this source's
+// consumers only (after the Client's settings).
+func ConsumerSet(key, value string) SourceOpt {
+	return func(c *sourceConfig) {
+		if c.settings == nil {
+			c.settings = map[string]string{}
+		}
+		c.settings[key] = value
+	}
+}
+
+// SourceLogger receives this source's log. Default: the Client's logger.
+func SourceLogger(l *slog.Logger) SourceOpt { return func(c *sourceConfig) { c.log = l } }
 
 var (
 	_ keyed.Source[int]          = (*Source[int])(nil)
 	_ keyed.NewPartitionStarter  = (*Source[int])(nil)
-	_ keyed.DeadLetterSource     = (*Source[int])(nil)
 	_ keyed.Reader[int]          = (*reader[int])(nil)
 	_ keyed.DeadLetterSink       = (*Sink[int])(nil)
 	_ keyed.Sink[int]            = (*Sink[int])(nil)
+	_ keyed.Forgetter            = (*Sink[int])(nil)
 	_ interface{ Close() error } = (*Sink[int])(nil)
 )
 
-// NewSource returns a source reading topic.
-func NewSource[T any](brokers, topic string, decode func(rec consumer.Record) (T, error)) *Source[T] {
-	return &Source[T]{Brokers: brokers, TopicName: topic, Decode: decode}
+// NewSource returns a source reading topic through c, decoding each
+// record's value with decode (consumer.JSONValue, AvroValue, StringValue,
+// BytesValue, or a function of the user's).
+func NewSource[T any](c *Client, topic string, decode consumer.Deserializer[T], opts ...SourceOpt) *Source[T] {
+	s := &Source[T]{c: c, topic: topic, decode: decode}
+	for _, o := range opts {
+		o(&s.cfg)
+	}
+	return s
 }
 
-// SendsDeadLetters implements keyed.DeadLetterSource.
-func (k *Source[T]) SendsDeadLetters() bool { return k.OnDecodeError == DeadLetter }
+// Validate implements keyed's check of a source before the job runs.
+func (k *Source[T]) Validate() error {
+	var errs []error
+	if k.c == nil || len(k.c.brokers) == 0 {
+		errs = append(errs, fmt.Errorf("kafkaio: source %s: no brokers (kafkaio.Brokers in its Client)", k.topic))
+	}
+	if k.topic == "" {
+		errs = append(errs, errors.New("kafkaio: source: no topic"))
+	}
+	if k.decode == nil {
+		errs = append(errs, fmt.Errorf("kafkaio: source %s: no decoder", k.topic))
+	}
+	return errors.Join(errs...)
+}
 
 func (k *Source[T]) consumer() (*consumer.Source, error) {
-	opts := []consumer.Opt{consumer.Brokers(k.Brokers)}
-	if k.Logger != nil {
-		opts = append(opts, consumer.Logger(k.Logger))
-	}
-	for key, v := range k.Settings {
-		opts = append(opts, consumer.Set(key, v))
-	}
-	return consumer.New(opts...)
+	return k.c.consumer(k.cfg.log, k.cfg.settings)
 }
 
 // Topic implements keyed.Source.
-func (k *Source[T]) Topic() string { return k.TopicName }
+func (k *Source[T]) Topic() string { return k.topic }
 
 // Partitions implements keyed.Source.
 func (k *Source[T]) Partitions(ctx context.Context) ([]int32, error) {
@@ -88,14 +121,14 @@ func (k *Source[T]) Partitions(ctx context.Context) ([]int32, error) {
 		return nil, err
 	}
 	defer c.Close()
-	return c.Partitions(ctx, k.TopicName)
+	return c.Partitions(ctx, k.topic)
 }
 
 // Start implements keyed.Source: for a fresh start, each partition's
 // offset by StartFrom (default consumer.Earliest), resolved to concrete
 // offsets that checkpoint 0 records.
 func (k *Source[T]) Start(ctx context.Context, partitions []int32) ([]keyed.Position, error) {
-	return k.start(ctx, partitions, k.StartFrom)
+	return k.start(ctx, partitions, k.cfg.start)
 }
 
 func (k *Source[T]) start(ctx context.Context, partitions []int32, from consumer.Start) ([]keyed.Position, error) {
@@ -104,7 +137,7 @@ func (k *Source[T]) start(ctx context.Context, partitions []int32, from consumer
 		return nil, err
 	}
 	defer c.Close()
-	all, err := c.Resolve(ctx, k.TopicName, from)
+	all, err := c.Resolve(ctx, k.topic, from)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +149,7 @@ func (k *Source[T]) start(ctx context.Context, partitions []int32, from consumer
 	for i, p := range partitions {
 		off, ok := at[p]
 		if !ok {
-			return nil, fmt.Errorf("kafkaio: source %s: partition %d not found when resolving %s", k.TopicName, p, from)
+			return nil, fmt.Errorf("kafkaio: source %s: partition %d not found when resolving %s", k.topic, p, from)
 		}
 		out[i] = keyed.Position{Partition: p, Offset: off}
 	}
@@ -130,47 +163,101 @@ func (k *Source[T]) StartNew(ctx context.Context, partitions []int32) ([]keyed.P
 	return k.start(ctx, partitions, consumer.Earliest)
 }
 
+// bounds resolves, once, the end of every partition of a Bounded source.
+func (k *Source[T]) bounds(ctx context.Context) (map[int32]int64, error) {
+	k.once.Do(func() {
+		c, err := k.consumer()
+		if err != nil {
+			k.endsErr = err
+			return
+		}
+		defer c.Close()
+		ends, err := c.Resolve(ctx, k.topic, consumer.Latest)
+		if err != nil {
+			k.endsErr = fmt.Errorf("kafkaio: source %s: resolving its end (Bounded): %w", k.topic, err)
+			return
+		}
+		k.ends = map[int32]int64{}
+		for _, e := range ends {
+			k.ends[e.Partition] = e.Offset
+		}
+	})
+	return k.ends, k.endsErr
+}
+
 // Reader implements keyed.Source.
-func (k *Source[T]) Reader(context.Context) (keyed.Reader[T], error) {
+func (k *Source[T]) Reader(ctx context.Context) (keyed.Reader[T], error) {
+	var ends map[int32]int64
+	if k.cfg.bounded {
+		var err error
+		if ends, err = k.bounds(ctx); err != nil {
+			return nil, err
+		}
+	}
 	c, err := k.consumer()
 	if err != nil {
 		return nil, err
 	}
-	return &reader[T]{k: k, c: c}, nil
+	return &reader[T]{k: k, c: c, bounds: ends}, nil
 }
 
 type reader[T any] struct {
-	k *Source[T]
-	c *consumer.Source
+	k      *Source[T]
+	c      *consumer.Source
+	bounds map[int32]int64     // Bounded: every partition's end
+	ends   []consumer.Position // the assigned partitions' ends
 }
 
 func (r *reader[T]) Assign(ctx context.Context, ps []keyed.Position) error {
 	pos := make([]consumer.Position, len(ps))
+	r.ends = r.ends[:0]
 	for i, p := range ps {
-		pos[i] = consumer.Position{Topic: r.k.TopicName, Partition: p.Partition, Offset: p.Offset}
+		pos[i] = consumer.Position{Topic: r.k.topic, Partition: p.Partition, Offset: p.Offset}
+		if r.bounds != nil {
+			// A partition that appeared later has no recorded end: its
+			// end is where it starts, so nothing of it is read.
+			end, ok := r.bounds[p.Partition]
+			if !ok {
+				end = p.Offset
+			}
+			r.ends = append(r.ends, consumer.Position{Topic: r.k.topic, Partition: p.Partition, Offset: end})
+		}
 	}
 	return r.c.Assign(ctx, pos)
 }
 
 func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]keyed.SourceRecord[T], bool, error) {
+	if r.bounds != nil && r.c.Reached(r.ends) {
+		return nil, true, nil
+	}
 	recs, err := r.c.Poll(ctx, max, wait)
 	if err != nil {
 		return nil, false, err
 	}
-	out := make([]keyed.SourceRecord[T], len(recs))
-	for i, rec := range recs {
-		v, err := r.k.Decode(rec)
-		if err != nil && r.k.OnDecodeError == DeadLetter {
-			out[i] = keyed.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Bad: &keyed.BadRecord{
-				Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp, Err: err}}
+	out := make([]keyed.SourceRecord[T], 0, len(recs))
+	for _, rec := range recs {
+		if r.bounds != nil && rec.Offset >= r.end(rec.Partition) {
+			continue // past the bound: never read (its position stays put)
+		}
+		v, err := r.k.decode(rec)
+		if err != nil {
+			out = append(out, keyed.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Bad: &keyed.BadRecord{
+				Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp,
+				Err: &consumer.OffsetError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: fmt.Errorf("decode: %w", err)}}})
 			continue
 		}
-		if err != nil {
-			return nil, false, &consumer.OffsetError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: fmt.Errorf("decode: %w", err)}
-		}
-		out[i] = keyed.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: v}
+		out = append(out, keyed.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: v})
 	}
-	return out, false, nil
+	return out, r.bounds != nil && r.c.Reached(r.ends), nil
+}
+
+func (r *reader[T]) end(p int32) int64 {
+	for _, e := range r.ends {
+		if e.Partition == p {
+			return e.Offset
+		}
+	}
+	return -1
 }
 
 func (r *reader[T]) Close() error { return r.c.Close() }

@@ -137,7 +137,7 @@ func BenchmarkPipeline(b *testing.B) {
 			cpu0 := cpuTime(b)
 			for b.Loop() {
 				g := newGenSource(4, events/4, 100_000)
-				j := keyed.NewJob("bench", keyed.Config{Dir: b.TempDir(), Checkpoint: checkpoint.Config{Interval: tc.interval}})
+				j := keyed.NewJob("bench", keyed.Dir(b.TempDir()), keyed.CheckpointInterval(tc.interval))
 				s := keyed.FromSource(j, "behavior", 2, keyed.Source[behavior](g))
 				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
 				out := keyed.Process(k, "count", 2, func() keyed.Operator[behavior, int64] { return &countOp{} })

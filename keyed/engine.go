@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"runtime/debug"
 	"sort"
@@ -20,11 +21,11 @@ import (
 type sourceNode interface {
 	sourceName() string
 	topic() string
-	sendsDeadLetters() bool
+	sourceValue() any // the user's Source
 }
 
 type opNode interface {
-	validate(cfg Config) error
+	validate(cfg config) error
 	opName() string
 	// build creates every task of the job (sources, operator, sink) for
 	// run r from restore state rs.
@@ -35,8 +36,8 @@ type sinkNode interface {
 	reset(ctx context.Context, info SinkInfo) error
 	recorded(ctx context.Context) (*Recorded, error)
 	commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error
-	takesDeadLetters() bool
 	sinkName() string
+	sinkValue() any // the user's Sink
 }
 
 type outputNode[O any] interface {
@@ -77,7 +78,7 @@ const retained = 2
 // run is one attempt of a job: every task, started from one checkpoint.
 type run struct {
 	j     *Job
-	cfg   Config
+	cfg   config
 	store *checkpoint.Store
 	runID string
 	log   *slog.Logger
@@ -145,16 +146,29 @@ func (r *run) point(name string) error { return r.fp.Point(name) }
 
 // Run runs the job until every source has ended (bounded sources: a final
 // checkpoint is committed, then Run returns nil), ctx is done (a graceful
-// stop: the same final checkpoint, within Config.StopTimeout), or a
+// stop: the same final checkpoint, within StopTimeout), or a
 // failure neither a recovery nor the restart strategy absorbs. Each
 // restart and each recovery restores the checkpoint the sink recorded as
 // committed, with a new incarnation of the sink.
-func (j *Job) Run(ctx context.Context) error {
+func (j *Job) Run(ctx context.Context) (err error) {
 	if err := failpoint.Err(); err != nil {
 		return fmt.Errorf("keyed: job %s: %w", j.name, err)
 	}
 	if err := j.Validate(); err != nil {
 		return err
+	}
+	// The job owns what it was given: its sink is closed when Run returns
+	// (a Kafka sink aborts what is open and closes its producer). A later
+	// Run resets it again.
+	if c, ok := j.sink.sinkValue().(io.Closer); ok {
+		defer func() {
+			if errors.Is(err, failpoint.ErrCrashed) {
+				return // as if the process had died: nothing is closed
+			}
+			if cerr := c.Close(); cerr != nil {
+				j.cfg.Logger.Warn("keyed: closing the sink", "job", j.name, "err", cerr)
+			}
+		}()
 	}
 	store, err := checkpoint.OpenStore(j.cfg.FS, j.cfg.Dir)
 	if err != nil {
@@ -227,6 +241,51 @@ func (j *Job) Run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// Forget makes the job start over from nothing at its next Run, as a job
+// that never ran: it deletes every checkpoint in its directory, with the
+// local committed marker, and has the sink forget what its system recorded
+// as committed (a Forgetter; a Kafka sink deletes its commit group). The
+// output already committed stays where it is. Refused while the job runs
+// (the directory is locked) and for a sink that cannot forget: deleting
+// the checkpoints alone would make the next Run stop with
+// checkpoint.ErrCommittedMissing.
+func (j *Job) Forget(ctx context.Context) error {
+	if err := j.Validate(); err != nil {
+		return err
+	}
+	f, ok := j.sink.sinkValue().(Forgetter)
+	if !ok {
+		return fmt.Errorf("keyed: job %s: sink %q cannot forget its commit record (it is no keyed.Forgetter)", j.name, j.sink.sinkName())
+	}
+	store, err := checkpoint.OpenStore(j.cfg.FS, j.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	// The record first: a crash between the two leaves the checkpoints
+	// and the local marker, from which the next Run restores as after an
+	// expired record (checkpoint.Decide); Forget can be called again.
+	if err := f.Forget(ctx, j.sinkInfo()); err != nil {
+		return fmt.Errorf("keyed: job %s: %w", j.name, err)
+	}
+	names, err := store.List("")
+	if err != nil {
+		return err
+	}
+	deleted := 0
+	for _, n := range names {
+		if pn, ok := checkpoint.ParseName(n); !ok || pn.Kind == checkpoint.KindUnknown {
+			continue // not the job's: left alone
+		}
+		if err := store.Delete(n); err != nil {
+			return err
+		}
+		deleted++
+	}
+	j.cfg.Logger.Info("keyed: job forgotten", "job", j.name, "dir", j.cfg.Dir, "files_deleted", deleted)
+	return nil
 }
 
 // stopContext returns a context that ctx's cancellation does not cancel

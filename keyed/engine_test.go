@@ -67,10 +67,10 @@ func checkOutput(t testing.TB, out []result, want map[string]int64) {
 	require.Len(t, next, len(want))
 }
 
-func newJob(t testing.TB, cfg keyed.Config, src *keyed.MemorySource[event], sink *keyed.MemorySink[result], byPartition bool, srcP, opP int) *keyed.Job {
-	j := keyed.NewJob("users", cfg)
+func newJob(t testing.TB, opts []keyed.Opt, src *keyed.MemorySource[event], sink *keyed.MemorySink[result], byPartition bool, srcP, opP int) *keyed.Job {
+	j := keyed.NewJob("users", opts...)
 	s := keyed.FromSource(j, "events", srcP, keyed.Source[event](src))
-	var k *keyed.KeyedStream[event]
+	var k *keyed.KeyedStream[[]byte, event]
 	if byPartition {
 		k = keyed.ByPartition(s)
 	} else {
@@ -88,7 +88,7 @@ func TestRunBounded(t *testing.T) {
 			src, want := input(1, 6, 300, 20_000)
 			sink := keyed.NewMemorySink[result]()
 			fs := checkpoint.NewMemFS()
-			j := newJob(t, keyed.Config{FS: fs, Dir: "/ckpt", Checkpoint: checkpoint.Config{Interval: 20 * time.Millisecond}}, src, sink, byPartition, 3, 2)
+			j := newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/ckpt"), keyed.CheckpointInterval(20 * time.Millisecond)}, src, sink, byPartition, 3, 2)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			require.NoError(t, j.Run(ctx))

@@ -8,7 +8,7 @@ import (
 // What the engine does after a source's or sink's error depends on its
 // class. A connector (kafkaio, say) wraps its errors with Permanent or
 // OutcomeUnknown; any other error is retryable: the job restarts from the
-// last committed checkpoint as Config.Restart allows.
+// last committed checkpoint as RestartStrategy allows.
 var (
 	// ErrPermanent marks an error no restart can mend: Run returns it at
 	// once. A fenced producer (a newer copy of the job owns its
@@ -18,12 +18,12 @@ var (
 	// ErrOutcomeUnknown marks a step whose outcome the sink cannot know (a
 	// commit that timed out may or may not have landed). The run ends, and
 	// a new one starts at once from what the sink's system recorded as
-	// committed, with a new sink incarnation (Reset): Config.Restart does
+	// committed, with a new sink incarnation (Reset): RestartStrategy does
 	// not count it, but more than MaxRecoveries in a row without a
 	// committed checkpoint end the job.
 	ErrOutcomeUnknown = errors.New("keyed: outcome unknown")
 	// ErrStopTimeout means a graceful stop did not commit its final
-	// checkpoint within Config.StopTimeout.
+	// checkpoint within StopTimeout.
 	ErrStopTimeout = errors.New("keyed: graceful stop timed out")
 )
 

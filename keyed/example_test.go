@@ -36,7 +36,7 @@ func Example() {
 	src.Append(1, []byte("bo"), "/cart")
 	src.Append(0, []byte("ana"), "/pay")
 
-	j := keyed.NewJob("click-counts", keyed.Config{Dir: dir})
+	j := keyed.NewJob("click-counts", keyed.Dir(dir))
 	s := keyed.FromSource(j, "clicks", 1, keyed.Source[string](src))
 	out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[string, string] { return &clicks{} })
 	sink := keyed.NewMemorySink[string]()

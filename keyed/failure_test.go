@@ -129,17 +129,13 @@ func seedRun(t *testing.T, seed uint64, events int) {
 	defer cancel()
 	for incarnation := 0; ; incarnation++ {
 		require.Less(t, incarnation, 20, "seed %d: too many incarnations", seed)
-		cfg := keyed.Config{
-			FS: checkpoint.FS(mem), Dir: "/ckpt",
-			Checkpoint: checkpoint.Config{Interval: time.Duration(1+r.IntN(10)) * time.Millisecond},
-			Restart:    keyed.FixedDelay(10, 0),
-			BatchSize:  1 + r.IntN(64), Credits: 1 + r.IntN(4),
-		}
+		interval := time.Duration(1+r.IntN(10)) * time.Millisecond
+		batch, credits := 1+r.IntN(64), 1+r.IntN(4)
+		fs := checkpoint.FS(mem)
+		opts := []keyed.Opt{keyed.Dir("/ckpt"), keyed.CheckpointInterval(interval), keyed.RestartStrategy(keyed.FixedDelay(10, 0)),
+			keyed.BatchSize(batch), keyed.Credits(credits)}
 		if os.Getenv("KORD_DEBUG") != "" {
-			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		}
-		if !byPartition && r.IntN(2) == 0 {
-			cfg.MaxParallelism = 0 // adopt
+			opts = append(opts, keyed.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 		}
 		rctx := ctx
 		if crashes > 0 {
@@ -151,18 +147,18 @@ func seedRun(t *testing.T, seed uint64, events int) {
 		if r.IntN(8) == 0 {
 			var n atomic.Int64
 			failAt := int64(1 + r.IntN(40))
-			cfg.FS = checkpoint.NewErrorFS(mem, func(op checkpoint.Op, name string) error {
+			fs = checkpoint.NewErrorFS(mem, func(op checkpoint.Op, name string) error {
 				if op == checkpoint.OpSync && n.Add(1) == failAt {
 					return errors.New("injected fsync error")
 				}
 				return nil
 			})
 		}
-		j := keyed.NewJob("users", cfg)
+		j := keyed.NewJob("users", append(opts, keyed.FS(fs))...)
 		srcP := 1 + r.IntN(3)
-		t.Logf("incarnation %d: srcP=%d batch=%d credits=%d interval=%v", incarnation, srcP, cfg.BatchSize, cfg.Credits, cfg.Checkpoint.Interval)
+		t.Logf("incarnation %d: srcP=%d batch=%d credits=%d interval=%v", incarnation, srcP, batch, credits, interval)
 		s := keyed.FromSource(j, "events", srcP, keyed.Source[event](src))
-		var k *keyed.KeyedStream[event]
+		var k *keyed.KeyedStream[[]byte, event]
 		if byPartition {
 			k = keyed.ByPartition(s)
 		} else {
@@ -188,7 +184,7 @@ func seedRun(t *testing.T, seed uint64, events int) {
 func TestNoDeadlockTinyCapacities(t *testing.T) {
 	src, want := input(3, 8, 500, 20_000)
 	sink := keyed.NewMemorySink[result]()
-	cfg := keyed.Config{FS: checkpoint.NewMemFS(), Dir: "/c", Checkpoint: checkpoint.Config{Interval: time.Millisecond}, BatchSize: 1, Credits: 1}
+	cfg := []keyed.Opt{keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/c"), keyed.CheckpointInterval(time.Millisecond), keyed.BatchSize(1), keyed.Credits(1)}
 	j := newJob(t, cfg, src, sink, false, 8, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -202,11 +198,11 @@ func TestNoDeadlockTinyCapacities(t *testing.T) {
 func TestNoGoroutineLeft(t *testing.T) {
 	src, _ := input(4, 4, 50, 5_000)
 	for _, hook := range []failpoint.Hook{nil, crashAt(failpoint.AfterMetadata, 2)} {
-		cfg := keyed.Config{Checkpoint: checkpoint.Config{Interval: 2 * time.Millisecond}, FS: checkpoint.NewMemFS(), Dir: "/c"}
+		cfg := []keyed.Opt{keyed.CheckpointInterval(2 * time.Millisecond), keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/c")}
 		j := newJob(t, cfg, src, keyed.NewMemorySink[result](), false, 2, 3)
 		_ = j.Run(failpoint.WithHook(context.Background(), hook))
 	}
-	j := keyed.NewJob("users", keyed.Config{FS: checkpoint.NewMemFS(), Dir: "/c", Restart: keyed.FixedDelay(2, 0)})
+	j := keyed.NewJob("users", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/c"), keyed.RestartStrategy(keyed.FixedDelay(2, 0)))
 	s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
 	out := keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 2, func() keyed.Operator[event, result] {
 		return &faultyCounter{plan: &opFault{at: 1}}
@@ -236,7 +232,7 @@ func TestFinalCheckpointRetried(t *testing.T) {
 		}
 		return nil
 	})
-	cfg := keyed.Config{FS: fs, Dir: "/c", Checkpoint: checkpoint.Config{Interval: time.Hour, TolerableFailures: 1}}
+	cfg := []keyed.Opt{keyed.FS(fs), keyed.Dir("/c"), keyed.CheckpointInterval(time.Hour), keyed.TolerableFailures(1)}
 	j := newJob(t, cfg, src, sink, false, 2, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

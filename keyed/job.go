@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -13,59 +12,6 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 )
-
-// Config configures a Job.
-type Config struct {
-	// MaxParallelism is the number of key groups in keyBy mode (Flink
-	// maxParallelism). 0: adopt the checkpoint's on restore, else
-	// DefaultMaxParallelism. An explicit value that differs from the
-	// checkpoint's is refused. In partition mode it is the partition count.
-	MaxParallelism int
-	// Mode is checkpoint.ExactlyOnce (aligned barriers; default) or
-	// checkpoint.AtLeastOnce (barriers tracked, never blocking).
-	Mode checkpoint.Mode
-	// Checkpoint sets interval, timeout, min pause and tolerable failures.
-	Checkpoint checkpoint.Config
-	// FS and Dir locate the checkpoints (FS defaults to checkpoint.OSFS()).
-	FS  checkpoint.FS
-	Dir string
-	// Restart is the restart strategy on task failure. Default: no restart.
-	Restart Restart
-	// BatchSize is the most records sent between tasks in one message.
-	// Default 512.
-	BatchSize int
-	// BufferTimeout bounds how long a record waits in a partial batch
-	// (Flink execution.buffer-timeout). Default 5ms.
-	BufferTimeout time.Duration
-	// PartitionDiscovery is how often each source's partitions are listed
-	// again while the job runs. In KeyBy mode a new partition is read from
-	// its earliest offset by the source task its position names (position
-	// % parallelism, as at start) and its offset enters the next
-	// checkpoint; in partition mode (key group = partition) a change of
-	// partition count cannot be followed and fails the job. Default 30 s;
-	// negative turns discovery off.
-	PartitionDiscovery time.Duration
-	// Credits is how many messages an upstream task may have outstanding
-	// to one downstream task: a blocked input backpressures only its own
-	// upstream. Default 4.
-	Credits int
-	// AcceptDuplicates lets exactly-once mode restore an older checkpoint
-	// when the one recorded as committed is missing or corrupt.
-	AcceptDuplicates bool
-	// Logger receives the job's log. Default: nothing is logged.
-	Logger *slog.Logger
-	// StopTimeout bounds a graceful stop (ctx given to Run is done): the
-	// final checkpoint, and any recovery it needs, must commit within it,
-	// or Run returns ErrStopTimeout. Every wait of the job (the commit,
-	// writes to the sink, a recovery's start) is cancelled at the
-	// deadline; the outcome of a commit cut short is then unknown, and the
-	// next start recovers from what the sink's system recorded. Not
-	// cancellable, and so added to the bound: a checkpoint file write
-	// already under way, and closing the sink's and sources' clients.
-	// Default: the checkpoint timeout (Config.Checkpoint.Timeout, 60 s by
-	// default).
-	StopTimeout time.Duration
-}
 
 // Restart is a restart strategy: after a task fails, every task restarts
 // from the last committed checkpoint, after Delay(attempt), at most
@@ -105,37 +51,6 @@ func ExponentialBackoff(attempts int, initial, max time.Duration) Restart {
 	}}
 }
 
-func (c Config) withDefaults() Config {
-	if c.Mode == 0 {
-		c.Mode = checkpoint.ExactlyOnce
-	}
-	if c.FS == nil {
-		c.FS = checkpoint.OSFS()
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = 512
-	}
-	if c.BufferTimeout <= 0 {
-		c.BufferTimeout = 5 * time.Millisecond
-	}
-	if c.Credits <= 0 {
-		c.Credits = 4
-	}
-	if c.PartitionDiscovery == 0 {
-		c.PartitionDiscovery = 30 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if c.StopTimeout <= 0 {
-		c.StopTimeout = c.Checkpoint.Timeout
-		if c.StopTimeout <= 0 {
-			c.StopTimeout = 60 * time.Second
-		}
-	}
-	return c
-}
-
 // Job is a dataflow declared before it runs: sources, one keyed operator
 // stage and one sink. Declare it with FromSource, KeyBy or ByPartition,
 // Process and ToSink; Validate reports every declaration error; Run runs
@@ -143,7 +58,7 @@ func (c Config) withDefaults() Config {
 // returns.
 type Job struct {
 	name string
-	cfg  Config
+	cfg  config
 
 	sources []sourceNode
 	op      opNode
@@ -155,13 +70,21 @@ type Job struct {
 	deadLetters atomic.Int64
 }
 
-// NewJob starts declaring a job. name is stable across restarts: it names
-// the checkpoints' operators.
-func NewJob(name string, cfg Config) *Job {
+// NewJob starts declaring a job named name, configured by opts. The name
+// is the job's identity across restarts, and the one thing a job is given
+// once: its Kafka sink derives the transactional id (kord.<name>) and the
+// commit group (kord.<name>.commit) from it, and the checkpoints go to
+// DefaultDir(name) unless Dir says otherwise. Letters, digits and . _ -.
+func NewJob(name string, opts ...Opt) *Job {
+	cfg := config{name: name}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	j := &Job{name: name, cfg: cfg.withDefaults()}
 	if err := checkpoint.ValidateOperator(name); err != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: job name: %w", err))
 	}
+	j.errs = append(j.errs, cfg.errs...)
 	return j
 }
 
@@ -178,10 +101,7 @@ func (j *Job) Validate() error {
 		errs = append(errs, errors.New("keyed: job has no sink (ToSink)"))
 	}
 	if j.cfg.Dir == "" {
-		errs = append(errs, errors.New("keyed: no checkpoint directory (Config.Dir)"))
-	}
-	if j.cfg.Mode != checkpoint.ExactlyOnce && j.cfg.Mode != checkpoint.AtLeastOnce {
-		errs = append(errs, fmt.Errorf("keyed: unknown mode %v", j.cfg.Mode))
+		errs = append(errs, errors.New("keyed: no checkpoint directory: set keyed.Dir, or KORD_STATE_DIR or HOME for the default"))
 	}
 	if err := j.cfg.Checkpoint.Validate(); err != nil {
 		errs = append(errs, err)
@@ -215,12 +135,28 @@ func (j *Job) Validate() error {
 		}
 		names[n] = true
 	}
+	// What the parts can check of themselves before the job starts.
 	for _, s := range j.sources {
-		if s.sendsDeadLetters() && j.sink != nil && !j.sink.takesDeadLetters() {
-			errs = append(errs, fmt.Errorf("keyed: source %q sends dead letters but sink %q takes none (it does not implement DeadLetterSink, or has no dead-letter topic)", s.sourceName(), j.sink.sinkName()))
+		if v, ok := s.sourceValue().(interface{ Validate() error }); ok {
+			if err := v.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("keyed: source %q: %w", s.sourceName(), err))
+			}
+		}
+	}
+	if j.sink != nil && len(j.sources) > 0 {
+		if v, ok := j.sink.sinkValue().(SinkValidator); ok {
+			if err := v.ValidateSink(j.sinkInfo()); err != nil {
+				errs = append(errs, fmt.Errorf("keyed: sink %q: %w", j.sink.sinkName(), err))
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// SinkValidator is a sink that can check itself, and the job it is given,
+// before the job runs: Validate calls it.
+type SinkValidator interface {
+	ValidateSink(info SinkInfo) error
 }
 
 // Position is a source partition and the next offset to read.
@@ -236,10 +172,10 @@ type SourceRecord[T any] struct {
 	// Key is the record key: the key used in partition mode (ByPartition).
 	Key   []byte
 	Value T
-	// Bad, when set, says the record could not be decoded and the source
-	// asks for it to go to the dead letters (Value is then zero): the job
-	// hands it to the sink, which must implement DeadLetterSink, under the
-	// checkpoint that covers its offset, and counts it.
+	// Bad, when set, says the record could not be decoded (Value is then
+	// zero): the job hands it to the sink's dead letters, under the
+	// checkpoint that covers its offset, and counts it; with a sink that
+	// takes none (DeadLetterSink) the job fails with Bad.Err.
 	Bad *BadRecord
 }
 
@@ -260,17 +196,9 @@ type BadRecord struct {
 // committed and never if it is not.
 type DeadLetterSink interface {
 	// TakesDeadLetters reports whether the sink is set up to take them (a
-	// Kafka sink with a dead-letter topic, say); Validate refuses a job
-	// whose source sends dead letters to a sink that takes none.
+	// Kafka sink with a dead-letter topic, say).
 	TakesDeadLetters() bool
 	DeadLetter(ctx context.Context, epoch uint64, b BadRecord) error
-}
-
-// DeadLetterSource is implemented by a source that can hand undecodable
-// records to the sink's dead letters (SourceRecord.Bad) instead of failing.
-type DeadLetterSource interface {
-	// SendsDeadLetters reports whether it is set up to.
-	SendsDeadLetters() bool
 }
 
 // Source is a partitioned, replayable source: its records are addressed by
@@ -363,6 +291,13 @@ type Sink[T any] interface {
 	Recorded(ctx context.Context) (*Recorded, error)
 }
 
+// Forgetter is a sink that can forget what its system recorded as
+// committed for a job (a Kafka sink deletes its commit group): Job.Forget
+// calls it.
+type Forgetter interface {
+	Forget(ctx context.Context, info SinkInfo) error
+}
+
 // SinkInfo describes the job to its sink, at each Reset.
 type SinkInfo struct {
 	// Job is the job's name (NewJob): a Kafka sink derives its
@@ -404,9 +339,15 @@ type Stream[T any] struct {
 	node *sourceOf[T]
 }
 
-// KeyedStream is a stream partitioned by key.
-type KeyedStream[T any] struct {
-	j           *Job
+// KeyedStream is a stream partitioned by a key of type K.
+type KeyedStream[K, T any] struct {
+	j     *Job
+	in    *keyedIn[T]
+	keyOf func([]byte) K // the key as the user keyed by, from its bytes
+}
+
+// keyedIn is how a keyed stream's records reach the keyed operator.
+type keyedIn[T any] struct {
 	srcs        []*sourceOf[T]
 	key         func(T) []byte // keyBy mode
 	byPartition bool
@@ -439,38 +380,46 @@ func FromSource[T any](j *Job, name string, parallelism int, s Source[T]) *Strea
 // KeyBy keys streams by key(record): key group = xxhash64(key) %
 // maxParallelism, records shuffled to the task owning the key group.
 // Several streams are unioned; their barriers are aligned.
-func KeyBy[T any](key func(T) []byte, streams ...*Stream[T]) *KeyedStream[T] {
+func KeyBy[T any](key func(T) []byte, streams ...*Stream[T]) *KeyedStream[[]byte, T] {
+	return keyBy(key, func(b []byte) []byte { return b }, streams)
+}
+
+func keyBy[K, T any](key func(T) []byte, keyOf func([]byte) K, streams []*Stream[T]) *KeyedStream[K, T] {
 	if len(streams) == 0 {
 		panic("keyed: KeyBy of no stream")
 	}
-	k := &KeyedStream[T]{j: streams[0].j, key: key}
+	k := &KeyedStream[K, T]{j: streams[0].j, in: &keyedIn[T]{key: key}, keyOf: keyOf}
 	for _, s := range streams {
-		k.srcs = append(k.srcs, s.node)
+		k.in.srcs = append(k.in.srcs, s.node)
 	}
 	return k
 }
 
 // KeyByString is KeyBy for a key held as a string (a uuid field, say): the
 // key's bytes are used in place, without the copy and allocation per record
-// that returning []byte(s) from a KeyBy function costs.
-func KeyByString[T any](key func(T) string, streams ...*Stream[T]) *KeyedStream[T] {
-	return KeyBy(func(v T) []byte {
+// that returning []byte(s) from a KeyBy function costs, and ProcessFunc and
+// ProcessValue give the key as a string.
+func KeyByString[T any](key func(T) string, streams ...*Stream[T]) *KeyedStream[string, T] {
+	return keyBy(func(v T) []byte {
 		s := key(v)
 		return unsafe.Slice(unsafe.StringData(s), len(s)) // read-only: see Operator.Process
-	}, streams...)
+	}, func(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }, streams)
 }
 
 // ByPartition keys a stream by its records' key, for input already
 // partitioned by that key (events produced with kord's Java-exact
 // partitioner): the key group is the source partition and nothing is
 // shuffled (Flink reinterpretAsKeyedStream).
-func ByPartition[T any](s *Stream[T]) *KeyedStream[T] {
-	return &KeyedStream[T]{j: s.j, srcs: []*sourceOf[T]{s.node}, byPartition: true}
+func ByPartition[T any](s *Stream[T]) *KeyedStream[[]byte, T] {
+	return &KeyedStream[[]byte, T]{j: s.j, in: &keyedIn[T]{srcs: []*sourceOf[T]{s.node}, byPartition: true}, keyOf: func(b []byte) []byte { return b }}
 }
 
 // Process adds the keyed operator stage: parallelism tasks, each with an
-// Operator from newOp and keyed state for its key-group range.
-func Process[T, O any](k *KeyedStream[T], name string, parallelism int, newOp func() Operator[T, O]) *Output[O] {
+// Operator from newOp and keyed state for its key-group range (Flink's
+// KeyedProcessFunction; Kafka Streams' Processor with state stores). For
+// a function with no state or one value per key, ProcessFunc and
+// ProcessValue are shorter.
+func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, newOp func() Operator[T, O]) *Output[O] {
 	j := k.j
 	if j.op != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: only one keyed operator stage per job is supported", name))
@@ -481,12 +430,60 @@ func Process[T, O any](k *KeyedStream[T], name string, parallelism int, newOp fu
 	if parallelism < 1 {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: parallelism %d", name, parallelism))
 	}
-	if k.byPartition && len(k.srcs) != 1 {
+	if k.in.byPartition && len(k.in.srcs) != 1 {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: partition mode takes one source", name))
 	}
-	op := &opOf[T, O]{name: name, parallelism: parallelism, newOp: newOp, in: k}
+	op := &opOf[T, O]{name: name, parallelism: parallelism, newOp: newOp, in: k.in}
 	j.op = op
 	return &Output[O]{j: j, op: op}
+}
+
+// ProcessFunc adds a keyed operator stage that keeps no state: fn is
+// called for each record with its key, as the type the stream was keyed by
+// (a KeyByString key is a string). The key is only valid during the call:
+// copy it (strings.Clone, bytes.Clone) to keep it.
+func ProcessFunc[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, fn func(key K, v T, out *Collector[O]) error) *Output[O] {
+	keyOf := k.keyOf
+	return Process(k, name, parallelism, func() Operator[T, O] {
+		return &funcOp[K, T, O]{keyOf: keyOf, fn: fn}
+	})
+}
+
+type funcOp[K, T, O any] struct {
+	keyOf func([]byte) K
+	fn    func(K, T, *Collector[O]) error
+}
+
+func (f *funcOp[K, T, O]) Open(*Backend) error { return nil }
+func (f *funcOp[K, T, O]) Process(key []byte, v T, out *Collector[O]) error {
+	return f.fn(f.keyOf(key), v, out)
+}
+
+// ProcessValue adds a keyed operator stage with one value of type S per
+// key, kept in keyed state named "value" and snapshotted with codec: fn is called for each record with its key (as ProcessFunc gives
+// it) and the key's state (Flink's ValueState in a KeyedProcessFunction).
+func ProcessValue[K, T, S, O any](k *KeyedStream[K, T], name string, parallelism int, codec Codec[S],
+	fn func(key K, v T, state *ValueState[S], out *Collector[O]) error) *Output[O] {
+	keyOf := k.keyOf
+	return Process(k, name, parallelism, func() Operator[T, O] {
+		return &valueOp[K, T, S, O]{codec: codec, keyOf: keyOf, fn: fn}
+	})
+}
+
+type valueOp[K, T, S, O any] struct {
+	codec Codec[S]
+	keyOf func([]byte) K
+	fn    func(K, T, *ValueState[S], *Collector[O]) error
+	state *ValueState[S]
+}
+
+func (v *valueOp[K, T, S, O]) Open(b *Backend) (err error) {
+	v.state, err = Value(b, "value", v.codec)
+	return err
+}
+
+func (v *valueOp[K, T, S, O]) Process(key []byte, x T, out *Collector[O]) error {
+	return v.fn(v.keyOf(key), x, v.state, out)
 }
 
 // ToSink sends the operator's output to s, through one sink task that

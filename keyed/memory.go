@@ -216,6 +216,15 @@ func (s *MemorySink[T]) Reset(context.Context, SinkInfo) error {
 	return nil
 }
 
+// Forget implements Forgetter: the record of what committed is dropped
+// (the committed output stays).
+func (s *MemorySink[T]) Forget(context.Context, SinkInfo) error {
+	s.mu.Lock()
+	s.record = nil
+	s.mu.Unlock()
+	return nil
+}
+
 // Committed returns the committed output, in commit order.
 func (s *MemorySink[T]) Committed() []T {
 	s.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
@@ -20,23 +21,18 @@ type sourceOf[T any] struct {
 func (s *sourceOf[T]) sourceName() string { return s.name }
 func (s *sourceOf[T]) topic() string      { return s.src.Topic() }
 
-// sendsDeadLetters reports a source that hands undecodable records to the
-// sink (DeadLetterSource).
-func (s *sourceOf[T]) sendsDeadLetters() bool {
-	d, ok := s.src.(DeadLetterSource)
-	return ok && d.SendsDeadLetters()
-}
+func (s *sourceOf[T]) sourceValue() any { return s.src }
 
 type opOf[T, O any] struct {
 	name        string
 	parallelism int
 	newOp       func() Operator[T, O]
-	in          *KeyedStream[T]
+	in          *keyedIn[T]
 }
 
 func (o *opOf[T, O]) opName() string { return o.name }
 
-func (o *opOf[T, O]) validate(cfg Config) error {
+func (o *opOf[T, O]) validate(cfg config) error {
 	topics := map[string]bool{}
 	for _, s := range o.in.srcs {
 		if s.src == nil {
@@ -48,7 +44,7 @@ func (o *opOf[T, O]) validate(cfg Config) error {
 		topics[s.src.Topic()] = true
 	}
 	if o.in.byPartition && cfg.MaxParallelism != 0 {
-		return fmt.Errorf("keyed: operator %q: partition mode takes its max parallelism from the partition count; leave Config.MaxParallelism 0", o.name)
+		return fmt.Errorf("keyed: operator %q: partition mode takes its max parallelism from the partition count; leave MaxParallelism unset", o.name)
 	}
 	if !o.in.byPartition && o.in.key == nil {
 		return fmt.Errorf("keyed: operator %q: nil key function", o.name)
@@ -67,10 +63,7 @@ type sinkOf[O any] struct {
 
 func (s *sinkOf[O]) reset(ctx context.Context, info SinkInfo) error { return s.sink.Reset(ctx, info) }
 func (s *sinkOf[O]) sinkName() string                               { return s.name }
-func (s *sinkOf[O]) takesDeadLetters() bool {
-	d, ok := s.sink.(DeadLetterSink)
-	return ok && d.TakesDeadLetters()
-}
+func (s *sinkOf[O]) sinkValue() any                                 { return s.sink }
 func (s *sinkOf[O]) recorded(ctx context.Context) (*Recorded, error) {
 	return s.sink.Recorded(ctx)
 }
@@ -92,6 +85,9 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	defer cancel()
 	j := r.j
 	cfg := r.cfg
+	if err := checkOpStateNames(j, rs); err != nil {
+		return Permanent(err)
+	}
 
 	// Partitions and positions of every source.
 	type srcInfo struct {
@@ -246,16 +242,16 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			r.goTask(rctx, task, st.run)
 			u++
 		}
-		if cfg.PartitionDiscovery > 0 {
+		if cfg.PartitionDisc > 0 {
 			d := &discoverer[T]{r: r, src: s, tasks: srcTasks, byPartition: o.in.byPartition, known: infos[i].parts}
 			r.wg.Add(1)
-			go d.run(rctx, cfg.PartitionDiscovery)
+			go d.run(rctx, cfg.PartitionDisc)
 		}
 	}
 	for d := 0; d < o.parallelism; d++ {
 		task := r.addTask(fmt.Sprintf("%s[%d]", o.name, d))
 		rng := RangeFor(d, maxP, o.parallelism)
-		var bopts []Opt
+		var bopts []BackendOpt
 		if !o.in.byPartition {
 			bopts = append(bopts, KeyGroupFunc(func(key []byte) int { return KeyGroup(key, maxP) }))
 		}
@@ -437,7 +433,7 @@ func (s *sourceTask[T]) add(ctx context.Context, pos map[int32]int64, ps []Posit
 // epoch, or fails the job naming it when the sink takes none.
 func (s *sourceTask[T]) deadLetter(ctx context.Context, epoch uint64, b *BadRecord) error {
 	if s.dead == nil {
-		return fmt.Errorf("keyed: %s[%d] offset %d cannot be decoded and the job's sink takes no dead letters: %w", b.Topic, b.Partition, b.Offset, b.Err)
+		return fmt.Errorf("a record cannot be processed and the job's sink takes no dead letters (a dead-letter topic would take it): %w", b.Err)
 	}
 	if err := s.dead.DeadLetter(ctx, epoch, *b); err != nil {
 		return fmt.Errorf("keyed: dead letter for %s[%d] offset %d: %w", b.Topic, b.Partition, b.Offset, err)
@@ -766,6 +762,31 @@ func (r *run) writeOpState(v any, name string, instance int, id uint64) ([]check
 		return nil, fmt.Errorf("operator state of %s[%d]: %w", name, instance, err)
 	}
 	return r.store.PutAll(map[string][]byte{checkpoint.StateFileName(r.runID, id, opStateName(name), instance): data})
+}
+
+// checkOpStateNames refuses a checkpoint holding operator state of a
+// source or sink this job has no part named after: renaming a source or
+// sink would otherwise restore it empty, silently (as a renamed keyed
+// state is refused: StateMismatchError).
+func checkOpStateNames(j *Job, rs *restoreState) error {
+	if rs.fresh {
+		return nil
+	}
+	parts := map[string]bool{j.sink.sinkName(): true}
+	for _, s := range j.sources {
+		parts[s.sourceName()] = true
+	}
+	for n := range rs.files {
+		pn, ok := checkpoint.ParseName(n)
+		if !ok || pn.Kind != checkpoint.KindState {
+			continue
+		}
+		if name, ok := strings.CutSuffix(pn.Operator, opStateName("")); ok && !parts[name] {
+			return fmt.Errorf("keyed: job %s: checkpoint %s holds the operator state of a source or sink named %q, and the job has none of that name: renamed? Give it its old name back, or run the job under a new name to start over",
+				j.name, rs.meta.Ref(), name)
+		}
+	}
+	return nil
 }
 
 // restoreOpState gives v, if it keeps operator state and a checkpoint is

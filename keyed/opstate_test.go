@@ -138,7 +138,7 @@ func TestOperatorState(t *testing.T) {
 		total += int(n)
 	}
 	for _, r := range runs {
-		j := keyed.NewJob("users", keyed.Config{FS: fs, Dir: "/c", Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond}})
+		j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"), keyed.CheckpointInterval(5*time.Millisecond))
 		s := keyed.FromSource(j, "events", r.p, keyed.Source[event](src))
 		k := keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
 		keyed.ToSink(keyed.Process(k, "count", r.p, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](sink))
@@ -171,7 +171,7 @@ func TestOperatorState(t *testing.T) {
 // TestDistinctNames: sources, the operator and the sink name their state
 // files, so a job that gives two of them one name is refused.
 func TestDistinctNames(t *testing.T) {
-	j := keyed.NewJob("users", keyed.Config{Dir: "/c"})
+	j := keyed.NewJob("users", keyed.Dir("/c"))
 	s := keyed.FromSource(j, "count", 1, keyed.Source[event](keyed.NewMemorySource[event]("events", 1, true)))
 	keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](keyed.NewMemorySink[result]()))
 	require.ErrorContains(t, j.Validate(), `two parts of the job are named "count"`)

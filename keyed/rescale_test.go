@@ -62,7 +62,7 @@ func TestRescale(t *testing.T) {
 					want[u]++
 				}
 				total += 10_000
-				j := newJob(t, keyed.Config{FS: fs, Dir: "/c", Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond}}, src, sink, byPartition, p, p)
+				j := newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/c"), keyed.CheckpointInterval(5 * time.Millisecond)}, src, sink, byPartition, p, p)
 				runUntil(t, j, sink, total)
 			}
 			checkOutput(t, sink.Committed(), want)
@@ -76,13 +76,13 @@ func TestMaxParallelismChangeRefused(t *testing.T) {
 	src, _ := input(5, 4, 50, 2_000)
 	fs := checkpoint.NewMemFS()
 	sink := keyed.NewMemorySink[result]()
-	j := newJob(t, keyed.Config{FS: fs, Dir: "/c", MaxParallelism: 64}, src, sink, false, 2, 2)
+	j := newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/c"), keyed.MaxParallelism(64)}, src, sink, false, 2, 2)
 	require.NoError(t, j.Run(context.Background()))
-	j = newJob(t, keyed.Config{FS: fs, Dir: "/c", MaxParallelism: 32}, src, sink, false, 2, 2)
+	j = newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/c"), keyed.MaxParallelism(32)}, src, sink, false, 2, 2)
 	err := j.Run(context.Background())
 	require.ErrorContains(t, err, "max parallelism 32 set, but checkpoint")
 	require.ErrorContains(t, err, "has 64")
-	j = newJob(t, keyed.Config{FS: fs, Dir: "/c"}, src, sink, false, 2, 3)
+	j = newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/c")}, src, sink, false, 2, 3)
 	require.NoError(t, j.Run(context.Background()))
 }
 
@@ -92,9 +92,9 @@ func TestOperatorStateMismatchRefused(t *testing.T) {
 	src, _ := input(6, 2, 20, 500)
 	fs := checkpoint.NewMemFS()
 	sink := keyed.NewMemorySink[result]()
-	require.NoError(t, newJob(t, keyed.Config{FS: fs, Dir: "/c"}, src, sink, false, 1, 1).Run(context.Background()))
+	require.NoError(t, newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/c")}, src, sink, false, 1, 1).Run(context.Background()))
 
-	j := keyed.NewJob("users", keyed.Config{FS: fs, Dir: "/c"})
+	j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"))
 	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
 	out := keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 1, func() keyed.Operator[event, result] { return &stringCounter{} })
 	keyed.ToSink(out, "results", keyed.Sink[result](sink))
@@ -125,20 +125,22 @@ func TestAtLeastOnce(t *testing.T) {
 		mem := checkpoint.NewMemFS()
 		for inc := 0; ; inc++ {
 			require.Less(t, inc, 10)
-			cfg := keyed.Config{FS: mem, Dir: "/c", Mode: checkpoint.AtLeastOnce, Checkpoint: checkpoint.Config{Interval: 2 * time.Millisecond}, Restart: keyed.FixedDelay(3, 0)}
+			cfg := []keyed.Opt{keyed.FS(mem), keyed.Dir("/c"), keyed.AtLeastOnce(), keyed.CheckpointInterval(2 * time.Millisecond), keyed.RestartStrategy(keyed.FixedDelay(3, 0))}
 			ctx := context.Background()
 			if inc < 2 {
 				ctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(3)))
 			}
-			j := keyed.NewJob("users", cfg)
+			j := keyed.NewJob("users", cfg...)
 			s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
 			// Incarnations alternate KeyBy and KeyByString: both must put
 			// every key in the same key group, or a restore loses counts.
-			k := keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
-			if inc%2 == 1 {
-				k = keyed.KeyByString(func(e event) string { return e.UUID }, s)
+			newOp := func() keyed.Operator[event, result] { return &tolerantCounter{} }
+			var out *keyed.Output[result]
+			if inc%2 == 0 {
+				out = keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 1+r.IntN(3), newOp)
+			} else {
+				out = keyed.Process(keyed.KeyByString(func(e event) string { return e.UUID }, s), "count", 1+r.IntN(3), newOp)
 			}
-			out := keyed.Process(k, "count", 1+r.IntN(3), func() keyed.Operator[event, result] { return &tolerantCounter{} })
 			keyed.ToSink(out, "results", keyed.Sink[result](sink))
 			err := j.Run(ctx)
 			if errors.Is(err, failpoint.ErrCrashed) {
@@ -155,7 +157,7 @@ func TestAtLeastOnce(t *testing.T) {
 	src, want := input(9, 4, 100, 5_000)
 	sink := keyed.NewMemorySink[result]()
 	dir := t.TempDir()
-	j := keyed.NewJob("users", keyed.Config{Dir: dir, Mode: checkpoint.AtLeastOnce, Checkpoint: checkpoint.Config{Interval: time.Millisecond}})
+	j := keyed.NewJob("users", keyed.Dir(dir), keyed.AtLeastOnce(), keyed.CheckpointInterval(time.Millisecond))
 	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
 	keyed.ToSink(keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 2, func() keyed.Operator[event, result] { return &tolerantCounter{} }), "results", keyed.Sink[result](sink))
 	require.NoError(t, j.Run(context.Background()))
@@ -192,7 +194,7 @@ func TestKeyingModeChangeRefused(t *testing.T) {
 	src, _ := input(8, 4, 50, 2_000)
 	fs := checkpoint.NewMemFS()
 	sink := keyed.NewMemorySink[result]()
-	require.NoError(t, newJob(t, keyed.Config{FS: fs, Dir: "/c"}, src, sink, true, 2, 2).Run(context.Background()))
-	err := newJob(t, keyed.Config{FS: fs, Dir: "/c"}, src, sink, false, 2, 2).Run(context.Background())
+	require.NoError(t, newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/c")}, src, sink, true, 2, 2).Run(context.Background()))
+	err := newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/c")}, src, sink, false, 2, 2).Run(context.Background())
 	require.ErrorContains(t, err, "keyed.partition mode, the job now runs in keyed.keyby mode")
 }

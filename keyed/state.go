@@ -117,8 +117,8 @@ func (e *MismatchError) Error() string {
 		e.Operator, e.State, e.Field, e.Found, e.Want)
 }
 
-// Opt configures a Backend.
-type Opt func(*Backend)
+// BackendOpt configures a Backend.
+type BackendOpt func(*Backend)
 
 // KeyGroupFunc sets the function that gives a key's key group, used by
 // Check and by Restore to verify that every restored key belongs to the key
@@ -129,7 +129,7 @@ type Opt func(*Backend)
 // the key bytes; Restore then trusts the file names. A partitioned topic
 // known to be written by kord's producer may pass its placement,
 // int(partitioner.KeyPartition(key, partitions)).
-func KeyGroupFunc(f func(key []byte) int) Opt {
+func KeyGroupFunc(f func(key []byte) int) BackendOpt {
 	return func(b *Backend) { b.keyGroupOf = f }
 }
 
@@ -166,7 +166,7 @@ type Backend struct {
 // NewBackend returns an empty backend for instance r of operator, out of
 // maxParallelism key groups. operator is 1 or more characters of
 // [a-zA-Z0-9_-].
-func NewBackend(operator string, maxParallelism int, r KeyGroupRange, opts ...Opt) (*Backend, error) {
+func NewBackend(operator string, maxParallelism int, r KeyGroupRange, opts ...BackendOpt) (*Backend, error) {
 	if err := validateName("operator", operator); err != nil {
 		return nil, err
 	}

@@ -19,13 +19,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/kafkaio"
@@ -175,35 +174,38 @@ func (e engineJob) build(w engineWatch) builtJob {
 		logw = io.Discard
 	}
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cfg := keyed.Config{Dir: e.dir, Checkpoint: checkpoint.Config{Interval: e.interval}, Logger: log}
-	j := keyed.NewJob(e.name, cfg)
-	src := kafkaio.NewSource(e.brokers, e.input, func(rec consumer.Record) (engineIn, error) {
+	j := keyed.NewJob(e.name, keyed.Dir(e.dir), keyed.CheckpointInterval(e.interval), keyed.Logger(log))
+	client := kafkaio.NewClient(kafkaio.Brokers(strings.Split(e.brokers, ",")...), kafkaio.Logger(log))
+	var srcOpts []kafkaio.SourceOpt
+	for k, v := range extra.consumer {
+		srcOpts = append(srcOpts, kafkaio.ConsumerSet(k, v))
+	}
+	src := kafkaio.NewSource(client, e.input, func(rec consumer.Record) (engineIn, error) {
 		if w.read != nil {
 			at, _ := producedAt(rec.Value)
 			w.read(at)
 		}
 		return engineIn{partition: rec.Partition, offset: rec.Offset, key: rec.Key, value: rec.Value}, nil
-	})
-	src.Settings, src.Logger = extra.consumer, log
-	sink := kafkaio.NewSink(e.brokers, e.output, func(o engineOut) ([]byte, []byte, error) {
-		return o.key, o.value, nil
-	})
+	}, srcOpts...)
 	// transaction.timeout.ms and transactional.id come from the job (its
 	// checkpoint settings, its name); the sink refuses them here.
-	sink.ProducerSettings = maps.Clone(extra.producer)
-	sink.Logger = log
+	var sinkOpts []kafkaio.SinkOpt
+	for k, v := range extra.producer {
+		sinkOpts = append(sinkOpts, kafkaio.ProducerSet(k, v))
+	}
+	sink := kafkaio.NewSink(client, e.output, func(o engineOut) ([]byte, []byte, error) {
+		return o.key, o.value, nil
+	}, sinkOpts...)
 
 	s := keyed.FromSource(j, "input", e.parallelism, keyed.Source[engineIn](src))
-	var k *keyed.KeyedStream[engineIn]
-	if e.keyBy {
-		k = keyed.KeyBy(func(in engineIn) []byte { return in.key }, s)
-	} else {
-		k = keyed.ByPartition(s)
-	}
 	vb := e.valueBytes
-	out := keyed.Process(k, "count", e.parallelism, func() keyed.Operator[engineIn, engineOut] {
-		return &counter{valueBytes: vb, first: w.processing}
-	})
+	newOp := func() keyed.Operator[engineIn, engineOut] { return &counter{valueBytes: vb, first: w.processing} }
+	var out *keyed.Output[engineOut]
+	if e.keyBy {
+		out = keyed.Process(keyed.KeyBy(func(in engineIn) []byte { return in.key }, s), "count", e.parallelism, newOp)
+	} else {
+		out = keyed.Process(keyed.ByPartition(s), "count", e.parallelism, newOp)
+	}
 	keyed.ToSink(out, "output", keyed.Sink[engineOut](sink))
 	b := builtJob{job: j, sink: sink}
 	if w.point != nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/kafkaio"
@@ -64,8 +63,12 @@ func (c *userCounter) Process(_ []byte, e Event, out *keyed.Collector[Result]) e
 // process runs the keyed job until every event's result is committed,
 // crashing it once part-way when o.crash is set.
 func process(ctx context.Context, o options, sum *summary) error {
+	// The checkpoints of a job on topics named with -input go where the
+	// job's name says (keyed.DefaultDir), so that a later -phase process
+	// on the same input resumes; a run on fresh topics uses a temporary
+	// directory.
 	dir := o.dir
-	if dir == "" {
+	if dir == "" && o.freshTopics {
 		d, err := os.MkdirTemp("", "kord-userbehavior-")
 		if err != nil {
 			return err
@@ -98,26 +101,37 @@ func process(ctx context.Context, o options, sum *summary) error {
 			return nil
 		}
 	}
-	build := func() (*keyed.Job, *kafkaio.Sink[Result]) {
-		cfg := keyed.Config{Dir: dir, Checkpoint: checkpoint.Config{Interval: o.interval}, Restart: keyed.FixedDelay(3, time.Second)}
-		if o.atLeastOnce {
-			cfg.Mode = checkpoint.AtLeastOnce
+	client := kafkaio.NewClient(kafkaio.Brokers(strings.Split(o.brokers, ",")...))
+	build := func() *keyed.Job {
+		opts := []keyed.Opt{keyed.CheckpointInterval(o.interval), keyed.RestartStrategy(keyed.FixedDelay(3, time.Second))}
+		if dir != "" {
+			opts = append(opts, keyed.Dir(dir))
 		}
-		j := keyed.NewJob(name, cfg)
-		src := kafkaio.NewSource(o.brokers, o.topic, consumer.JSONValue[Event]())
-		sink := kafkaio.NewSink(o.brokers, o.output, func(r Result) ([]byte, []byte, error) {
+		if o.atLeastOnce {
+			opts = append(opts, keyed.AtLeastOnce())
+		}
+		j := keyed.NewJob(name, opts...)
+		src := kafkaio.NewSource(client, o.topic, consumer.JSONValue[Event]())
+		sink := kafkaio.NewSink(client, o.output, func(r Result) ([]byte, []byte, error) {
 			b, err := json.Marshal(r)
 			return []byte(r.UUID), b, err
 		})
 		s := keyed.FromSource(j, "events", 2, keyed.Source[Event](src))
-		var k *keyed.KeyedStream[Event]
+		newOp := func() keyed.Operator[Event, Result] { return &userCounter{atLeastOnce: o.atLeastOnce} }
+		var out *keyed.Output[Result]
 		if o.keyBy {
-			k = keyed.KeyByString(func(e Event) string { return e.UUID }, s)
+			out = keyed.Process(keyed.KeyByString(func(e Event) string { return e.UUID }, s), "count", 2, newOp)
 		} else {
-			k = keyed.ByPartition(s)
+			out = keyed.Process(keyed.ByPartition(s), "count", 2, newOp)
 		}
-		keyed.ToSink(keyed.Process(k, "count", 2, func() keyed.Operator[Event, Result] { return &userCounter{atLeastOnce: o.atLeastOnce} }), "results", keyed.Sink[Result](sink))
-		return j, sink
+		keyed.ToSink(out, "results", keyed.Sink[Result](sink))
+		return j
+	}
+	if o.reset {
+		if err := build().Forget(ctx); err != nil {
+			return err
+		}
+		o.say("job %s forgotten: it starts over from the beginning of %s\n", name, o.topic)
 	}
 
 	runCtx, stop := context.WithCancel(ctx)
@@ -128,14 +142,12 @@ func process(ctx context.Context, o options, sum *summary) error {
 	crash := o.crash
 	start := time.Now()
 	for {
-		j, sink := build()
-		err := j.Run(failpoint.WithHook(runCtx, hook(crash)))
+		err := build().Run(failpoint.WithHook(runCtx, hook(crash)))
 		if errors.Is(err, failpoint.ErrCrashed) {
 			o.say("\njob crashed on purpose (%v); restarting from the checkpoint Kafka recorded\n", err)
 			crash = false
 			continue // the crashed incarnation's producer is fenced by the next one
 		}
-		sink.Close()
 		if err != nil {
 			return err
 		}

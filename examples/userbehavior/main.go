@@ -59,6 +59,8 @@ type options struct {
 	quiet       bool
 	rate        int // events/s when producing; 0 = as fast as possible
 	atLeastOnce bool
+	reset       bool // forget the job's committed state first (keyed.Job.Forget)
+	freshTopics bool // the topics were named by this run: nothing to resume
 	stdout      io.Writer
 }
 
@@ -80,7 +82,8 @@ func main() {
 	flag.BoolVar(&o.keyBy, "keyby", false, "key by the uuid extracted from the event (xxhash key groups, shuffled) instead of by the record key (key group = partition)")
 	flag.BoolVar(&o.crash, "crash", true, "crash the job part-way (after a checkpoint's commit) and recover")
 	flag.DurationVar(&o.interval, "interval", time.Second, "checkpoint interval")
-	flag.StringVar(&o.dir, "checkpoints", "", "checkpoint directory (default: a temporary one)")
+	flag.StringVar(&o.dir, "checkpoints", "", "checkpoint directory (default: a temporary one on fresh topics, else keyed.DefaultDir of the job's name)")
+	flag.BoolVar(&o.reset, "reset", false, "forget the job's checkpoints and Kafka commit record first, so that -phase process starts over")
 	flag.BoolVar(&o.quiet, "quiet", false, "print only the final summary, as key=value pairs")
 	flag.BoolVar(&o.atLeastOnce, "at-least-once", false, "at-least-once checkpoints and output (written at once, offsets committed after): duplicates allowed, nothing lost")
 	flag.IntVar(&o.rate, "rate", 0, "events per second to produce (0: as fast as possible)")
@@ -116,6 +119,7 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.topic == "" {
 		o.topic = fmt.Sprintf("user-behavior.%d", time.Now().UnixNano())
+		o.freshTopics = true
 	}
 	if o.output == "" {
 		o.output = o.topic + ".counts"

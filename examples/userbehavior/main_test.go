@@ -34,7 +34,7 @@ func TestRunEndToEnd(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(3+events/20_000)*time.Minute)
 				defer cancel()
 				o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: events, users: 10_000, partitions: 12, seed: 3,
-					phase: "all", crash: true, keyBy: keyBy, interval: 500 * time.Millisecond, quiet: true}
+					phase: "all", crash: true, keyBy: keyBy, interval: 500 * time.Millisecond, quiet: true, dir: t.TempDir()}
 				var out bytes.Buffer
 				o.stdout = &out
 				require.NoError(t, run(ctx, o))

@@ -1,0 +1,86 @@
+package kafkaio
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/producer"
+)
+
+// Client is a Kafka client configuration, given once: every client a
+// job's sources and sinks create (consumers, the transactional producer,
+// admin requests) is configured from it. It opens no connection itself.
+type Client struct {
+	brokers  []string
+	settings map[string]string
+	log      *slog.Logger
+	logSet   bool
+}
+
+// ClientOpt configures a Client.
+type ClientOpt func(*Client)
+
+// NewClient returns a client configuration.
+func NewClient(opts ...ClientOpt) *Client {
+	c := &Client{settings: map[string]string{}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Brokers are the bootstrap servers, host:port (Kafka's
+// bootstrap.servers). Required.
+func Brokers(addrs ...string) ClientOpt {
+	return func(c *Client) { c.brokers = append(c.brokers, addrs...) }
+}
+
+// Set passes a librdkafka property to every client (security settings,
+// client.id, ...), by librdkafka's name. The settings kord derives or
+// owns are refused where they are used (see the producer and consumer
+// packages, and Sink's doc).
+func Set(key, value string) ClientOpt { return func(c *Client) { c.settings[key] = value } }
+
+// Logger receives the clients' log. Default: the job's logger, or nothing.
+func Logger(l *slog.Logger) ClientOpt {
+	return func(c *Client) { c.log, c.logSet = l, true }
+}
+
+// BrokerList returns the bootstrap servers, comma-separated.
+func (c *Client) BrokerList() string { return strings.Join(c.brokers, ",") }
+
+// logger returns the client's logger, or fallback when none was set.
+func (c *Client) logger(fallback *slog.Logger) *slog.Logger {
+	if c.logSet || fallback == nil {
+		return c.log
+	}
+	return fallback
+}
+
+// consumer creates a consumer with the client's configuration, extra
+// settings (later ones win) and log.
+func (c *Client) consumer(log *slog.Logger, extra map[string]string) (*consumer.Source, error) {
+	opts := []consumer.Opt{consumer.Brokers(c.brokers...), consumer.Logger(c.logger(log))}
+	for k, v := range c.settings {
+		opts = append(opts, consumer.Set(k, v))
+	}
+	for k, v := range extra {
+		opts = append(opts, consumer.Set(k, v))
+	}
+	return consumer.New(opts...)
+}
+
+// producerOpts returns the producer options of the client's configuration,
+// with extra settings (later ones win) and log.
+func (c *Client) producerOpts(log *slog.Logger, extra map[string]string) []producer.Opt {
+	opts := []producer.Opt{producer.Brokers(c.brokers...), producer.Logger(c.logger(log))}
+	for k, v := range c.settings {
+		opts = append(opts, producer.Set(k, v))
+	}
+	for k, v := range extra {
+		opts = append(opts, producer.Set(k, v))
+	}
+	return opts
+}

@@ -1,0 +1,209 @@
+package keyed
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kordproject/kord/checkpoint"
+)
+
+// Opt configures a Job (NewJob). Each option's doc gives its default and
+// the Flink or Kafka Streams setting it corresponds to.
+type Opt func(*config)
+
+// config is a job's configuration, set by options.
+type config struct {
+	name             string
+	MaxParallelism   int
+	Mode             checkpoint.Mode
+	Checkpoint       checkpoint.Config
+	FS               checkpoint.FS
+	Dir              string
+	Restart          Restart
+	BatchSize        int
+	BufferTimeout    time.Duration
+	PartitionDisc    time.Duration
+	Credits          int
+	AcceptDuplicates bool
+	Logger           *slog.Logger
+	StopTimeout      time.Duration
+	errs             []error
+}
+
+func (c config) withDefaults() config {
+	if c.Mode == 0 {
+		c.Mode = checkpoint.ExactlyOnce
+	}
+	if c.FS == nil {
+		c.FS = checkpoint.OSFS()
+	}
+	if c.Dir == "" {
+		c.Dir = DefaultDir(c.name)
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 512
+	}
+	if c.BufferTimeout <= 0 {
+		c.BufferTimeout = 5 * time.Millisecond
+	}
+	if c.Credits <= 0 {
+		c.Credits = 4
+	}
+	if c.PartitionDisc == 0 {
+		c.PartitionDisc = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.StopTimeout <= 0 {
+		c.StopTimeout = c.Checkpoint.Timeout
+		if c.StopTimeout <= 0 {
+			c.StopTimeout = 60 * time.Second
+		}
+	}
+	return c
+}
+
+// EnvStateDir names the environment variable that moves every job's
+// default checkpoint directory (DefaultDir).
+const EnvStateDir = "KORD_STATE_DIR"
+
+// DefaultDir is where a job named name keeps its checkpoints unless Dir
+// says otherwise: $KORD_STATE_DIR/<name> when KORD_STATE_DIR is set, else
+// $XDG_STATE_HOME/kord/<name>, else ~/.local/state/kord/<name> (the XDG
+// base directory for state that outlives a restart; Kafka Streams keeps
+// its state.dir under java.io.tmpdir, which a reboot may empty). It is ""
+// when none of these can be found; Validate then asks for Dir.
+//
+// The directory must survive restarts: in exactly-once mode Kafka records
+// which checkpoint committed, and a job whose directory lost that
+// checkpoint stops with checkpoint.ErrCommittedMissing. To start a job
+// over from nothing, see Job.Forget.
+func DefaultDir(name string) string {
+	if d := os.Getenv(EnvStateDir); d != "" {
+		return filepath.Join(d, name)
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "kord", name)
+	}
+	if h, err := os.UserHomeDir(); err == nil && h != "" {
+		return filepath.Join(h, ".local", "state", "kord", name)
+	}
+	return ""
+}
+
+// Dir puts the job's checkpoints in dir (Flink state.checkpoints.dir;
+// Kafka Streams state.dir). The job locks it while it runs. Default
+// DefaultDir(name).
+func Dir(dir string) Opt { return func(c *config) { c.Dir = dir } }
+
+// FS is the file system the checkpoints are written through. Default the
+// operating system's (checkpoint.OSFS); checkpoint.NewMemFS keeps them in
+// memory, for tests.
+func FS(fs checkpoint.FS) Opt { return func(c *config) { c.FS = fs } }
+
+// AtLeastOnce runs the job at least once (Flink CheckpointingMode.
+// AT_LEAST_ONCE; Kafka Streams processing.guarantee=at_least_once):
+// barriers are tracked but never block an input, and a Kafka sink writes
+// at once instead of in transactions, so after a failure some output is
+// written again. Default exactly once.
+func AtLeastOnce() Opt { return func(c *config) { c.Mode = checkpoint.AtLeastOnce } }
+
+// CheckpointInterval is the time between checkpoint triggers (Flink
+// execution.checkpointing.interval; Kafka Streams commit.interval.ms).
+// Exactly-once output becomes visible when its checkpoint commits: about
+// half to one interval of latency. Default 1 s.
+func CheckpointInterval(d time.Duration) Opt {
+	return func(c *config) { c.Checkpoint.Interval = d }
+}
+
+// CheckpointTimeout aborts a checkpoint that has not reached its commit
+// within d, and bounds each commit (Flink
+// execution.checkpointing.timeout). Default 60 s.
+func CheckpointTimeout(d time.Duration) Opt {
+	return func(c *config) { c.Checkpoint.Timeout = d }
+}
+
+// MinPause is the least time between the end of one checkpoint and the
+// next trigger (Flink execution.checkpointing.min-pause). Default 0.
+func MinPause(d time.Duration) Opt { return func(c *config) { c.Checkpoint.MinPause = d } }
+
+// TolerableFailures is how many checkpoints in a row may abort before the
+// job fails (Flink execution.checkpointing.tolerable-failed-checkpoints).
+// An aborted checkpoint's output commits with the next one. Default 0.
+func TolerableFailures(n int) Opt {
+	return func(c *config) { c.Checkpoint.TolerableFailures = n }
+}
+
+// TransactionMaxTimeout is the brokers' transaction.max.timeout.ms: the
+// transaction timeout, derived from the checkpoint settings, is capped at
+// it. Set it only for brokers configured otherwise. Default 15 minutes,
+// Kafka's default.
+func TransactionMaxTimeout(d time.Duration) Opt {
+	return func(c *config) { c.Checkpoint.TransactionMaxTimeout = d }
+}
+
+// MaxParallelism is the number of key groups of a KeyBy job, the most
+// operator instances it can ever be rescaled to (Flink maxParallelism).
+// Default: the restored checkpoint's, else DefaultMaxParallelism; an
+// explicit value that differs from a checkpoint's is refused. A
+// ByPartition job takes it from the partition count: leave it unset.
+func MaxParallelism(n int) Opt {
+	return func(c *config) {
+		if err := ValidateParallelism(1, n); err != nil {
+			c.errs = append(c.errs, fmt.Errorf("keyed: MaxParallelism: %w", err))
+		}
+		c.MaxParallelism = n
+	}
+}
+
+// RestartStrategy says what the job does when a task fails (Flink
+// restart-strategy): FixedDelay or ExponentialBackoff. Default: no
+// restart, Run returns the failure. Unknown outcomes of a commit are
+// recovered from at once whatever the strategy (ErrOutcomeUnknown).
+func RestartStrategy(r Restart) Opt { return func(c *config) { c.Restart = r } }
+
+// AcceptDuplicates lets an exactly-once job restore an older checkpoint
+// when the one Kafka recorded as committed is missing or corrupt, or when
+// nothing says which checkpoint committed: the output after the restored
+// checkpoint is then written again. Default off: such a job stops with
+// checkpoint.ErrCommittedMissing or checkpoint.ErrAmbiguous.
+func AcceptDuplicates() Opt { return func(c *config) { c.AcceptDuplicates = true } }
+
+// StopTimeout bounds a graceful stop (the context given to Run done): the
+// final checkpoint, and any recovery it needs, must commit within d, or
+// Run returns ErrStopTimeout. Every wait of the job is cancelled at the
+// deadline; a commit cut short has an unknown outcome, which the next
+// start settles from what the sink's system recorded. Not cancellable, and
+// so added to the bound: a checkpoint file write already under way, and
+// closing the sink's and sources' clients. Default the checkpoint timeout.
+func StopTimeout(d time.Duration) Opt { return func(c *config) { c.StopTimeout = d } }
+
+// PartitionDiscovery is how often each source's partitions are listed
+// again while the job runs (Flink's Kafka source
+// partition.discovery.interval.ms). In KeyBy mode a new partition is read
+// from its earliest offset and enters the next checkpoint; in ByPartition
+// mode a change of partition count cannot be followed and fails the job.
+// Default 30 s; negative turns discovery off.
+func PartitionDiscovery(d time.Duration) Opt { return func(c *config) { c.PartitionDisc = d } }
+
+// BatchSize is the most records sent between tasks in one message.
+// Default 512.
+func BatchSize(n int) Opt { return func(c *config) { c.BatchSize = n } }
+
+// BufferTimeout bounds how long a record waits in a partial batch between
+// tasks (Flink execution.buffer-timeout). Default 5 ms.
+func BufferTimeout(d time.Duration) Opt { return func(c *config) { c.BufferTimeout = d } }
+
+// Credits is how many messages an upstream task may have outstanding to
+// one downstream task (Flink's credit-based flow control): a blocked input
+// backpressures only its own upstream. Default 4.
+func Credits(n int) Opt { return func(c *config) { c.Credits = n } }
+
+// Logger receives the job's log, and its sink's and sources' unless they
+// are given their own. Default: nothing is logged.
+func Logger(l *slog.Logger) Opt { return func(c *config) { c.Logger = l } }
