@@ -7,10 +7,11 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/kordproject/kord/internal/embedded"
+	"github.com/kordproject/kord/kordtest"
 )
 
 // brokers returns KORD_KAFKA_BROKERS, or else an in-process kfake cluster
@@ -20,12 +21,12 @@ func brokers(t *testing.T) string {
 	if b := os.Getenv("KORD_KAFKA_BROKERS"); b != "" {
 		return b
 	}
-	c, err := embedded.Start(1)
+	c, err := kordtest.NewCluster()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return c.Brokers()
+	return strings.Join(c.Brokers(), ",")
 }
 
 // TestRunAll runs every mode on a tiny input and checks the counts: the

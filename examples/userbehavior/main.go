@@ -25,12 +25,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
-	"github.com/kordproject/kord/internal/embedded"
+	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
 )
 
@@ -109,12 +110,12 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("-phase %q: want all, produce, process or verify", o.phase)
 	}
 	if o.brokers == "" {
-		c, err := embedded.Start(1)
+		c, err := kordtest.NewCluster()
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		o.brokers = c.Brokers()
+		o.brokers = strings.Join(c.Brokers(), ",")
 		o.say("embedded Kafka (kfake) at %s\n", o.brokers)
 	}
 	if o.topic == "" {

@@ -24,7 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kordproject/kord/internal/embedded"
+	"github.com/kordproject/kord/kordtest"
 )
 
 // Cluster is one cluster a test runs against.
@@ -59,12 +59,12 @@ func Each(t *testing.T, fn func(t *testing.T, c *Cluster)) {
 // Fake starts a fresh single-broker kfake cluster, closed when t ends.
 func Fake(t testing.TB) *Cluster {
 	t.Helper()
-	e, err := embedded.Start(1)
+	e, err := kordtest.NewCluster()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	return &Cluster{Name: "kfake", Brokers: e.Brokers(), Fake: e.Fake()}
+	return &Cluster{Name: "kfake", Brokers: strings.Join(e.Brokers(), ","), Fake: e.Fake()}
 }
 
 // Broker returns the real broker, failing t when it is required and missing,

@@ -2,6 +2,7 @@
 // (DESIGN.md in the repository's root, "Layers"): arrows point down only.
 //
 //	examples/, bench/          programs
+//	kordtest/                  an in-process cluster and read-back, for users' tests
 //	kafkaio/                   the Kafka edge: the engine's source and sink
 //	keyed/                     job graph, runtime, keyed and operator state
 //	checkpoint/                pure core: aligner, lifecycle, recovery, formats, storage

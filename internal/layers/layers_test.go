@@ -18,14 +18,16 @@ var rules = []struct {
 	banned []string
 	why    string
 }{
-	{"checkpoint", append([]string{mod + "/producer", mod + "/consumer", mod + "/kafkaio", mod + "/keyed"}, kafkaClients...),
+	{"checkpoint", append([]string{mod + "/producer", mod + "/consumer", mod + "/kafkaio", mod + "/keyed", mod + "/kordtest"}, kafkaClients...),
 		"the core imports no Kafka client and nothing above it"},
-	{"keyed", append([]string{mod + "/producer", mod + "/consumer", mod + "/kafkaio"}, kafkaClients...),
+	{"keyed", append([]string{mod + "/producer", mod + "/consumer", mod + "/kafkaio", mod + "/kordtest"}, kafkaClients...),
 		"the engine imports no Kafka client and not the Kafka edge"},
-	{"producer", []string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio"},
+	{"producer", []string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio", mod + "/kordtest"},
 		"the standalone clients know nothing of the engine"},
-	{"consumer", []string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio"},
+	{"consumer", []string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio", mod + "/kordtest"},
 		"the standalone clients know nothing of the engine"},
+	{"kafkaio", []string{mod + "/kordtest", mod + "/internal/faultproxy", mod + "/internal/kafkatest", "github.com/twmb/franz-go"},
+		"the Kafka edge runs on kord's clients only; the test cluster is for tests"},
 	{"partitioner", []string{mod + "/"},
 		"partitioner is pure: it imports nothing of kord"},
 }

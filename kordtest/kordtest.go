@@ -1,0 +1,163 @@
+// Package kordtest runs kord jobs in tests: an in-process Kafka cluster
+// (franz-go's kfake, a Kafka-compatible broker in Go) that kord's clients
+// and jobs use like any other, and a way to read a topic back to its end as
+// a read_committed consumer sees it. It is what Kafka Streams'
+// TopologyTestDriver is to a Streams application, with the real protocol
+// in between: start a Cluster, create topics, produce input with kord's
+// producer, run the job (a kafkaio.Bounded source makes Run return at the
+// end of the input), and check what ReadCommitted returns.
+//
+// kfake completes transactions at once, so tests of the windows between a
+// transaction's commit request and its markers mean something only on a
+// real broker; for a job's own logic it is exact.
+package kordtest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/kafkaio"
+)
+
+// Cluster is a running in-process cluster on 127.0.0.1.
+type Cluster struct {
+	fake *kfake.Cluster
+}
+
+// Opt configures a Cluster.
+type Opt func(*opts)
+
+type opts struct {
+	brokers int
+	topics  []topic
+}
+
+type topic struct {
+	name       string
+	partitions int32
+}
+
+// Brokers is the number of brokers. Default 1.
+func Brokers(n int) Opt { return func(o *opts) { o.brokers = n } }
+
+// Topic creates topic with partitions partitions when the cluster starts.
+func Topic(name string, partitions int32) Opt {
+	return func(o *opts) { o.topics = append(o.topics, topic{name, partitions}) }
+}
+
+// NewCluster starts a cluster on free ports of 127.0.0.1. Close it when
+// done.
+func NewCluster(options ...Opt) (*Cluster, error) {
+	o := opts{brokers: 1}
+	for _, opt := range options {
+		opt(&o)
+	}
+	if o.brokers < 1 {
+		return nil, fmt.Errorf("kordtest: Brokers(%d): want at least 1", o.brokers)
+	}
+	ports := make([]int, o.brokers) // 0: any free port
+	f, err := kfake.NewCluster(kfake.NumBrokers(o.brokers), kfake.Ports(ports...))
+	if err != nil {
+		return nil, fmt.Errorf("kordtest: start the cluster: %w", err)
+	}
+	c := &Cluster{fake: f}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, t := range o.topics {
+		if err := c.CreateTopic(ctx, t.name, t.partitions); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Brokers returns the bootstrap servers.
+func (c *Cluster) Brokers() []string { return c.fake.ListenAddrs() }
+
+// Client returns a kafkaio client of the cluster, with opts added.
+func (c *Cluster) Client(opts ...kafkaio.ClientOpt) *kafkaio.Client {
+	return kafkaio.NewClient(append([]kafkaio.ClientOpt{kafkaio.Brokers(c.Brokers()...)}, opts...)...)
+}
+
+// Fake returns the kfake cluster itself, for fault injection.
+func (c *Cluster) Fake() *kfake.Cluster { return c.fake }
+
+// Close stops the cluster and its goroutines.
+func (c *Cluster) Close() { c.fake.Close() }
+
+// CreateTopic creates topic with partitions partitions (kord itself never
+// creates topics). It returns once every partition has a leader.
+func (c *Cluster) CreateTopic(ctx context.Context, name string, partitions int32) error {
+	return CreateTopic(ctx, c.Brokers(), name, partitions, nil)
+}
+
+// CreateTopic creates topic on the cluster at brokers (any Kafka cluster,
+// not only an in-process one), with configs as its topic-level settings.
+// It returns once every partition has a leader.
+func CreateTopic(ctx context.Context, brokers []string, name string, partitions int32, configs map[string]string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return fmt.Errorf("kordtest: create topic %s: %w", name, err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, 1
+	for k, v := range configs {
+		rc := kmsg.NewCreateTopicsRequestTopicConfig()
+		rc.Name, rc.Value = k, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, rc)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		return fmt.Errorf("kordtest: create topic %s at %s: %w", name, strings.Join(brokers, ","), err)
+	}
+	for {
+		mreq := kmsg.NewPtrMetadataRequest()
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(name)
+		mreq.Topics = append(mreq.Topics, mt)
+		mresp, err := mreq.RequestWith(ctx, cl)
+		if err == nil && len(mresp.Topics) == 1 && mresp.Topics[0].ErrorCode == 0 && len(mresp.Topics[0].Partitions) == int(partitions) {
+			ok := true
+			for _, p := range mresp.Topics[0].Partitions {
+				ok = ok && p.ErrorCode == 0 && p.Leader >= 0
+			}
+			if ok {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kordtest: topic %s: partitions without a leader (last error %v): %w", name, err, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// ReadCommitted reads topic from its start to its end, as a read_committed
+// consumer of client's cluster sees it now (up to each partition's last
+// stable offset), and returns its records, each partition's in order,
+// partitions in ascending order.
+func ReadCommitted(ctx context.Context, client *kafkaio.Client, topic string) ([]consumer.Record, error) {
+	return kafkaio.ReadCommitted(ctx, client, topic)
+}
+
+// ReadCommitted is ReadCommitted on the cluster.
+func (c *Cluster) ReadCommitted(ctx context.Context, topic string) ([]consumer.Record, error) {
+	return kafkaio.ReadCommitted(ctx, c.Client(), topic)
+}
