@@ -2,9 +2,13 @@
 // Flink's Kafka consumer: partitions are assigned (never a group rebalance),
 // each assigned partition's position is a concrete offset kept by kord and
 // recorded in checkpoints, and offsets reach Kafka only inside the
-// transaction that commits a checkpoint (see package checkpoint). The
+// transaction that commits a checkpoint (see package kafkaio). The
 // consumer never commits offsets itself: auto-commit and the offset store
 // are forced off.
+//
+// Start with New, Resolve (where to begin), Assign and Poll; Ends and
+// Reached tell when a partition's end is read (see Example). A kord job
+// reads Kafka through kafkaio.Source, which builds on this package.
 //
 // # Where a job starts
 //

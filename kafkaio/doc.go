@@ -1,7 +1,9 @@
-// Package kafkaio is kord's Kafka edge: the engine's Kafka source and
-// exactly-once sink (after Beam's Go SDK, whose Kafka connector is
-// sdks/go/pkg/beam/io/kafkaio, and Flink, whose connector lives outside its
-// runtime). It is the only place where the engine (package keyed) meets
+// Package kafkaio connects kord jobs (package keyed) to Kafka: a Client
+// configured once (NewClient: brokers and any librdkafka property), a
+// source reading a topic (NewSource) and an exactly-once sink writing one
+// (NewSink). Example shows a complete job. It is kord's Kafka edge (named
+// after Beam's Go SDK connector, sdks/go/pkg/beam/io/kafkaio; Flink too
+// keeps its Kafka connector outside its runtime). It is the only place where the engine (package keyed) meets
 // kord's Kafka clients (packages producer and consumer); keyed and
 // checkpoint import no Kafka client.
 //

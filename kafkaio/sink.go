@@ -665,7 +665,7 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 		offs[i] = producer.Offset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Metadata: meta}
 	}
 	fail := func(step string, err error) error {
-		return s.failed(fmt.Errorf("commit of checkpoint %s: %s: %w", ref, step, err))
+		return s.failed(fmt.Errorf("%s: %w", step, err))
 	}
 	if !s.exactlyOnce() {
 		// Everything written so far (all output up to the checkpoint's

@@ -1,5 +1,16 @@
-// Package keyed is kord's keyed state: key groups, per-key state scoped to
-// the record being processed, and its snapshots.
+// Package keyed declares and runs kord jobs: sources, a keyed operator
+// stage with per-key state, and a sink, checkpointed exactly once (or at
+// least once) and restored after any crash.
+//
+// Start with NewJob (named, configured by options), FromSource, one of
+// KeyBy, KeyByString or ByPartition, then Process (an Operator with any
+// keyed state), ProcessFunc (no state) or ProcessValue (one value per key),
+// ToSink, and Run. Kafka sources and sinks are in package kafkaio; the
+// in-memory ones here (MemorySource, MemorySink) need no Kafka; package
+// kordtest runs a job against an in-process cluster in tests. Example and
+// kafkaio's Example show complete jobs.
+//
+// The rest of this doc is how keyed state works.
 //
 // # Key groups
 //

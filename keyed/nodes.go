@@ -436,7 +436,7 @@ func (s *sourceTask[T]) deadLetter(ctx context.Context, epoch uint64, b *BadReco
 		return fmt.Errorf("a record cannot be processed and the job's sink takes no dead letters (a dead-letter topic would take it): %w", b.Err)
 	}
 	if err := s.dead.DeadLetter(ctx, epoch, *b); err != nil {
-		return fmt.Errorf("keyed: dead letter for %s[%d] offset %d: %w", b.Topic, b.Partition, b.Offset, err)
+		return fmt.Errorf("dead letter for %s[%d] offset %d: %w", b.Topic, b.Partition, b.Offset, err)
 	}
 	s.r.j.deadLetters.Add(1)
 	return nil
