@@ -331,16 +331,21 @@ func (s *Source) Assign(ctx context.Context, positions []Position) error {
 // never skips or re-reads silently).
 func (s *Source) Poll(ctx context.Context, max int, wait time.Duration) ([]Record, error) {
 	var out []Record
-	timeout := int(wait.Milliseconds())
+	deadline := time.Now().Add(wait)
 	for len(out) < max {
 		if err := ctx.Err(); err != nil {
 			return out, err
+		}
+		// Wait, up to the deadline, for the first record only: another
+		// event (an end of partition, say) does not end the wait.
+		timeout := 0
+		if left := time.Until(deadline); len(out) == 0 && left > 0 {
+			timeout = int(left.Milliseconds())
 		}
 		ev := s.c.Poll(timeout)
 		if ev == nil {
 			return out, nil
 		}
-		timeout = 0
 		switch e := ev.(type) {
 		case *kafka.Message:
 			tp := e.TopicPartition

@@ -28,7 +28,9 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 go vet ./...
-go test -race -count=1 "$@" ./...
+# kafkaio's proofs take about 10 minutes under -race on 2 cores: more than
+# go test's default 10-minute timeout per package.
+go test -race -count=1 -timeout 25m "$@" ./...
 # The race detector slows the engine tenfold, so under -race the seeded
 # failure test runs 150 seeds; here it runs its full 1,000 without it.
 go test -count=1 -run 'TestSeededFailures' ./keyed/

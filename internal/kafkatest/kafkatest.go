@@ -138,52 +138,12 @@ func (c *Cluster) AddPartitions(t testing.TB, topic string, count int32) {
 func (c *Cluster) CreateTopic(t testing.TB, partitions int32, configs map[string]string) string {
 	t.Helper()
 	topic := TopicName(t)
-	cl := c.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic = topic
-	rt.NumPartitions = partitions
-	rt.ReplicationFactor = 1
-	for k, v := range configs {
-		rc := kmsg.NewCreateTopicsRequestTopicConfig()
-		rc.Name = k
-		rc.Value = kmsg.StringPtr(v)
-		rt.Configs = append(rt.Configs, rc)
+	if err := kordtest.CreateTopic(ctx, strings.Split(c.Brokers, ","), topic, partitions, configs); err != nil {
+		t.Fatal(err)
 	}
-	req.Topics = append(req.Topics, rt)
-	req.TimeoutMillis = 30000
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		t.Fatalf("create topic %s: %v", topic, err)
-	}
-	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
-		t.Fatalf("create topic %s: %v", topic, err)
-	}
-	// Wait for leaders: a fresh topic on the real broker may briefly have
-	// none.
-	for {
-		mreq := kmsg.NewPtrMetadataRequest()
-		mt := kmsg.NewMetadataRequestTopic()
-		mt.Topic = kmsg.StringPtr(topic)
-		mreq.Topics = append(mreq.Topics, mt)
-		mresp, err := mreq.RequestWith(ctx, cl)
-		if err == nil && len(mresp.Topics) == 1 && mresp.Topics[0].ErrorCode == 0 && len(mresp.Topics[0].Partitions) == int(partitions) {
-			ok := true
-			for _, p := range mresp.Topics[0].Partitions {
-				ok = ok && p.ErrorCode == 0 && p.Leader >= 0
-			}
-			if ok {
-				return topic
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("topic %s: partitions without a leader after 60s (last err %v)", topic, err)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return topic
 }
 
 // ReadAll reads topic from the start until want records arrived or the
