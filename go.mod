@@ -13,8 +13,14 @@ require (
 )
 
 require (
+	github.com/pavlo-v-chernykh/keystore-go/v4 v4.5.0
+	software.sslmate.com/src/go-pkcs12 v0.7.4
+)
+
+require (
 	github.com/golang/snappy v0.0.1 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/crypto v0.51.0 // indirect
 )
