@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/kordproject/kord/internal/kafkaconf"
 )
 
 // TopicPartition names a partition.
@@ -43,6 +45,12 @@ type Record struct {
 var (
 	// ErrConfig is a configuration error.
 	ErrConfig = errors.New("consumer: invalid configuration")
+	// ErrAuth means the cluster refused the consumer: its credentials
+	// (SASL) were refused, or the TLS handshake failed (an untrusted or
+	// expired certificate, a host name the certificate does not name).
+	// Every call fails with it from then on; waiting would not help. The
+	// same value as producer.ErrAuth.
+	ErrAuth = kafkaconf.ErrAuth
 	// ErrOutOfRange means a restored or requested offset is not in the
 	// partition's log (below its log start, or past its end). kord never
 	// resets it silently.
@@ -77,6 +85,7 @@ type cfg struct {
 	settings map[string]string
 	log      *slog.Logger
 	timeout  time.Duration
+	err      error // from an option that could not be applied (Properties)
 }
 
 // Brokers sets the bootstrap servers (librdkafka and Java bootstrap.servers).
@@ -94,6 +103,26 @@ func Group(id string) Opt { return func(c *cfg) { c.group = id } }
 // queued.max.messages.kbytes (8192) and queued.min.messages (20000); see
 // the package doc for the memory they bound.
 func Set(key, value string) Opt { return func(c *cfg) { c.settings[key] = value } }
+
+// Properties applies a Java client.properties file, the one a Java or
+// Flink client of the same cluster uses: each Java property is mapped to
+// its librdkafka equivalent (security.protocol, sasl.mechanism,
+// sasl.jaas.config, ssl.truststore.*, ssl.keystore.*, ...; the README's
+// table), and a property with no equivalent makes New fail, naming it and
+// what to use instead. Options after it override what it sets; Brokers
+// overrides its bootstrap.servers.
+func Properties(path string) Opt {
+	return func(c *cfg) {
+		s, err := kafkaconf.LoadJava(path)
+		if err != nil {
+			c.err = errors.Join(c.err, fmt.Errorf("%w: %w", ErrConfig, err))
+			return
+		}
+		for k, v := range s {
+			c.settings[k] = v
+		}
+	}
+}
 
 // Logger sets where the source logs, including librdkafka's log. Default:
 // nothing is logged.
@@ -122,6 +151,13 @@ type Source struct {
 	// reads the LSO as the end of a partition.
 	readCommitted bool
 
+	// conn follows the connection: the cluster answered, ErrAuth, the
+	// last client-level error, which explains a later timeout. slice
+	// bounds one librdkafka call inside retry.
+	conn    *kafkaconf.Conn
+	slice   time.Duration
+	refused bool // logged
+
 	pos      map[TopicPartition]int64
 	eof      map[TopicPartition]int64 // where each partition's end was last reached
 	assigned []TopicPartition
@@ -136,6 +172,9 @@ func New(opts ...Opt) (*Source, error) {
 	c := cfg{group: "kord.source", settings: map[string]string{}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), timeout: 10 * time.Second}
 	for _, o := range opts {
 		o(&c)
+	}
+	if c.err != nil {
+		return nil, c.err
 	}
 	for k := range c.settings {
 		if why, ok := forced[k]; ok {
@@ -172,12 +211,19 @@ func New(opts ...Opt) (*Source, error) {
 	cm["enable.auto.offset.store"] = false
 	cm["enable.partition.eof"] = true // end of partition events tell Reached where the end is
 	cm["go.logs.channel.enable"] = true
+	settings := map[string]string{}
+	for k, v := range cm {
+		settings[k] = fmt.Sprint(v)
+	}
+	if err := kafkaconf.Check(settings); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	kc, err := kafka.NewConsumer(&cm)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	iso, _ := cm["isolation.level"].(string)
-	s := &Source{cfg: c, c: kc, log: c.log, pos: map[TopicPartition]int64{}, readCommitted: iso == "read_committed"}
+	s := &Source{cfg: c, c: kc, log: c.log, pos: map[TopicPartition]int64{}, readCommitted: iso == "read_committed", conn: kafkaconf.NewConn(settings)}
 	s.wg.Add(1)
 	go s.logs()
 	return s, nil
@@ -195,12 +241,16 @@ func (s *Source) logs() {
 		case l.Level <= 6:
 			lvl = slog.LevelInfo
 		}
+		s.conn.Log(l.Tag, l.Message)
 		s.log.Log(context.Background(), lvl, "librdkafka: "+l.Message, "tag", l.Tag, "client", l.Name)
 	}
 }
 
 func (s *Source) timeoutMs(ctx context.Context) int {
 	d := s.cfg.timeout
+	if s.slice > 0 {
+		d = s.slice
+	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d {
 		d = time.Until(dl)
 	}
@@ -212,9 +262,14 @@ func (s *Source) timeoutMs(ctx context.Context) int {
 
 // Partitions returns the partition ids of topic, ascending.
 func (s *Source) Partitions(ctx context.Context, topic string) ([]int32, error) {
-	md, err := s.c.GetMetadata(&topic, false, s.timeoutMs(ctx))
+	var md *kafka.Metadata
+	err := s.retry(ctx, fmt.Sprintf("metadata of topic %q", topic), func() error {
+		var err error
+		md, err = s.c.GetMetadata(&topic, false, s.timeoutMs(ctx))
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("consumer: metadata of topic %q: %w", topic, err)
+		return nil, err
 	}
 	t, ok := md.Topics[topic]
 	if !ok || t.Error.Code() == kafka.ErrUnknownTopicOrPart || t.Error.Code() == kafka.ErrUnknownTopic || len(t.Partitions) == 0 {
@@ -263,19 +318,37 @@ func (s *Source) Watermarks(ctx context.Context, tp TopicPartition) (low, end in
 }
 
 // retry calls fn until it succeeds, fails with an error that is not
-// transient, the request timeout passes or ctx ends. Errors name what.
+// transient, the request timeout passes or ctx ends. Each call of fn is
+// bounded by a growing slice of the request timeout (1 s, 2 s, 4 s, ...,
+// through timeoutMs), and between calls the consumer takes in the
+// client's errors (drain): an authentication or TLS failure (ErrAuth) then
+// ends the wait within a second, and a timeout names the client's last
+// error from the cluster. Errors name what.
 func (s *Source) retry(ctx context.Context, what string, fn func() error) error {
+	if err := s.conn.Failed(); err != nil {
+		return fmt.Errorf("consumer: %s: %w", what, err)
+	}
 	deadline := time.Now().Add(s.cfg.timeout)
-	for {
+	defer func() { s.slice = 0 }()
+	for step := time.Second; ; step *= 2 {
+		s.slice = max(min(step, time.Until(deadline)), time.Millisecond)
 		err := fn()
 		if err == nil {
+			s.conn.Served()
 			return nil
+		}
+		s.drain()
+		if err := s.conn.Failed(); err != nil {
+			return fmt.Errorf("consumer: %s: %w", what, err)
 		}
 		var kerr kafka.Error
 		transient := errors.As(err, &kerr) && (kerr.IsRetriable() || kerr.Code() == kafka.ErrNotLeaderForPartition ||
-			kerr.Code() == kafka.ErrLeaderNotAvailable || kerr.Code() == kafka.ErrNotCoordinator)
+			kerr.Code() == kafka.ErrLeaderNotAvailable || kerr.Code() == kafka.ErrNotCoordinator || kerr.Code() == kafka.ErrTimedOut)
 		if !transient || time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("consumer: %s: %w", what, err)
+			return fmt.Errorf("consumer: %s: %w", what, s.conn.Explain(err))
+		}
+		if kerr.Code() == kafka.ErrTimedOut {
+			continue // the slice was the wait
 		}
 		select {
 		case <-ctx.Done():
@@ -283,6 +356,37 @@ func (s *Source) retry(ctx context.Context, what string, fn func() error) error 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// drain takes in the client's pending events while nothing is assigned
+// (then no record can be among them): errors, which librdkafka hands to a
+// consumer only through its poll.
+func (s *Source) drain() {
+	if len(s.assigned) > 0 {
+		return
+	}
+	for i := 0; i < 100; i++ {
+		ev := s.c.Poll(0)
+		if ev == nil {
+			return
+		}
+		if e, ok := ev.(kafka.Error); ok {
+			s.clientError(e)
+		}
+	}
+}
+
+// clientError takes in a client-level error: ErrAuth fails the consumer
+// for good (conn.Failed); any other is kept to explain a later timeout.
+func (s *Source) clientError(e kafka.Error) {
+	if err := s.conn.Event(e); err != nil {
+		if !s.refused {
+			s.refused = true
+			s.log.Error("kord consumer: the cluster refused the consumer", "err", err)
+		}
+		return
+	}
+	s.log.Warn("kord source: client error", "err", e)
 }
 
 // Assign assigns exactly these partitions, each from its concrete offset,
@@ -330,6 +434,9 @@ func (s *Source) Assign(ctx context.Context, positions []Position) error {
 // partition fails with ErrOutOfRange (auto.offset.reset is "error": kord
 // never skips or re-reads silently).
 func (s *Source) Poll(ctx context.Context, max int, wait time.Duration) ([]Record, error) {
+	if err := s.conn.Failed(); err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
 	var out []Record
 	deadline := time.Now().Add(wait)
 	for len(out) < max {
@@ -357,6 +464,7 @@ func (s *Source) Poll(ctx context.Context, max int, wait time.Duration) ([]Recor
 				continue // a partition no longer assigned
 			}
 			s.pos[key] = int64(tp.Offset) + 1
+			s.conn.Served()
 			var hs []Header
 			if len(e.Headers) > 0 {
 				hs = make([]Header, len(e.Headers))
@@ -376,7 +484,9 @@ func (s *Source) Poll(ctx context.Context, max int, wait time.Duration) ([]Recor
 			if e.IsFatal() || e.Code() == kafka.ErrAutoOffsetReset {
 				return out, fmt.Errorf("consumer: %w", e)
 			}
-			s.log.Warn("kord source: client error", "err", e)
+			if s.clientError(e); s.conn.Failed() != nil {
+				return out, fmt.Errorf("consumer: %w", s.conn.Failed())
+			}
 		}
 	}
 	return out, nil

@@ -3,6 +3,7 @@ package kafkaio
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/kafkaconf"
+	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
 )
 
@@ -21,18 +24,28 @@ type Client struct {
 	settings map[string]string
 	log      *slog.Logger
 	logSet   bool
+	err      error
 }
 
 // ClientOpt configures a Client.
 type ClientOpt func(*Client)
 
-// NewClient returns a client configuration.
-func NewClient(opts ...ClientOpt) *Client {
+// NewClient returns a client configuration. It fails when a properties
+// file cannot be read or mapped (Properties), or when the settings ask for
+// what the linked librdkafka was not built with (GSSAPI, say): at once,
+// before any job runs.
+func NewClient(opts ...ClientOpt) (*Client, error) {
 	c := &Client{settings: map[string]string{}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	for _, o := range opts {
 		o(c)
 	}
-	return c
+	if c.err != nil {
+		return nil, c.err
+	}
+	if err := kafkaconf.Check(c.settings); err != nil {
+		return nil, fmt.Errorf("kafkaio: %w", err)
+	}
+	return c, nil
 }
 
 // Brokers are the bootstrap servers, host:port (Kafka's
@@ -47,13 +60,65 @@ func Brokers(addrs ...string) ClientOpt {
 // packages, and Sink's doc).
 func Set(key, value string) ClientOpt { return func(c *Client) { c.settings[key] = value } }
 
+// Properties applies a Java client.properties file, the one a Java or
+// Flink client of the same cluster uses, to every client: each Java
+// property is mapped to its librdkafka equivalent (security.protocol,
+// sasl.mechanism, sasl.jaas.config, ssl.truststore.*, ssl.keystore.*,
+// ...; the README's table). A property with no equivalent makes NewClient
+// fail, naming it and what to use instead. Its bootstrap.servers serves
+// when Brokers is not given; options after it override what it sets.
+func Properties(path string) ClientOpt {
+	return func(c *Client) {
+		s, err := kafkaconf.LoadJava(path)
+		if err != nil {
+			c.err = errors.Join(c.err, fmt.Errorf("kafkaio: %w", err))
+			return
+		}
+		for k, v := range s {
+			c.settings[k] = v
+		}
+	}
+}
+
 // Logger receives the clients' log. Default: the job's logger, or nothing.
 func Logger(l *slog.Logger) ClientOpt {
 	return func(c *Client) { c.log, c.logSet = l, true }
 }
 
-// BrokerList returns the bootstrap servers, comma-separated.
-func (c *Client) BrokerList() string { return strings.Join(c.brokers, ",") }
+// classify marks an error no restart can cure as permanent (keyed
+// stops the job with it rather than restarting): a refused configuration,
+// or a cluster that refuses the client (producer.ErrAuth, the same value
+// as consumer.ErrAuth).
+func classify(err error) error {
+	if errors.Is(err, consumer.ErrConfig) || errors.Is(err, producer.ErrConfig) || errors.Is(err, producer.ErrAuth) {
+		return keyed.Permanent(err)
+	}
+	return err
+}
+
+// BrokerList returns the bootstrap servers, comma-separated: those of
+// Brokers, else the bootstrap.servers setting.
+func (c *Client) BrokerList() string {
+	if len(c.brokers) == 0 {
+		return c.settings["bootstrap.servers"]
+	}
+	return strings.Join(c.brokers, ",")
+}
+
+// Settings returns the librdkafka settings every client gets (the
+// bootstrap servers included), by librdkafka's names: for a client of the
+// same cluster made outside kord (an independent reader, say). It holds
+// the configuration's secrets: never log it.
+func (c *Client) Settings() map[string]string {
+	out := make(map[string]string, len(c.settings)+1)
+	for k, v := range c.settings {
+		out[k] = v
+	}
+	if b := c.BrokerList(); b != "" {
+		out["bootstrap.servers"] = b
+	}
+	return out
+}
 
 // logger returns the client's logger, or fallback when none was set.
 func (c *Client) logger(fallback *slog.Logger) *slog.Logger {
@@ -66,8 +131,8 @@ func (c *Client) logger(fallback *slog.Logger) *slog.Logger {
 // consumer creates a consumer with the client's configuration, extra
 // settings (later ones win) and log.
 func (c *Client) consumer(log *slog.Logger, extra map[string]string) (*consumer.Source, error) {
-	opts := []consumer.Opt{consumer.Brokers(c.brokers...), consumer.Logger(c.logger(log))}
-	for k, v := range c.settings {
+	opts := []consumer.Opt{consumer.Logger(c.logger(log))}
+	for k, v := range c.Settings() {
 		opts = append(opts, consumer.Set(k, v))
 	}
 	for k, v := range extra {
@@ -79,8 +144,8 @@ func (c *Client) consumer(log *slog.Logger, extra map[string]string) (*consumer.
 // producerOpts returns the producer options of the client's configuration,
 // with extra settings (later ones win) and log.
 func (c *Client) producerOpts(log *slog.Logger, extra map[string]string) []producer.Opt {
-	opts := []producer.Opt{producer.Brokers(c.brokers...), producer.Logger(c.logger(log))}
-	for k, v := range c.settings {
+	opts := []producer.Opt{producer.Logger(c.logger(log))}
+	for k, v := range c.Settings() {
 		opts = append(opts, producer.Set(k, v))
 	}
 	for k, v := range extra {

@@ -67,7 +67,11 @@ func Example_accessLog() {
 
 	// The job: configured once (its name, its checkpoint directory), one
 	// client for every Kafka client it creates.
-	client := cluster.Client()
+	client, err := cluster.Client()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	job := keyed.NewJob("uri-counts", keyed.Dir(dir), keyed.CheckpointInterval(100*time.Millisecond))
 	hits := keyed.FromSource[Hit](job, "hits", 1, kafkaio.NewSource(client, "access-log", consumer.JSONValue[Hit](), kafkaio.Bounded()))
 	byPattern := keyed.KeyByString(func(h Hit) string { return normalize(h.Path) }, hits)

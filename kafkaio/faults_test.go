@@ -115,7 +115,7 @@ func TestSinkRefusesDerivedSettings(t *testing.T) {
 		for k, v := range tc.settings {
 			opts = append(opts, kafkaio.ProducerSet(k, v))
 		}
-		sink := kafkaio.NewSink(kafkaio.NewClient(kafkaio.Brokers("127.0.0.1:1")), "out", func(string) ([]byte, []byte, error) { return nil, nil, nil }, opts...)
+		sink := kafkaio.NewSink(mustClient(kafkaio.Brokers("127.0.0.1:1")), "out", func(string) ([]byte, []byte, error) { return nil, nil, nil }, opts...)
 		if tc.err != "" {
 			require.ErrorContains(t, sink.ValidateSink(info), tc.err, "Validate sees it before the job starts")
 		}

@@ -72,7 +72,16 @@ type jobSpec struct {
 
 // client is the kafkaio client of cluster c.
 func client(c *kafkatest.Cluster) *kafkaio.Client {
-	return kafkaio.NewClient(kafkaio.Brokers(strings.Split(c.Brokers, ",")...))
+	return mustClient(kafkaio.Brokers(strings.Split(c.Brokers, ",")...))
+}
+
+// mustClient is kafkaio.NewClient for settings that cannot fail.
+func mustClient(opts ...kafkaio.ClientOpt) *kafkaio.Client {
+	c, err := kafkaio.NewClient(opts...)
+	if err != nil {
+		panic(err)
+	}
+	return c
 }
 
 // newJob builds the job: a Kafka source of JSON events, keyed by
@@ -87,7 +96,7 @@ func newJob(s jobSpec) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result
 		opts = append(opts, keyed.Logger(s.logger))
 	}
 	j := keyed.NewJob(s.name, append(opts, s.opts...)...)
-	client := kafkaio.NewClient(kafkaio.Brokers(strings.Split(s.brokers, ",")...))
+	client := mustClient(kafkaio.Brokers(strings.Split(s.brokers, ",")...))
 	src := kafkaio.NewSource(client, s.in, consumer.JSONValue[event](), s.srcOpts...)
 	sink := kafkaio.NewSink(client, s.out, func(r result) ([]byte, []byte, error) {
 		b, err := json.Marshal(r)

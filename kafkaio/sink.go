@@ -148,8 +148,8 @@ func (s *Sink[T]) route() func(T) string {
 // what the sink needs, and the producer settings the job derives.
 func (s *Sink[T]) ValidateSink(info keyed.SinkInfo) error {
 	var errs []error
-	if s.c == nil || len(s.c.brokers) == 0 {
-		errs = append(errs, fmt.Errorf("kafkaio: sink %s: no brokers (kafkaio.Brokers in its Client)", s.topic))
+	if s.c == nil || s.c.BrokerList() == "" {
+		errs = append(errs, fmt.Errorf("kafkaio: sink %s: no brokers (kafkaio.Brokers, or bootstrap.servers, in its Client)", s.topic))
 	}
 	if s.topic == "" {
 		errs = append(errs, errors.New("kafkaio: sink: no topic"))
@@ -201,7 +201,8 @@ func (s *Sink[T]) wake() {
 // Its InitTransactions fences every older producer of the job and completes
 // a commit one had sent, or aborts what it left. Bounded by ctx and
 // InitTimeout.
-func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) error {
+func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) (err error) {
+	defer func() { err = classify(err) }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.info = info
@@ -248,7 +249,7 @@ func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) error {
 	for _, topic := range s.topics() {
 		if _, err := p.Partition(ictx, producer.Record[[]byte, []byte]{Topic: topic}); err != nil {
 			p.Close()
-			return fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err)
+			return classify(fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err))
 		}
 	}
 	if !s.exactlyOnce() {
@@ -262,7 +263,7 @@ func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) error {
 	}
 	if err := p.InitTransactions(ictx); err != nil {
 		p.Close()
-		if errors.Is(err, producer.ErrConfig) || errors.Is(err, producer.ErrFenced) {
+		if errors.Is(err, producer.ErrConfig) || errors.Is(err, producer.ErrFenced) || errors.Is(err, producer.ErrAuth) {
 			return keyed.Permanent(fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err))
 		}
 		if ctx.Err() == nil && ictx.Err() != nil {
@@ -468,7 +469,7 @@ func (s *Sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
 // Forget implements keyed.Forgetter (Job.Forget): it deletes the job's
 // commit group, and with it the record of which checkpoint committed.
 func (s *Sink[T]) Forget(ctx context.Context, info keyed.SinkInfo) error {
-	if s.c == nil || len(s.c.brokers) == 0 {
+	if s.c == nil || s.c.BrokerList() == "" {
 		return fmt.Errorf("kafkaio: sink %s: no brokers", s.topic)
 	}
 	c, err := s.c.consumer(info.Logger, nil)
@@ -615,7 +616,7 @@ func (s *Sink[T]) abortIfRequired(ctx context.Context, err error) error {
 // classified), kept for every later call, and returned. Called with s.mu
 // held.
 func (s *Sink[T]) failed(err error) error {
-	if errors.Is(err, producer.ErrFenced) || errors.Is(err, producer.ErrConfig) {
+	if errors.Is(err, producer.ErrFenced) || errors.Is(err, producer.ErrConfig) || errors.Is(err, producer.ErrAuth) {
 		err = keyed.Permanent(err)
 	} else {
 		err = keyed.OutcomeUnknown(err)

@@ -95,8 +95,8 @@ func NewSource[T any](c *Client, topic string, decode consumer.Deserializer[T], 
 // Validate implements keyed's check of a source before the job runs.
 func (k *Source[T]) Validate() error {
 	var errs []error
-	if k.c == nil || len(k.c.brokers) == 0 {
-		errs = append(errs, fmt.Errorf("kafkaio: source %s: no brokers (kafkaio.Brokers in its Client)", k.topic))
+	if k.c == nil || k.c.BrokerList() == "" {
+		errs = append(errs, fmt.Errorf("kafkaio: source %s: no brokers (kafkaio.Brokers, or bootstrap.servers, in its Client)", k.topic))
 	}
 	if k.topic == "" {
 		errs = append(errs, errors.New("kafkaio: source: no topic"))
@@ -108,7 +108,8 @@ func (k *Source[T]) Validate() error {
 }
 
 func (k *Source[T]) consumer() (*consumer.Source, error) {
-	return k.c.consumer(k.cfg.log, k.cfg.settings)
+	c, err := k.c.consumer(k.cfg.log, k.cfg.settings)
+	return c, classify(err)
 }
 
 // Topic implements keyed.Source.
@@ -121,7 +122,8 @@ func (k *Source[T]) Partitions(ctx context.Context) ([]int32, error) {
 		return nil, err
 	}
 	defer c.Close()
-	return c.Partitions(ctx, k.topic)
+	ps, err := c.Partitions(ctx, k.topic)
+	return ps, classify(err)
 }
 
 // Start implements keyed.Source: for a fresh start, each partition's
@@ -139,7 +141,7 @@ func (k *Source[T]) start(ctx context.Context, partitions []int32, from consumer
 	defer c.Close()
 	all, err := c.Resolve(ctx, k.topic, from)
 	if err != nil {
-		return nil, err
+		return nil, classify(err)
 	}
 	at := make(map[int32]int64, len(all))
 	for _, p := range all {
@@ -174,7 +176,7 @@ func (k *Source[T]) bounds(ctx context.Context) (map[int32]int64, error) {
 		defer c.Close()
 		ends, err := c.Resolve(ctx, k.topic, consumer.Latest)
 		if err != nil {
-			k.endsErr = fmt.Errorf("kafkaio: source %s: resolving its end (Bounded): %w", k.topic, err)
+			k.endsErr = classify(fmt.Errorf("kafkaio: source %s: resolving its end (Bounded): %w", k.topic, err))
 			return
 		}
 		k.ends = map[int32]int64{}
@@ -223,7 +225,7 @@ func (r *reader[T]) Assign(ctx context.Context, ps []keyed.Position) error {
 			r.ends = append(r.ends, consumer.Position{Topic: r.k.topic, Partition: p.Partition, Offset: end})
 		}
 	}
-	return r.c.Assign(ctx, pos)
+	return classify(r.c.Assign(ctx, pos))
 }
 
 func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]keyed.SourceRecord[T], bool, error) {
@@ -232,7 +234,7 @@ func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]ke
 	}
 	recs, err := r.c.Poll(ctx, max, wait)
 	if err != nil {
-		return nil, false, err
+		return nil, false, classify(err)
 	}
 	out := make([]keyed.SourceRecord[T], 0, len(recs))
 	for _, rec := range recs {

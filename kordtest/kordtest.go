@@ -84,7 +84,7 @@ func NewCluster(options ...Opt) (*Cluster, error) {
 func (c *Cluster) Brokers() []string { return c.fake.ListenAddrs() }
 
 // Client returns a kafkaio client of the cluster, with opts added.
-func (c *Cluster) Client(opts ...kafkaio.ClientOpt) *kafkaio.Client {
+func (c *Cluster) Client(opts ...kafkaio.ClientOpt) (*kafkaio.Client, error) {
 	return kafkaio.NewClient(append([]kafkaio.ClientOpt{kafkaio.Brokers(c.Brokers()...)}, opts...)...)
 }
 
@@ -159,5 +159,9 @@ func ReadCommitted(ctx context.Context, client *kafkaio.Client, topic string) ([
 
 // ReadCommitted is ReadCommitted on the cluster.
 func (c *Cluster) ReadCommitted(ctx context.Context, topic string) ([]consumer.Record, error) {
-	return kafkaio.ReadCommitted(ctx, c.Client(), topic)
+	client, err := c.Client()
+	if err != nil {
+		return nil, err
+	}
+	return kafkaio.ReadCommitted(ctx, client, topic)
 }

@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kordproject/kord/internal/kafkaconf"
 	"github.com/kordproject/kord/partitioner"
 )
 
@@ -29,6 +31,7 @@ type cfg struct {
 	allowReordering bool
 	transactionalID string
 	noReports       bool
+	err             error // from an option that could not be applied (Properties)
 }
 
 func defaultCfg() cfg {
@@ -56,6 +59,26 @@ func Brokers(addrs ...string) Opt {
 // both names to different values is refused.
 func Set(key, value string) Opt {
 	return opt(func(c *cfg) { c.settings[key] = value })
+}
+
+// Properties applies a Java client.properties file, the one a Java or
+// Flink client of the same cluster uses: each Java property is mapped to
+// its librdkafka equivalent (security.protocol, sasl.mechanism,
+// sasl.jaas.config, ssl.truststore.*, ssl.keystore.*, ...; the README's
+// table), and a property with no equivalent makes New fail, naming it and
+// what to use instead. Options after it override what it sets; Brokers
+// overrides its bootstrap.servers.
+func Properties(path string) Opt {
+	return opt(func(c *cfg) {
+		s, err := kafkaconf.LoadJava(path)
+		if err != nil {
+			c.err = errors.Join(c.err, fmt.Errorf("%w: %w", ErrConfig, err))
+			return
+		}
+		for k, v := range s {
+			c.settings[k] = v
+		}
+	})
 }
 
 // Partitioner sets the partitioner that places every record. Default:
@@ -158,6 +181,9 @@ func sameValue(name, a, b string) bool {
 
 // build validates c and returns the librdkafka settings.
 func (c *cfg) build() (map[string]string, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
 	if c.part == nil {
 		c.part = partitioner.NewLegacy()
 	}
@@ -244,24 +270,3 @@ func (c *cfg) build() (map[string]string, error) {
 }
 
 // redacted returns settings as "k=v" lines, sorted, with secrets hidden.
-func redacted(s map[string]string) []string {
-	out := make([]string, 0, len(s))
-	for k, v := range s {
-		if isSecret(k) {
-			v = "[redacted]"
-		}
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func isSecret(key string) bool {
-	k := strings.ToLower(key)
-	for _, s := range []string{"password", "secret", "sasl.oauthbearer.config", "ssl.key.pem", "ssl.certificate.pem", "ssl_key", "token", "credential"} {
-		if strings.Contains(k, s) {
-			return true
-		}
-	}
-	return false
-}

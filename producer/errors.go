@@ -3,6 +3,8 @@ package producer
 import (
 	"errors"
 	"fmt"
+
+	"github.com/kordproject/kord/internal/kafkaconf"
 )
 
 var (
@@ -25,6 +27,12 @@ var (
 	// value, headers and the record batch overhead). It was not queued and
 	// the producer carries on: retrying it can never succeed.
 	ErrRecordTooLarge = errors.New("producer: record too large")
+	// ErrAuth means the cluster refused the producer: its credentials
+	// (SASL) were refused, or the TLS handshake failed (an untrusted or
+	// expired certificate, a host name the certificate does not name).
+	// Every call fails with it from then on; waiting would not help. The
+	// same value as consumer.ErrAuth.
+	ErrAuth = kafkaconf.ErrAuth
 )
 
 // Error is a failure tied to one record: its topic, the partition kord chose

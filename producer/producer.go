@@ -48,6 +48,8 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/kordproject/kord/internal/kafkaconf"
 )
 
 // Record is one record to produce.
@@ -176,7 +178,11 @@ type client struct {
 	progMu   sync.Mutex
 	progCh   chan struct{} // closed on the next delivery; nil when nobody waits
 
-	failed     atomic.Pointer[error] // ordered mode: the first delivery failure
+	failed atomic.Pointer[error] // ordered mode: the first delivery failure; or ErrAuth
+	// conn follows the connection: the cluster answered (metadata, a
+	// delivery, a transactional call), ErrAuth, the last client-level
+	// error, which explains a later timeout.
+	conn       *kafkaconf.Conn
 	unrepMu    sync.Mutex
 	unreported []error // failures of records without a callback, not yet returned
 
@@ -200,6 +206,10 @@ func newClient(opts []Opt) (*client, error) {
 		return nil, err
 	}
 	c.log = c.cfg.log
+	if err := kafkaconf.Check(settings); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	c.conn = kafkaconf.NewConn(settings)
 	cm := kafka.ConfigMap{
 		"go.logs.channel.enable":    true,
 		"go.delivery.reports":       !c.cfg.noReports,
@@ -213,7 +223,7 @@ func newClient(opts []Opt) (*client, error) {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	c.kp = kp
-	c.log.Info("kord producer started", "config", redacted(settings), "partitioner", fmt.Sprintf("%T", c.cfg.part))
+	c.log.Info("kord producer started", "config", kafkaconf.Redacted(settings), "partitioner", fmt.Sprintf("%T", c.cfg.part))
 	c.wg.Add(3)
 	go c.events()
 	go c.logs()
@@ -315,6 +325,9 @@ func (c *client) failure() error {
 		return ErrClosed
 	}
 	if f := c.failed.Load(); f != nil {
+		if errors.Is(*f, ErrAuth) {
+			return *f
+		}
 		return fmt.Errorf("%w: %w", ErrFailed, *f)
 	}
 	return nil
@@ -342,6 +355,10 @@ func (c *client) events() {
 				}
 				c.fail(err)
 				c.log.Error("kord producer: fatal error", "err", e)
+			} else if err := c.conn.Event(e); err != nil {
+				if c.fail(fmt.Errorf("producer: %w", err)) {
+					c.log.Error("kord producer: the cluster refused the producer", "err", err)
+				}
 			} else {
 				c.log.Warn("kord producer: client error", "err", e)
 			}
@@ -360,7 +377,9 @@ func (c *client) delivered(m *kafka.Message) {
 	}
 	d := Delivery{Topic: topic, Partition: tp.Partition, Offset: int64(tp.Offset)}
 	var err error
-	if tp.Error != nil {
+	if tp.Error == nil {
+		c.conn.Served()
+	} else {
 		err = &Error{Op: "deliver", Topic: topic, Partition: tp.Partition, Offset: -1, Err: tp.Error}
 		txn := c.cfg.transactionalID != ""
 		// In a transaction a failed record makes the transaction fail to
@@ -529,6 +548,7 @@ func (c *client) close() error {
 func (c *client) logs() {
 	defer c.wg.Done()
 	for l := range c.kp.Logs() {
+		c.conn.Log(l.Tag, l.Message)
 		c.log.Log(context.Background(), syslogLevel(l.Level), "librdkafka: "+l.Message, "tag", l.Tag, "client", l.Name)
 	}
 }
@@ -576,13 +596,7 @@ func (c *client) fetch(ctx context.Context, topic string) (*topicMeta, error) {
 	if err := ctx.Err(); err != nil || timeout <= 0 {
 		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Err: context.Cause(ctx)}
 	}
-	c.closeMu.RLock()
-	if c.closed {
-		c.closeMu.RUnlock()
-		return nil, ErrClosed
-	}
-	md, err := c.kp.GetMetadata(&topic, false, int(timeout.Milliseconds()))
-	c.closeMu.RUnlock()
+	md, err := c.metadata(topic, timeout)
 	if err != nil {
 		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Err: err}
 	}
@@ -604,6 +618,36 @@ func (c *client) fetch(ctx context.Context, topic string) (*topicMeta, error) {
 		c.log.Warn("kord producer: partition count changed; keys now map to other partitions", "topic", topic, "was", old.partitions, "now", tm.partitions)
 	}
 	return tm, nil
+}
+
+// metadata asks for topic's metadata, for up to timeout, in growing
+// slices (1 s, 2 s, 4 s, ...), so that an authentication or TLS failure
+// (ErrAuth) ends the wait within a second rather than at its end, while a
+// slow answer still gets its time. A timeout names the client's last error
+// from the cluster.
+func (c *client) metadata(topic string, timeout time.Duration) (*kafka.Metadata, error) {
+	deadline := time.Now().Add(timeout)
+	for step := time.Second; ; step *= 2 {
+		slice := min(time.Until(deadline), step)
+		c.closeMu.RLock()
+		if c.closed {
+			c.closeMu.RUnlock()
+			return nil, ErrClosed
+		}
+		md, err := c.kp.GetMetadata(&topic, false, max(int(slice.Milliseconds()), 1))
+		c.closeMu.RUnlock()
+		if err == nil {
+			c.conn.Served()
+			return md, nil
+		}
+		if f := c.failure(); f != nil {
+			return nil, f
+		}
+		var kerr kafka.Error
+		if !errors.As(err, &kerr) || kerr.Code() != kafka.ErrTimedOut || !time.Now().Before(deadline) {
+			return nil, c.conn.Explain(err)
+		}
+	}
 }
 
 // metaOf derives placement metadata. A partition is available when it has a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
@@ -108,7 +109,49 @@ func (c *client) txnGuard(op string, fn func(kp *kafka.Producer) error) error {
 // older producers with the same id and completing or aborting what they left
 // open. Bounded by ctx.
 func (p *Producer[K, V]) InitTransactions(ctx context.Context) error {
-	return p.c.txnGuard("init transactions", func(kp *kafka.Producer) error { return kp.InitTransactions(ctx) })
+	return p.c.initTransactions(ctx)
+}
+
+// initTransactions calls librdkafka's init in slices of at most a second.
+// The call is resumable after a timeout (librdkafka, rdkafka.h,
+// rd_kafka_init_transactions: a retriable __TIMED_OUT, and calling again
+// resumes what progresses in the background), and between slices the
+// producer sees an authentication or TLS failure (ErrAuth), which
+// librdkafka would wait out until ctx's deadline. A timeout names the
+// client's last error from the cluster.
+func (c *client) initTransactions(ctx context.Context) error {
+	const op = "init transactions"
+	for {
+		if err := c.failure(); err != nil {
+			return &TxnError{Op: op, ID: c.cfg.transactionalID, Fatal: true, Err: err}
+		}
+		slice := time.Second
+		dl, bounded := ctx.Deadline()
+		if bounded && time.Until(dl) < slice {
+			slice = time.Until(dl)
+		}
+		if err := ctx.Err(); err != nil || slice <= 0 {
+			return &TxnError{Op: op, ID: c.cfg.transactionalID, Retriable: true, Err: c.conn.Explain(context.DeadlineExceeded)}
+		}
+		sctx, cancel := context.WithTimeout(ctx, slice)
+		err := c.txnGuard(op, func(kp *kafka.Producer) error { return kp.InitTransactions(sctx) })
+		cancel()
+		if err == nil {
+			c.conn.Served()
+			return nil
+		}
+		var kerr kafka.Error
+		if !errors.As(err, &kerr) || kerr.Code() != kafka.ErrTimedOut {
+			return err
+		}
+		if ctx.Err() != nil || (bounded && !time.Now().Before(dl)) {
+			var te *TxnError
+			if errors.As(err, &te) {
+				te.Err = c.conn.Explain(te.Err)
+			}
+			return err
+		}
+	}
 }
 
 // BeginTransaction starts a transaction; records produced until it is

@@ -175,7 +175,10 @@ func (e engineJob) build(w engineWatch) builtJob {
 	}
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	j := keyed.NewJob(e.name, keyed.Dir(e.dir), keyed.CheckpointInterval(e.interval), keyed.Logger(log))
-	client := kafkaio.NewClient(kafkaio.Brokers(strings.Split(e.brokers, ",")...), kafkaio.Logger(log))
+	client, err := kafkaio.NewClient(kafkaio.Brokers(strings.Split(e.brokers, ",")...), kafkaio.Logger(log))
+	if err != nil {
+		panic(err) // brokers and a logger only: nothing that can fail
+	}
 	var srcOpts []kafkaio.SourceOpt
 	for k, v := range extra.consumer {
 		srcOpts = append(srcOpts, kafkaio.ConsumerSet(k, v))

@@ -101,7 +101,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 			return nil
 		}
 	}
-	client := kafkaio.NewClient(kafkaio.Brokers(strings.Split(o.brokers, ",")...))
+	client := o.client
 	build := func() *keyed.Job {
 		opts := []keyed.Opt{keyed.CheckpointInterval(o.interval), keyed.RestartStrategy(keyed.FixedDelay(3, time.Second))}
 		if dir != "" {
@@ -165,10 +165,9 @@ func process(ctx context.Context, o options, sum *summary) error {
 // watch counts committed output with read_committed, shows progress, and
 // calls done when every event's result is visible.
 func watch(ctx context.Context, o options, done func()) error {
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{
-		"bootstrap.servers": o.brokers, "group.id": "userbehavior-watch", "enable.auto.commit": false,
-		"isolation.level": "read_committed", "log_level": 3,
-	})
+	c, err := kafka.NewConsumer(o.configMap(kafka.ConfigMap{
+		"group.id": "userbehavior-watch", "enable.auto.commit": false, "isolation.level": "read_committed",
+	}))
 	if err != nil {
 		return err
 	}

@@ -11,8 +11,12 @@
 //
 //	go run ./examples/userbehavior
 //
-// Against a real cluster: -brokers host:port. -phase produce, process or
-// verify runs one phase alone (name the topics with -input and -output).
+// Against a real cluster: -brokers host:port. A secured cluster takes the
+// client.properties file its Java or Flink clients use (-properties
+// client.properties), or librdkafka settings (-X name=value, repeated);
+// every client of the run, the job's and the checking reader's, gets the
+// same. -phase produce, process or verify runs one phase alone (name the
+// topics with -input and -output).
 package main
 
 import (
@@ -31,6 +35,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
 )
@@ -46,6 +51,9 @@ type Event struct {
 
 type options struct {
 	brokers     string
+	properties  string   // a Java client.properties file
+	set         []string // librdkafka settings, name=value
+	client      *kafkaio.Client
 	topic       string // input
 	output      string
 	phase       string
@@ -76,7 +84,15 @@ func (o *options) out() io.Writer {
 
 func main() {
 	var o options
-	flag.StringVar(&o.brokers, "brokers", "", "Kafka bootstrap servers; empty runs an in-process cluster")
+	flag.StringVar(&o.brokers, "brokers", "", "Kafka bootstrap servers; empty (and none in -properties) runs an in-process cluster")
+	flag.StringVar(&o.properties, "properties", "", "a Java client.properties file (security.protocol, sasl.jaas.config, ssl.truststore.location, ...) for every client")
+	flag.Func("X", "a librdkafka setting name=value for every client (repeat it)", func(s string) error {
+		if !strings.Contains(s, "=") {
+			return fmt.Errorf("want name=value")
+		}
+		o.set = append(o.set, s)
+		return nil
+	})
 	flag.StringVar(&o.topic, "input", "", "input topic (default: a fresh user-behavior.<time> topic)")
 	flag.StringVar(&o.output, "output", "", "output topic (default: <input>.counts)")
 	flag.StringVar(&o.phase, "phase", "all", "all, produce, process or verify")
@@ -109,7 +125,11 @@ func run(ctx context.Context, o options) error {
 	if o.phase != "all" && o.phase != "produce" && o.phase != "process" && o.phase != "verify" {
 		return fmt.Errorf("-phase %q: want all, produce, process or verify", o.phase)
 	}
-	if o.brokers == "" {
+	client, err := o.newClient()
+	if err != nil {
+		return err
+	}
+	if client.BrokerList() == "" {
 		c, err := kordtest.NewCluster()
 		if err != nil {
 			return err
@@ -117,7 +137,11 @@ func run(ctx context.Context, o options) error {
 		defer c.Close()
 		o.brokers = strings.Join(c.Brokers(), ",")
 		o.say("embedded Kafka (kfake) at %s\n", o.brokers)
+		if client, err = o.newClient(); err != nil {
+			return err
+		}
 	}
+	o.client, o.brokers = client, client.BrokerList()
 	if o.topic == "" {
 		o.topic = fmt.Sprintf("user-behavior.%d", time.Now().UnixNano())
 		o.freshTopics = true
@@ -125,11 +149,11 @@ func run(ctx context.Context, o options) error {
 	if o.output == "" {
 		o.output = o.topic + ".counts"
 	}
-	parts, err := ensureTopic(ctx, o.brokers, o.topic, o.partitions)
+	parts, err := ensureTopic(ctx, o, o.topic, o.partitions)
 	if err != nil {
 		return err
 	}
-	if _, err := ensureTopic(ctx, o.brokers, o.output, parts); err != nil {
+	if _, err := ensureTopic(ctx, o, o.output, parts); err != nil {
 		return err
 	}
 	sum := &summary{}
@@ -151,6 +175,36 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
+// newClient is the one client configuration of the run: -brokers,
+// -properties and -X, in that order (later ones win).
+func (o options) newClient() (*kafkaio.Client, error) {
+	var opts []kafkaio.ClientOpt
+	if o.properties != "" {
+		opts = append(opts, kafkaio.Properties(o.properties))
+	}
+	if o.brokers != "" {
+		opts = append(opts, kafkaio.Brokers(strings.Split(o.brokers, ",")...))
+	}
+	for _, s := range o.set {
+		k, v, _ := strings.Cut(s, "=")
+		opts = append(opts, kafkaio.Set(k, v))
+	}
+	return kafkaio.NewClient(opts...)
+}
+
+// configMap is the run's client configuration for a confluent-kafka-go
+// client of its own (the checking reader, topic creation), with extra.
+func (o options) configMap(extra kafka.ConfigMap) *kafka.ConfigMap {
+	cm := kafka.ConfigMap{"log_level": 3}
+	for k, v := range o.client.Settings() {
+		cm[k] = v
+	}
+	for k, v := range extra {
+		cm[k] = v
+	}
+	return &cm
+}
+
 func (o options) say(format string, args ...any) {
 	if !o.quiet {
 		fmt.Fprintf(o.out(), format, args...)
@@ -159,7 +213,11 @@ func (o options) say(format string, args ...any) {
 
 // produce writes the events through kord's producer.
 func produce(ctx context.Context, o options, parts int) error {
-	p, err := producer.New(producer.String(), producer.JSON[Event](), producer.Brokers(o.brokers), producer.Set("linger.ms", "10"))
+	opts := []producer.Opt{producer.Set("linger.ms", "10")}
+	for k, v := range o.client.Settings() {
+		opts = append(opts, producer.Set(k, v))
+	}
+	p, err := producer.New(producer.String(), producer.JSON[Event](), opts...)
 	if err != nil {
 		return err
 	}
@@ -199,13 +257,11 @@ func produce(ctx context.Context, o options, parts int) error {
 // code, and checks every event's result is there once, in per-user order,
 // with the right count.
 func verify(ctx context.Context, o options, parts int, sum *summary) error {
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{
-		"bootstrap.servers":  o.brokers,
+	c, err := kafka.NewConsumer(o.configMap(kafka.ConfigMap{
 		"group.id":           "userbehavior-verify",
 		"enable.auto.commit": false,
 		"isolation.level":    "read_committed",
-		"log_level":          3,
-	})
+	}))
 	if err != nil {
 		return err
 	}
@@ -270,8 +326,8 @@ func verify(ctx context.Context, o options, parts int, sum *summary) error {
 
 // ensureTopic creates the topic if it does not exist and returns its
 // partition count.
-func ensureTopic(ctx context.Context, brokers, topic string, partitions int) (int, error) {
-	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": brokers, "log_level": 3})
+func ensureTopic(ctx context.Context, o options, topic string, partitions int) (int, error) {
+	a, err := kafka.NewAdminClient(o.configMap(nil))
 	if err != nil {
 		return 0, err
 	}

@@ -85,7 +85,10 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce bool) {
 	// restarted.
 	o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: tortureEvents(), users: 500, partitions: 6, seed: 9,
 		phase: "produce", quiet: true, rate: 2_000, atLeastOnce: atLeastOnce}
-	_, err := ensureTopic(ctx, o.brokers, o.topic, o.partitions)
+	var err error
+	o.client, err = o.newClient()
+	require.NoError(t, err)
+	_, err = ensureTopic(ctx, o, o.topic, o.partitions)
 	require.NoError(t, err)
 	produced := make(chan error, 1)
 	go func() { produced <- run(ctx, o) }()

@@ -16,20 +16,6 @@ import (
 // equivalent, an invalid value, or an unreadable store.
 var ErrProperty = errors.New("client property refused")
 
-// secrets are librdkafka settings whose values never appear in an error
-// or a log line.
-var secrets = map[string]bool{
-	"sasl.password": true, "ssl.key.password": true, "ssl.keystore.password": true,
-	"ssl.key.pem": true, "ssl_key": true, "sasl.oauthbearer.client.secret": true,
-	"sasl.oauthbearer.config": true, "sasl.jaas.config": true, "ssl.truststore.password": true,
-	"ssl.keystore.key": true, "sasl.oauthbearer.assertion.private.key.passphrase": true,
-	"sasl.oauthbearer.assertion.private.key.pem": true,
-}
-
-// Secret reports whether the setting of this name (librdkafka's or Java's)
-// holds a secret.
-func Secret(name string) bool { return secrets[name] }
-
 // refused are Java properties with no librdkafka equivalent, each with
 // what to use instead. A property whose value is Java's default and is
 // what librdkafka does anyway is accepted (accepted).
