@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -191,6 +192,68 @@ func TestSecuredFailures(t *testing.T) {
 			if c.auth {
 				require.NotEmpty(t, logs.String(), "nothing was logged: the secret check saw nothing")
 			}
+		})
+	}
+}
+
+// TestSecuredProduceConsume: records go through the producer and come
+// back through the consumer over mTLS, with the client's certificate and
+// key in each form a Java user has them (PKCS12, JKS, a PEM file, an
+// encrypted PEM key), and over SASL_PLAINTEXT with SCRAM, each from a Java
+// client.properties.
+func TestSecuredProduceConsume(t *testing.T) {
+	s := kafkatest.Secure(t)
+	c := kafkatest.Broker(t)
+	mtls := "bootstrap.servers=" + s.SSL + "\nsecurity.protocol=SSL\n"
+	for _, tc := range []struct{ name, props string }{
+		{"mTLS, PKCS12 stores (the script's file)", ""},
+		{"mTLS, JKS stores", mtls + "ssl.truststore.location=" + s.TLS("truststore.jks") + "\nssl.truststore.password=" + s.StorePassword + "\n" +
+			"ssl.keystore.location=" + s.TLS("keystore.jks") + "\nssl.keystore.password=" + s.StorePassword + "\nssl.key.password=" + s.KeyPassword + "\n"},
+		{"mTLS, PEM files", mtls + "ssl.truststore.type=PEM\nssl.truststore.location=" + s.TLS("ca.pem") + "\n" +
+			"ssl.keystore.type=PEM\nssl.keystore.location=" + s.TLS("client.pem") + "\n"},
+		{"mTLS, encrypted PEM key", mtls + "ssl.truststore.type=PEM\nssl.truststore.location=" + s.TLS("ca.pem") + "\n" +
+			"ssl.keystore.type=PEM\nssl.keystore.location=" + s.TLS("client-enc.pem") + "\nssl.key.password=" + s.KeyPassword + "\n"},
+		{"SASL_PLAINTEXT, SCRAM (the script's file)", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := s.Properties("ssl")
+			if strings.HasPrefix(tc.name, "SASL_PLAINTEXT") {
+				path = s.Properties("sasl_plaintext")
+			}
+			if tc.props != "" {
+				path = filepath.Join(t.TempDir(), "client.properties")
+				require.NoError(t, os.WriteFile(path, []byte(tc.props), 0o600))
+			}
+			topic := c.CreateTopic(t, 3, nil)
+			var logs syncBuffer
+			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			p, err := producer.New(producer.String(), producer.String(), producer.Properties(path), producer.Logger(log))
+			require.NoError(t, err)
+			const n = 200
+			for i := 0; i < n; i++ {
+				require.NoError(t, p.Produce(ctx, producer.Record[string, string]{Topic: topic, Key: strconv.Itoa(i % 7), Value: strconv.Itoa(i)}, nil))
+			}
+			require.NoError(t, p.Flush(ctx))
+			require.NoError(t, p.Close())
+
+			src, err := consumer.New(consumer.Properties(path), consumer.Logger(log))
+			require.NoError(t, err)
+			defer src.Close()
+			start, err := src.Resolve(ctx, topic, consumer.Earliest)
+			require.NoError(t, err)
+			require.NoError(t, src.Assign(ctx, start))
+			seen := map[string]bool{}
+			for len(seen) < n {
+				recs, err := src.Poll(ctx, 1000, 200*time.Millisecond)
+				require.NoError(t, err)
+				for _, r := range recs {
+					seen[string(r.Value)] = true
+				}
+			}
+			require.Len(t, seen, n)
+			require.Empty(t, secretsIn(t, s, logs.String()), "the log shows a secret")
 		})
 	}
 }

@@ -46,6 +46,31 @@ func TestRunEndToEnd(t *testing.T) {
 	})
 }
 
+// TestRunSecured: the main job, exactly-once, crash and recovery included,
+// runs through the real broker's SASL_SSL listener (SCRAM-SHA-512) from
+// the Java client.properties scripts/kafka.sh writes, unchanged, as
+// -properties: every client of the run (producer, the job's source and
+// sink, the watcher, the independent verifier, topic creation) reads it.
+// Nothing names the plaintext listener: its bootstrap.servers is the
+// secured one.
+func TestRunSecured(t *testing.T) {
+	s := kafkatest.Secure(t)
+	props, err := os.ReadFile(s.Properties("sasl_ssl"))
+	require.NoError(t, err)
+	require.Contains(t, string(props), "bootstrap.servers="+s.SASLSSL)
+	require.Contains(t, string(props), "ScramLoginModule")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	o := options{properties: s.Properties("sasl_ssl"), topic: kafkatest.TopicName(t), events: 20_000, users: 1_000, partitions: 12, seed: 5,
+		phase: "all", crash: true, interval: 500 * time.Millisecond, quiet: true, dir: t.TempDir()}
+	var out bytes.Buffer
+	o.stdout = &out
+	require.NoError(t, run(ctx, o))
+	t.Log(strings.TrimSpace(out.String()))
+	require.Contains(t, out.String(), "events_in=20000 results_out=20000 duplicates=0 order_violations=0 wrong_counts=0 missing=0")
+	require.Regexp(t, `recovery_ms=[1-9]`, out.String(), "the job crashed and recovered")
+}
+
 func TestRunRejectsBadFlags(t *testing.T) {
 	require.Error(t, run(context.Background(), options{events: 0, users: 1, partitions: 1, phase: "all"}))
 	require.Error(t, run(context.Background(), options{events: 1, users: 1, partitions: 1, phase: "nope"}))
