@@ -175,7 +175,10 @@ func TestSecuredFailures(t *testing.T) {
 					j := keyed.NewJob("secured", jopts...)
 					src := kafkaio.NewSource(client, "kord.secured", consumer.JSONValue[event]())
 					out := keyed.ProcessValue(keyed.ByPartition(keyed.FromSource[event](j, "in", 1, src)), "count", 1, keyed.Int64(),
-						func(_ []byte, e event, _ *keyed.ValueState[int64], out *keyed.Collector[event]) error { out.Emit(e); return nil })
+						func(_ []byte, e event, _ *keyed.ValueState[int64], out *keyed.Collector[event]) error {
+							out.Emit(e)
+							return nil
+						})
 					keyed.ToSink(out, "out", keyed.Sink[event](kafkaio.NewSink(client, "kord.secured.out", kafkaio.JSON[event](nil))))
 					err = j.Run(ctx)
 					if c.auth {
