@@ -137,6 +137,7 @@ var forced = map[string]string{
 	"group.id":                 "use consumer.Group",
 	"go.logs.channel.enable":   "kord forwards librdkafka's log to log/slog; use consumer.Logger",
 	"enable.partition.eof":     "kord tracks positions itself (Reached)",
+	"auto.offset.reset":        "kord never skips or re-reads silently: an offset outside the log fails with ErrOutOfRange; choose where to start with a Start (Earliest, Latest, AtTime)",
 }
 
 // Source reads assigned partitions from concrete offsets and tracks the next

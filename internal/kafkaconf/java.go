@@ -140,7 +140,7 @@ func FromJava(props []Property, name string) (map[string]string, error) {
 	for _, k := range keys {
 		v := m.get(k)
 		if a, ok := accepted[k]; ok {
-			if !strings.EqualFold(strings.ReplaceAll(v, " ", ""), a.value) {
+			if !sameList(v, a.value) {
 				return nil, m.errf(k, "only Java's default (%s) can be honoured: %s", a.value, a.why)
 			}
 			continue
@@ -152,6 +152,9 @@ func FromJava(props []Property, name string) (map[string]string, error) {
 			continue
 		}
 		to := k
+		if k == "auto.offset.reset" && strings.TrimSpace(v) == "none" {
+			v = "error" // Java's none: fail when there is no valid offset
+		}
 		if r, ok := renamed[k]; ok {
 			to = r
 			if k == "receive.buffer.bytes" || k == "send.buffer.bytes" {
@@ -182,6 +185,20 @@ func FromJava(props []Property, name string) (map[string]string, error) {
 		}
 	}
 	return m.out, nil
+}
+
+// sameList reports whether two comma-separated lists hold the same items,
+// in any order and case.
+func sameList(a, b string) bool {
+	items := func(s string) []string {
+		var out []string
+		for _, x := range strings.Split(s, ",") {
+			out = append(out, strings.ToLower(strings.TrimSpace(x)))
+		}
+		sort.Strings(out)
+		return out
+	}
+	return strings.Join(items(a), ",") == strings.Join(items(b), ",")
 }
 
 func (m *mapper) protocol() error {

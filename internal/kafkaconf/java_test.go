@@ -56,13 +56,15 @@ ssl.truststore.type=PKCS12
 ssl.endpoint.identification.algorithm=
 client.id=my-app
 fetch.max.wait.ms=50
-ssl.enabled.protocols=TLSv1.2, TLSv1.3
+ssl.enabled.protocols=TLSv1.3, TLSv1.2
+auto.offset.reset=none
 `)
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{
 		"bootstrap.servers": "127.0.0.1:9093", "security.protocol": "sasl_ssl", "sasl.mechanisms": "SCRAM-SHA-512",
 		"sasl.username": "kord", "sasl.password": password, "ssl.ca.pem": s.caPEM,
 		"ssl.endpoint.identification.algorithm": "none", "client.id": "my-app", "fetch.wait.max.ms": "50",
+		"auto.offset.reset": "error",
 	}, out)
 }
 
@@ -168,6 +170,8 @@ func TestJavaRefused(t *testing.T) {
 		{"ssl.keystore.location=" + s.keyPEM + "\nssl.keystore.type=PEM\nssl.keystore.password=" + storePw, "a PEM keystore has no store password"},
 		{"ssl.key.password=" + keyPw, "ssl.key.password: set without ssl.keystore.location"},
 		{"sasl.kerberos.kinit.cmd=/usr/bin/kinit", "set without sasl.jaas.config"},
+		{scram + jaas(scramModule, `username="kord" password="`+password+`"`) + "sasl.kerberos.kinit.cmd=/usr/bin/kinit", "sasl.kerberos.kinit.cmd: does not apply to the " + scramModule + " login"},
+		{scram + jaas(scramModule, `username="kord" password="`+password+`"`) + "sasl.login.callback.handler.class=com.example.Handler", "sasl.login.callback.handler.class: does not apply"},
 	} {
 		_, err := fromJava(t, c.props)
 		require.ErrorIs(t, err, ErrProperty, c.props)

@@ -54,6 +54,22 @@ func (m *mapper) sasl() error {
 	if err := m.set("sasl.mechanisms", mech, "sasl.mechanism"); err != nil {
 		return err
 	}
+	// Properties only one login uses are refused with the others, never
+	// dropped.
+	uses := map[string][]string{
+		krb5Module:  {"sasl.kerberos.kinit.cmd", "sasl.kerberos.service.name"},
+		oauthModule: {"sasl.login.callback.handler.class", "sasl.oauthbearer.token.endpoint.url"},
+	}
+	for owner, props := range uses {
+		if owner == mod.class {
+			continue
+		}
+		for _, p := range props {
+			if m.has(p) {
+				return m.errf(p, "does not apply to the %s login of sasl.jaas.config", mod.class)
+			}
+		}
+	}
 	switch mod.class {
 	case plainModule, scramModule:
 		return m.userPassword(mod)
