@@ -140,16 +140,27 @@ func (c *client) initTransactions(ctx context.Context) error {
 			c.conn.Served()
 			return nil
 		}
+		// A timeout, or another retriable error (librdkafka returns the
+		// last one it was retrying, CONCURRENT_TRANSACTIONS say, when the
+		// slice ends during its retries): call again while ctx allows,
+		// as one call with the whole timeout would have kept retrying.
 		var kerr kafka.Error
-		if !errors.As(err, &kerr) || kerr.Code() != kafka.ErrTimedOut {
+		var te *TxnError
+		timedOut := errors.As(err, &kerr) && kerr.Code() == kafka.ErrTimedOut
+		if !timedOut && !(errors.As(err, &te) && te.Retriable) {
 			return err
 		}
 		if ctx.Err() != nil || (bounded && !time.Now().Before(dl)) {
-			var te *TxnError
-			if errors.As(err, &te) {
+			if te != nil || errors.As(err, &te) {
 				te.Err = c.conn.Explain(te.Err)
 			}
 			return err
+		}
+		if !timedOut {
+			select { // the error may come back at once: do not spin
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 	}
 }
