@@ -101,7 +101,7 @@ func (s *Store) checkName(op, name string) error {
 	if s.closed.Load() {
 		return fmt.Errorf("checkpoint: %s %s: %w", op, s.Path(name), errStoreClosed)
 	}
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, `/\`) || name == LockName || isTempName(name) {
+	if !ValidObjectName(name) {
 		return fmt.Errorf("checkpoint: %s %q: not a valid object name", op, name)
 	}
 	return nil

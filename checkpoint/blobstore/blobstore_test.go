@@ -1,0 +1,77 @@
+package blobstore_test
+
+import (
+	"context"
+	"io/fs"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gocloud.dev/blob/fileblob"
+	"gocloud.dev/blob/memblob"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/checkpoint/blobstore"
+	"github.com/kordproject/kord/internal/objectstest"
+)
+
+func TestMemBucket(t *testing.T) {
+	objectstest.Run(t, func(t *testing.T) checkpoint.Objects {
+		b := memblob.OpenBucket(nil)
+		t.Cleanup(func() { b.Close() })
+		return blobstore.New(b, "jobs/j/")
+	})
+}
+
+func TestFileBucket(t *testing.T) {
+	objectstest.Run(t, func(t *testing.T) checkpoint.Objects {
+		b, err := fileblob.OpenBucket(t.TempDir(), &fileblob.Options{NoTempDir: true})
+		require.NoError(t, err)
+		t.Cleanup(func() { b.Close() })
+		return blobstore.New(b, "")
+	}, objectstest.Options{SingleWriter: true})
+}
+
+// TestPrefixes: two jobs in one bucket see only their own objects, and
+// keys deeper than a job's prefix are not its objects.
+func TestPrefixes(t *testing.T) {
+	ctx := context.Background()
+	b := memblob.OpenBucket(nil)
+	defer b.Close()
+	a, c := blobstore.New(b, "jobs/a/"), blobstore.New(b, "jobs/b/")
+	require.NoError(t, a.Put("x", []byte("a")))
+	require.NoError(t, c.Put("x", []byte("b")))
+	require.NoError(t, b.WriteAll(ctx, "jobs/a/sub/y", []byte("deeper"), nil))
+	names, err := a.List("")
+	require.NoError(t, err)
+	require.Equal(t, []string{"x"}, names)
+	got, err := c.Get("x")
+	require.NoError(t, err)
+	require.Equal(t, "b", string(got))
+	keys := []string{}
+	it := b.List(nil)
+	for {
+		o, err := it.Next(ctx)
+		if err != nil {
+			break
+		}
+		keys = append(keys, o.Key)
+	}
+	require.ElementsMatch(t, []string{"jobs/a/x", "jobs/b/x", "jobs/a/sub/y"}, keys)
+}
+
+// TestFailingBucket: a bucket that fails says which key failed, and a
+// failure is not mistaken for a missing or an existing object.
+func TestFailingBucket(t *testing.T) {
+	b := memblob.OpenBucket(nil)
+	s := blobstore.New(b, "jobs/j/")
+	require.NoError(t, b.Close())
+	err := s.Put("x", []byte("y"))
+	require.ErrorContains(t, err, "put jobs/j/x")
+	require.NotErrorIs(t, err, fs.ErrExist)
+	_, err = s.Get("x")
+	require.ErrorContains(t, err, "get jobs/j/x")
+	require.NotErrorIs(t, err, fs.ErrNotExist)
+	require.ErrorContains(t, s.Delete("x"), "delete jobs/j/x")
+	_, err = s.List("")
+	require.ErrorContains(t, err, "list jobs/j/")
+}

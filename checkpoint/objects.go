@@ -1,0 +1,41 @@
+package checkpoint
+
+// Objects is checkpoint storage shaped as immutable objects: put once, get,
+// list by prefix, delete. It is the shape several processes of one job can
+// share (a shared directory, object storage), since no object is ever
+// changed in place. Store (a directory, through an FS) is one;
+// checkpoint/blobstore (object storage through gocloud.dev/blob) is
+// another.
+type Objects interface {
+	// Put stores an immutable object, durable when Put returns nil. An
+	// existing object is never replaced: the error then satisfies
+	// errors.Is(err, fs.ErrExist).
+	Put(name string, data []byte) error
+	// Get returns an object's contents; a missing object's error
+	// satisfies errors.Is(err, fs.ErrNotExist).
+	Get(name string) ([]byte, error)
+	// List returns the names of the objects whose names start with
+	// prefix, sorted.
+	List(prefix string) ([]string, error)
+	// Delete removes an object; deleting a missing object is not an
+	// error.
+	Delete(name string) error
+}
+
+var _ Objects = (*Store)(nil)
+
+// ValidObjectName reports whether name can name an object in every
+// Objects: not empty, no path separator, not "." or "..", not the lock
+// file's name nor a temp file's.
+func ValidObjectName(name string) bool {
+	return name != "" && name != "." && name != ".." && !containsSep(name) && name != LockName && !isTempName(name)
+}
+
+func containsSep(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '/' || s[i] == '\\' {
+			return true
+		}
+	}
+	return false
+}
