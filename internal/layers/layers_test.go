@@ -28,6 +28,12 @@ var rules = []struct {
 		"the standalone clients know nothing of the engine"},
 	{"kafkaio", []string{mod + "/kordtest", mod + "/internal/faultproxy", mod + "/internal/kafkatest", "github.com/twmb/franz-go"},
 		"the Kafka edge runs on kord's clients only; the test cluster is for tests"},
+	{"checkpoint", []string{"gocloud.dev"},
+		"object storage is checkpoint/blobstore's: a program that keeps its checkpoints on disk links no cloud SDK"},
+	{"keyed", []string{"gocloud.dev"},
+		"object storage is checkpoint/blobstore's: a program that keeps its checkpoints on disk links no cloud SDK"},
+	{"checkpoint/blobstore", append([]string{mod + "/keyed", mod + "/producer", mod + "/consumer", mod + "/kafkaio"}, kafkaClients...),
+		"checkpoint storage is part of the core: no Kafka, nothing above it"},
 	{"partitioner", []string{mod + "/"},
 		"partitioner is pure: it imports nothing of kord"},
 }
