@@ -177,6 +177,9 @@ func New(opts ...Opt) (*Source, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
+	if err := kafkaconf.FoldAliases(c.settings); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	for k := range c.settings {
 		if why, ok := forced[k]; ok {
 			return nil, fmt.Errorf("%w: %s cannot be set: %s", ErrConfig, k, why)

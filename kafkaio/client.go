@@ -42,6 +42,9 @@ func NewClient(opts ...ClientOpt) (*Client, error) {
 	if c.err != nil {
 		return nil, c.err
 	}
+	if err := kafkaconf.FoldAliases(c.settings); err != nil {
+		return nil, fmt.Errorf("kafkaio: %w", err)
+	}
 	if err := kafkaconf.Check(c.settings); err != nil {
 		return nil, fmt.Errorf("kafkaio: %w", err)
 	}

@@ -168,6 +168,7 @@ var forced = map[string]string{
 var aliases = map[string]string{
 	"request.required.acks": "acks",
 	"metadata.broker.list":  "bootstrap.servers",
+	"sasl.mechanism":        "sasl.mechanisms",
 }
 
 // sameValue reports whether a and b mean the same value of setting name.

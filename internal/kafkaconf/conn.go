@@ -318,3 +318,27 @@ func Redacted(s map[string]string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// aliases are librdkafka's second names (CONFIGURATION.md, "Alias for")
+// that kord's own settings meet: Properties writes the first name, a user
+// may Set the second.
+var aliases = map[string]string{"sasl.mechanism": "sasl.mechanisms"}
+
+// FoldAliases moves a setting given under an alias to librdkafka's own
+// name, in place: librdkafka applies whichever of two names it is handed
+// last, and a Go map has no order. Two names with different values are
+// refused, naming both.
+func FoldAliases(settings map[string]string) error {
+	for alias, name := range aliases {
+		v, ok := settings[alias]
+		if !ok {
+			continue
+		}
+		if w, both := settings[name]; both && w != v {
+			return fmt.Errorf("%s=%s and %s=%s set one librdkafka setting to different values", alias, v, name, w)
+		}
+		settings[name] = v
+		delete(settings, alias)
+	}
+	return nil
+}

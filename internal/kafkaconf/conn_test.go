@@ -96,6 +96,17 @@ func TestConnDiagnosis(t *testing.T) {
 	}
 }
 
+func TestFoldAliases(t *testing.T) {
+	s := map[string]string{"sasl.mechanism": "PLAIN", "x": "y"}
+	require.NoError(t, FoldAliases(s))
+	require.Equal(t, map[string]string{"sasl.mechanisms": "PLAIN", "x": "y"}, s)
+	s = map[string]string{"sasl.mechanism": "PLAIN", "sasl.mechanisms": "PLAIN"}
+	require.NoError(t, FoldAliases(s))
+	require.Equal(t, map[string]string{"sasl.mechanisms": "PLAIN"}, s)
+	require.EqualError(t, FoldAliases(map[string]string{"sasl.mechanism": "PLAIN", "sasl.mechanisms": "SCRAM-SHA-512"}),
+		"sasl.mechanism=PLAIN and sasl.mechanisms=SCRAM-SHA-512 set one librdkafka setting to different values")
+}
+
 func TestConnLastError(t *testing.T) {
 	c := NewConn(map[string]string{})
 	require.Equal(t, "127.0.0.1:9093", brokerOf("sasl_ssl://127.0.0.1:9093/bootstrap: SSL handshake failed"))
