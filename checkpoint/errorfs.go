@@ -24,13 +24,14 @@ const (
 	OpMkdirAll
 	OpSyncDir
 	OpLock
+	OpLink
 	numOps
 )
 
 var opNames = [...]string{
 	OpCreate: "create", OpWrite: "write", OpSync: "sync", OpClose: "close",
 	OpOpen: "open", OpRead: "read", OpRename: "rename", OpRemove: "remove",
-	OpReadDir: "readdir", OpMkdirAll: "mkdirall", OpSyncDir: "syncdir", OpLock: "lock",
+	OpReadDir: "readdir", OpMkdirAll: "mkdirall", OpSyncDir: "syncdir", OpLock: "lock", OpLink: "link",
 }
 
 func (op Op) String() string {
@@ -164,6 +165,13 @@ func (e *errorFS) MkdirAll(dir string) error {
 		return err
 	}
 	return e.inner.MkdirAll(dir)
+}
+
+func (e *errorFS) Link(oldname, newname string) error {
+	if err := e.check(OpLink, newname); err != nil {
+		return err
+	}
+	return e.inner.Link(oldname, newname)
 }
 
 func (e *errorFS) SyncDir(dir string) error {

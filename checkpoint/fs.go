@@ -25,6 +25,11 @@ type FS interface {
 	// Rename renames oldname to newname, atomically replacing newname if it
 	// exists.
 	Rename(oldname, newname string) error
+	// Link makes newname a second name of file oldname (link(2)). It
+	// fails, with an error satisfying errors.Is(err, fs.ErrExist), if
+	// newname exists: of several links to one name exactly one succeeds,
+	// which is what lets processes sharing a directory put an object once.
+	Link(oldname, newname string) error
 	// Remove removes a file.
 	Remove(name string) error
 	// ReadDir returns the names in a directory, sorted.
@@ -68,6 +73,8 @@ func (osFS) Open(name string) (io.ReadCloser, error) { return os.Open(name) }
 func (osFS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
 
 func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
+
+func (osFS) Link(oldname, newname string) error { return os.Link(oldname, newname) }
 
 func (osFS) Remove(name string) error { return os.Remove(name) }
 

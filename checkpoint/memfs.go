@@ -233,6 +233,33 @@ func (m *MemFS) Rename(oldname, newname string) error {
 	return nil
 }
 
+// Link implements FS. The new name is durable at SyncDir of its
+// directory, like any entry.
+func (m *MemFS) Link(oldname, newname string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	od, ob, err := m.parent("link", oldname)
+	if err != nil {
+		return err
+	}
+	nd, nb, err := m.parent("link", newname)
+	if err != nil {
+		return err
+	}
+	n, ok := od.children[ob]
+	if !ok {
+		return &os.LinkError{Op: "link", Old: oldname, New: newname, Err: fs.ErrNotExist}
+	}
+	if n.dir {
+		return &os.LinkError{Op: "link", Old: oldname, New: newname, Err: errIsDir}
+	}
+	if _, ok := nd.children[nb]; ok {
+		return &os.LinkError{Op: "link", Old: oldname, New: newname, Err: fs.ErrExist}
+	}
+	nd.children[nb] = n
+	return nil
+}
+
 // Remove implements FS. Directories cannot be removed.
 func (m *MemFS) Remove(name string) error {
 	m.mu.Lock()

@@ -1,6 +1,8 @@
 package checkpoint
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,14 +21,22 @@ import (
 // This implementation keeps objects as files in one directory of an FS,
 // written as temp file, write, fsync, close, rename, fsync directory.
 //
-// A Store holds an exclusive lock on its directory until Close, so one
-// process at a time writes to it. Its methods are safe for concurrent use.
+// A Store from OpenStore holds an exclusive lock on its directory until
+// Close, so one process at a time writes to it. A Store from
+// OpenSharedStore takes no lock: several processes write to one directory
+// (a shared filesystem), each object put once by whichever comes first.
+// Its methods are safe for concurrent use.
 type Store struct {
 	fs     FS
 	dir    string
 	lock   io.Closer
 	seq    atomic.Uint64
 	closed atomic.Bool
+	// shared: no directory lock; Put links its temp file to the object's
+	// name (link(2) refuses an existing name atomically), and temp files
+	// carry token so that writers never share one.
+	shared bool
+	token  string
 
 	mu      sync.Mutex
 	putting map[string]bool // names with a Put in progress
@@ -78,6 +88,28 @@ func OpenStore(fsys FS, dir string) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// OpenSharedStore opens the checkpoint directory dir on fsys for several
+// processes at once (a directory on a shared filesystem that supports
+// hard links, NFS among them), creating it if needed. It takes no lock,
+// and Put is atomic between processes: of two puts of one name exactly one
+// succeeds, the other failing with fs.ErrExist. A crashed writer's temp
+// files stay (no process can tell them from another's write in progress);
+// their names start with ".tmp.".
+func OpenSharedStore(fsys FS, dir string) (*Store, error) {
+	dir = filepath.Clean(dir)
+	if err := fsys.MkdirAll(dir); err != nil {
+		return nil, fmt.Errorf("checkpoint: create directory %s: %w", dir, err)
+	}
+	if err := fsys.SyncDir(filepath.Dir(dir)); err != nil {
+		return nil, fmt.Errorf("checkpoint: sync parent of %s: %w", dir, err)
+	}
+	var tok [8]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return nil, fmt.Errorf("checkpoint: shared store %s: %w", dir, err)
+	}
+	return &Store{fs: fsys, dir: dir, lock: io.NopCloser(nil), putting: map[string]bool{}, shared: true, token: hex.EncodeToString(tok[:])}, nil
 }
 
 // Path returns the path of object name, for error messages.
@@ -136,6 +168,9 @@ func (s *Store) put(name string, data []byte) error {
 		s.mu.Unlock()
 	}()
 
+	if s.shared {
+		return s.writeAndLink(name, data)
+	}
 	switch exists, err := s.exists(name); {
 	case err != nil:
 		return fmt.Errorf("checkpoint: put %s: %w", s.Path(name), err)
@@ -143,6 +178,24 @@ func (s *Store) put(name string, data []byte) error {
 		return fmt.Errorf("checkpoint: put %s: object exists and objects are immutable: %w", s.Path(name), fs.ErrExist)
 	}
 	return s.writeAndRename("put", name, data)
+}
+
+// writeAndLink writes data to a fresh temp file, fsyncs and closes it,
+// links it to name, which fails atomically if name exists, and removes the
+// temp name.
+func (s *Store) writeAndLink(name string, data []byte) error {
+	tmp, err := s.writeTemp("put", name, data)
+	if err != nil {
+		return err
+	}
+	defer s.fs.Remove(tmp) // the object keeps its own name
+	if err := s.fs.Link(tmp, s.Path(name)); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("checkpoint: put %s: object exists and objects are immutable: %w", s.Path(name), fs.ErrExist)
+		}
+		return fmt.Errorf("checkpoint: put %s: link %s: %w", s.Path(name), tmp, err)
+	}
+	return nil
 }
 
 func (s *Store) exists(name string) (bool, error) {
@@ -161,10 +214,29 @@ func (s *Store) exists(name string) (bool, error) {
 // renames it over name. On error it removes the temp file (best effort) and
 // returns an error naming the path that failed.
 func (s *Store) writeAndRename(op, name string, data []byte) error {
-	tmp := s.Path(tempPrefix + name + "." + strconv.FormatUint(s.seq.Add(1), 10))
-	fail := func(what string, err error) error {
+	tmp, err := s.writeTemp(op, name, data)
+	if err != nil {
+		return err
+	}
+	if err := s.fs.Rename(tmp, s.Path(name)); err != nil {
 		s.fs.Remove(tmp) // best effort; OpenStore removes leftovers
-		return fmt.Errorf("checkpoint: %s %s: %s %s: %w", op, s.Path(name), what, tmp, err)
+		return fmt.Errorf("checkpoint: %s %s: rename %s: %w", op, s.Path(name), tmp, err)
+	}
+	return nil
+}
+
+// writeTemp writes data to a fresh temp file for object name, fsyncs and
+// closes it, and returns its path. On error it removes the temp file (best
+// effort) and returns an error naming the path that failed.
+func (s *Store) writeTemp(op, name string, data []byte) (string, error) {
+	tmp := tempPrefix + name + "."
+	if s.token != "" {
+		tmp += s.token + "."
+	}
+	tmp = s.Path(tmp + strconv.FormatUint(s.seq.Add(1), 10))
+	fail := func(what string, err error) (string, error) {
+		s.fs.Remove(tmp) // best effort; OpenStore removes leftovers
+		return "", fmt.Errorf("checkpoint: %s %s: %s %s: %w", op, s.Path(name), what, tmp, err)
 	}
 	f, err := s.fs.Create(tmp)
 	if err != nil {
@@ -181,10 +253,7 @@ func (s *Store) writeAndRename(op, name string, data []byte) error {
 	if err := f.Close(); err != nil {
 		return fail("close", err)
 	}
-	if err := s.fs.Rename(tmp, s.Path(name)); err != nil {
-		return fail("rename", err)
-	}
-	return nil
+	return tmp, nil
 }
 
 func (s *Store) syncDir() error {
