@@ -527,12 +527,38 @@ func ReadCommitted(s *Store) (CheckpointRef, bool, error) {
 // Retain removes along with every other such leftover not newer than
 // committed. Retain fails, deleting nothing, if committed has no metadata.
 func Retain(s *Store, committed CheckpointRef, keep int) error {
-	if keep < 1 {
-		return fmt.Errorf("checkpoint: retain: keep %d, want at least 1", keep)
+	deleted, err := retain(s, []CheckpointRef{committed}, keep, s.remove)
+	if err == nil && deleted {
+		return s.syncDir()
 	}
-	names, err := s.List(namePrefix)
+	return err
+}
+
+// RetainNamed is Retain for storage several processes share, where each
+// input partition's committed record (its offset metadata in the commit
+// group) names the checkpoint that holds its state: no checkpoint any
+// record names is deleted, and the newest named one plays committed's
+// part. Read the records just before: a checkpoint named since may be
+// deleted only if it was not named then, and it is then newer than every
+// named one, which RetainNamed never touches.
+func RetainNamed(o Objects, named []CheckpointRef, keep int) error {
+	if len(named) == 0 {
+		return fmt.Errorf("checkpoint: retain: no committed record names a checkpoint; deleting nothing")
+	}
+	_, err := retain(o, named, keep, o.Delete)
+	return err
+}
+
+// retain deletes what Retain and RetainNamed doom, with del for state
+// files (the metadata goes through o.Delete first), and reports whether it
+// deleted anything.
+func retain(o Objects, named []CheckpointRef, keep int, del func(string) error) (bool, error) {
+	if keep < 1 {
+		return false, fmt.Errorf("checkpoint: retain: keep %d, want at least 1", keep)
+	}
+	names, err := o.List(namePrefix)
 	if err != nil {
-		return err
+		return false, err
 	}
 	type ckpt struct {
 		meta  string
@@ -556,14 +582,25 @@ func Retain(s *Store, committed CheckpointRef, keep int) error {
 			c.files = append(c.files, name)
 		}
 	}
-	if c := all[committed]; c == nil || c.meta == "" {
-		return fmt.Errorf("checkpoint: retain: committed checkpoint %s has no metadata %s; deleting nothing",
-			committed, s.Path(MetaName(committed.Run, committed.ID)))
+	keepRef := map[CheckpointRef]bool{}
+	newest := named[0]
+	for _, ref := range named {
+		if c := all[ref]; c == nil || c.meta == "" {
+			meta := MetaName(ref.Run, ref.ID)
+			if st, ok := o.(*Store); ok {
+				meta = st.Path(meta)
+			}
+			return false, fmt.Errorf("checkpoint: retain: committed checkpoint %s has no metadata %s; deleting nothing", ref, meta)
+		}
+		keepRef[ref] = true
+		if newest.compare(ref) < 0 {
+			newest = ref
+		}
 	}
-	var older []CheckpointRef // complete checkpoints older than committed
+	var older []CheckpointRef // complete checkpoints older than the newest named
 	var doomed []CheckpointRef
 	for ref, c := range all {
-		if ref == committed || ref.ID > committed.ID {
+		if keepRef[ref] || ref.ID > newest.ID {
 			continue
 		}
 		if c.meta == "" {
@@ -580,20 +617,17 @@ func Retain(s *Store, committed CheckpointRef, keep int) error {
 	for _, ref := range doomed {
 		c := all[ref]
 		if c.meta != "" {
-			if err := s.Delete(c.meta); err != nil {
-				return err
+			if err := o.Delete(c.meta); err != nil {
+				return false, err
 			}
 		}
 		for _, f := range c.files {
-			if err := s.remove(f); err != nil {
-				return err
+			if err := del(f); err != nil {
+				return false, err
 			}
 		}
 	}
-	if len(doomed) > 0 {
-		return s.syncDir()
-	}
-	return nil
+	return len(doomed) > 0, nil
 }
 
 // PutMetadata encodes m (encodeMetadata) and puts it durably as checkpoint

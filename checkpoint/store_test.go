@@ -733,3 +733,39 @@ func BenchmarkWriteCheckpoint(b *testing.B) {
 		})
 	}
 }
+
+// TestRetainNamed: in shared storage, no checkpoint that some partition's
+// committed record names is deleted, however old; the newest named one
+// plays committed's part (newer ones may be in flight), and keep counts
+// the complete checkpoints older than it.
+func TestRetainNamed(t *testing.T) {
+	s, err := OpenSharedStore(NewMemFS(), testDir)
+	require.NoError(t, err)
+	for _, r := range []CheckpointRef{{"ab", 1}, {"ab", 2}, {"cd", 3}, {"ab", 4}, {"ab", 5}, {"ab", 6}, {"ab", 7}} {
+		require.NoError(t, WriteCheckpoint(s, testMeta(r.Run, r.ID), testFiles(r.Run, r.ID, 2)))
+	}
+	require.NoError(t, s.Put(StateFileName("ab", 3, "count", 0), []byte("x"))) // a half-written leftover
+	// Partition 0's record still names checkpoint ab/1 (its process has not
+	// committed since), partition 1's names cd/3, partition 2's ab/6.
+	named := []CheckpointRef{{"ab", 1}, {"cd", 3}, {"ab", 6}}
+
+	require.ErrorContains(t, RetainNamed(s, nil, 1), "no committed record")
+	err = RetainNamed(s, append(named, CheckpointRef{"ab", 99}), 1)
+	require.ErrorContains(t, err, "committed checkpoint ab/99 has no metadata "+s.Path(MetaName("ab", 99)))
+	refs, err := ListCheckpoints(s)
+	require.NoError(t, err)
+	require.Len(t, refs, 7, "a record naming a missing checkpoint deletes nothing")
+
+	require.NoError(t, RetainNamed(s, named, 2))
+	refs, err = ListCheckpoints(s)
+	require.NoError(t, err)
+	require.Equal(t, []CheckpointRef{{"ab", 1}, {"cd", 3}, {"ab", 5}, {"ab", 6}, {"ab", 7}}, refs,
+		"named ones kept, ab/5 kept as the one older checkpoint keep=2 allows, ab/7 in flight, ab/2 and ab/4 gone")
+	names, err := s.List("")
+	require.NoError(t, err)
+	require.NotContains(t, names, StateFileName("ab", 3, "count", 0), "leftover: removed")
+	for _, r := range named {
+		_, _, err := ReadCheckpoint(s, r.Run, r.ID)
+		require.NoError(t, err, "%s readable", r)
+	}
+}
