@@ -79,7 +79,7 @@ var testHookBeforeCutAfter func()
 
 // maxFrame bounds one frame (Kafka's own limits are far lower: the broker's
 // socket.request.max.bytes is 100 MiB).
-const maxFrame = 1 << 30
+const maxFrame = 256 << 20
 
 // Proxy is a running fault-injecting proxy.
 type Proxy struct {

@@ -121,7 +121,7 @@ func (c *Conn) Explain(err error) error {
 	if last != "" {
 		notes = append(notes, "the client's last error from the cluster: "+last)
 	}
-	if !connected {
+	if !connected && symptom(c.settings, last) {
 		if d := c.diagnose(); d != "" {
 			notes = append(notes, d)
 		}
@@ -130,6 +130,20 @@ func (c *Conn) Explain(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w (%s)", err, strings.Join(notes, "; "))
+}
+
+// symptom reports whether the last error looks like a security mismatch
+// worth a look at the broker: a plaintext client disconnected while it
+// asked for the broker's API versions (what a TLS listener does to it), or
+// a TLS client whose handshake failed. A look is never taken otherwise: it
+// sends a TLS handshake, which a plaintext listener (or a proxy before
+// one) reads as the size of a request of some 370 MB.
+func symptom(settings map[string]string, last string) bool {
+	switch strings.ToLower(settings["security.protocol"]) {
+	case "", "plaintext", "sasl_plaintext":
+		return strings.Contains(last, "APIVERSION_QUERY")
+	}
+	return strings.Contains(last, "SSL")
 }
 
 // diagnose looks at the first bootstrap server once.

@@ -82,10 +82,18 @@ func TestConnDiagnosis(t *testing.T) {
 			"ssl.endpoint.identification.algorithm": "none"}, ""},
 	} {
 		conn := NewConn(c.settings)
+		require.Equal(t, timeout, conn.Explain(timeout), "%s: no symptom, no look", c.name)
+		// What librdkafka logs when a TLS listener drops a plaintext
+		// client, or a handshake fails.
+		conn.Log("FAIL", "[thrd:x]: 127.0.0.1:1/bootstrap: Disconnected (after 1ms in state APIVERSION_QUERY)")
+		if c.settings["security.protocol"] == "ssl" || c.settings["security.protocol"] == "sasl_ssl" {
+			conn.Log("FAIL", "[thrd:x]: ssl://127.0.0.1:1/bootstrap: SSL handshake failed (after 1ms in state SSL_HANDSHAKE)")
+		}
 		err := conn.Explain(timeout)
 		require.ErrorIs(t, err, timeout)
 		if c.want == "" {
-			require.Equal(t, timeout, err, c.name)
+			require.NotContains(t, err.Error(), "kord checked", c.name)
+			require.NotContains(t, err.Error(), "speaks TLS", c.name)
 		} else {
 			require.ErrorContains(t, err, c.want, c.name)
 		}
