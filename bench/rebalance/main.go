@@ -96,8 +96,10 @@ func config(brokers, proto, group string) *kafka.ConfigMap {
 	case "classic":
 		cm["group.protocol"] = "classic"
 		cm["partition.assignment.strategy"] = "cooperative-sticky"
-		cm["session.timeout.ms"] = 6000
-		cm["heartbeat.interval.ms"] = 500
+		// Both protocols at their defaults: the classic member's
+		// heartbeat.interval.ms (3 s) and session.timeout.ms (45 s) are
+		// client settings; KIP-848's heartbeat interval is the broker's
+		// group.consumer.heartbeat.interval.ms (5 s).
 	case "consumer":
 		cm["group.protocol"] = "consumer"
 	}
