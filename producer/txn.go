@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
@@ -112,57 +111,26 @@ func (p *Producer[K, V]) InitTransactions(ctx context.Context) error {
 	return p.c.initTransactions(ctx)
 }
 
-// initTransactions calls librdkafka's init in slices of at most a second.
-// The call is resumable after a timeout (librdkafka, rdkafka.h,
-// rd_kafka_init_transactions: a retriable __TIMED_OUT, and calling again
-// resumes what progresses in the background), and between slices the
-// producer sees an authentication or TLS failure (ErrAuth), which
-// librdkafka would wait out until ctx's deadline. A timeout names the
-// client's last error from the cluster.
+// initTransactions calls librdkafka's init once, bounded by ctx. A
+// timeout names the client's last error from the cluster. (It is one call:
+// slicing it to notice an authentication failure sooner made a restarted
+// broker's recovery flaky; a job meets such a failure first in the
+// metadata request before it, which is sliced.)
 func (c *client) initTransactions(ctx context.Context) error {
-	const op = "init transactions"
-	for {
-		if err := c.failure(); err != nil {
-			return &TxnError{Op: op, ID: c.cfg.transactionalID, Fatal: true, Err: err}
-		}
-		slice := time.Second
-		dl, bounded := ctx.Deadline()
-		if bounded && time.Until(dl) < slice {
-			slice = time.Until(dl)
-		}
-		if err := ctx.Err(); err != nil || slice <= 0 {
-			return &TxnError{Op: op, ID: c.cfg.transactionalID, Retriable: true, Err: c.conn.Explain(context.DeadlineExceeded)}
-		}
-		sctx, cancel := context.WithTimeout(ctx, slice)
-		err := c.txnGuard(op, func(kp *kafka.Producer) error { return kp.InitTransactions(sctx) })
-		cancel()
-		if err == nil {
-			c.conn.Served()
-			return nil
-		}
-		// A timeout, or another retriable error (librdkafka returns the
-		// last one it was retrying, CONCURRENT_TRANSACTIONS say, when the
-		// slice ends during its retries): call again while ctx allows,
-		// as one call with the whole timeout would have kept retrying.
-		var kerr kafka.Error
-		var te *TxnError
-		timedOut := errors.As(err, &kerr) && kerr.Code() == kafka.ErrTimedOut
-		if !timedOut && !(errors.As(err, &te) && te.Retriable) {
-			return err
-		}
-		if ctx.Err() != nil || (bounded && !time.Now().Before(dl)) {
-			if te != nil || errors.As(err, &te) {
-				te.Err = c.conn.Explain(te.Err)
-			}
-			return err
-		}
-		if !timedOut {
-			select { // the error may come back at once: do not spin
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
+	if err := c.failure(); err != nil {
+		return &TxnError{Op: "init transactions", ID: c.cfg.transactionalID, Fatal: true, Err: err}
 	}
+	err := c.txnGuard("init transactions", func(kp *kafka.Producer) error { return kp.InitTransactions(ctx) })
+	if err == nil {
+		c.conn.Served()
+		return nil
+	}
+	var kerr kafka.Error
+	var te *TxnError
+	if errors.As(err, &kerr) && kerr.Code() == kafka.ErrTimedOut && errors.As(err, &te) {
+		te.Err = c.conn.Explain(te.Err)
+	}
+	return err
 }
 
 // BeginTransaction starts a transaction; records produced until it is
