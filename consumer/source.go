@@ -113,13 +113,8 @@ func Set(key, value string) Opt { return func(c *cfg) { c.settings[key] = value 
 // overrides its bootstrap.servers.
 func Properties(path string) Opt {
 	return func(c *cfg) {
-		s, err := kafkaconf.LoadJava(path)
-		if err != nil {
+		if err := kafkaconf.LoadJavaInto(path, c.settings); err != nil {
 			c.err = errors.Join(c.err, fmt.Errorf("%w: %w", ErrConfig, err))
-			return
-		}
-		for k, v := range s {
-			c.settings[k] = v
 		}
 	}
 }

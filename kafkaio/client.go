@@ -72,13 +72,8 @@ func Set(key, value string) ClientOpt { return func(c *Client) { c.settings[key]
 // when Brokers is not given; options after it override what it sets.
 func Properties(path string) ClientOpt {
 	return func(c *Client) {
-		s, err := kafkaconf.LoadJava(path)
-		if err != nil {
+		if err := kafkaconf.LoadJavaInto(path, c.settings); err != nil {
 			c.err = errors.Join(c.err, fmt.Errorf("kafkaio: %w", err))
-			return
-		}
-		for k, v := range s {
-			c.settings[k] = v
 		}
 	}
 }

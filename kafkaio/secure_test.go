@@ -1,14 +1,12 @@
 package kafkaio_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,28 +14,11 @@ import (
 
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
 )
-
-// syncBuffer is a log sink several goroutines write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // secretsIn returns the secrets of s (and the client's private key) that
 // text shows.
@@ -112,7 +93,7 @@ func TestSecuredFailures(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "client.properties")
 			require.NoError(t, os.WriteFile(path, []byte(c.props), 0o600))
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			check := func(who string, err error, took time.Duration) {
 				t.Helper()
@@ -228,7 +209,7 @@ func TestSecuredProduceConsume(t *testing.T) {
 				require.NoError(t, os.WriteFile(path, []byte(tc.props), 0o600))
 			}
 			topic := c.CreateTopic(t, 3, nil)
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

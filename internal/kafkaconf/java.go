@@ -121,6 +121,19 @@ func LoadJava(path string) (map[string]string, error) {
 	return FromJava(props, path)
 }
 
+// LoadJavaInto loads a Java client.properties (LoadJava) into settings,
+// the merge every client's Properties option does.
+func LoadJavaInto(path string, settings map[string]string) error {
+	s, err := LoadJava(path)
+	if err != nil {
+		return err
+	}
+	for k, v := range s {
+		settings[k] = v
+	}
+	return nil
+}
+
 // FromJava maps Java client properties to librdkafka settings: each Java
 // name to its librdkafka equivalent (the README's table), keystores and
 // truststores to what librdkafka reads, sasl.jaas.config to librdkafka's
