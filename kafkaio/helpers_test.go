@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kordproject/kord/checkpoint"
@@ -370,32 +371,89 @@ func (f *fixture) check() []string {
 // stable offset equals its high watermark: no transaction is left open to
 // stall read_committed readers.
 func (f *fixture) requireNoOpenTransaction() {
-	t := f.t
-	cl := f.c.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ends := func(isolation int8) map[int32]int64 {
-		req := kmsg.NewPtrListOffsetsRequest()
-		req.IsolationLevel = isolation
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = f.out
-		for p := int32(0); p < f.parts; p++ {
-			rp := kmsg.NewListOffsetsRequestTopicPartition()
-			rp.Partition = p
-			rp.Timestamp = -1
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(ctx, cl)
-		require.NoError(t, err)
-		out := map[int32]int64{}
-		for _, p := range resp.Topics[0].Partitions {
-			require.Zero(t, p.ErrorCode)
-			out[p.Partition] = p.Offset
-		}
-		return out
+	hw, err := f.ends(ctx, f.out, 0)
+	require.NoError(f.t, err)
+	lso, err := f.ends(ctx, f.out, 1)
+	require.NoError(f.t, err)
+	require.Equal(f.t, hw, lso, "high watermark vs last stable offset: a transaction is open")
+}
+
+// ends returns every partition's end of topic: the high watermark
+// (isolation 0) or the last stable offset (isolation 1).
+func (f *fixture) ends(ctx context.Context, topic string, isolation int8) (map[int32]int64, error) {
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.IsolationLevel = isolation
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	for p := int32(0); p < f.parts; p++ {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition = p
+		rp.Timestamp = -1
+		rt.Partitions = append(rt.Partitions, rp)
 	}
-	require.Equal(t, ends(0), ends(1), "high watermark vs last stable offset: a transaction is open")
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, f.c.Client(f.t))
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	for _, p := range resp.Topics[0].Partitions {
+		if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+			return nil, fmt.Errorf("list offsets %s[%d]: %w", topic, p.Partition, err)
+		}
+		out[p.Partition] = p.Offset
+	}
+	return out, nil
+}
+
+// diagnose describes, for a test whose output fell short, where each
+// partition stands: the input's end, the offset the commit group recorded
+// (and its record), and the output's high watermark against its last stable
+// offset (an open transaction holds read_committed readers back).
+func (f *fixture) diagnose() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var b strings.Builder
+	inEnd, err := f.ends(ctx, f.in, 0)
+	if err != nil {
+		fmt.Fprintf(&b, "input ends: %v\n", err)
+	}
+	hw, err := f.ends(ctx, f.out, 0)
+	if err != nil {
+		fmt.Fprintf(&b, "output high watermarks: %v\n", err)
+	}
+	lso, err := f.ends(ctx, f.out, 1)
+	if err != nil {
+		fmt.Fprintf(&b, "output last stable offsets: %v\n", err)
+	}
+	req := kmsg.NewPtrOffsetFetchRequest()
+	req.Group = kafkaio.CommitGroup(f.name)
+	committed := map[int32]string{}
+	if resp, err := req.RequestWith(ctx, f.c.Client(f.t)); err != nil {
+		fmt.Fprintf(&b, "commit group %s: %v\n", req.Group, err)
+	} else {
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if t.Topic == f.in {
+					committed[p.Partition] = fmt.Sprintf("%d %q", p.Offset, ptrString(p.Metadata))
+				}
+			}
+		}
+	}
+	for p := int32(0); p < f.parts; p++ {
+		fmt.Fprintf(&b, "partition %d: input end %d, committed %s; output high watermark %d, last stable %d\n",
+			p, inEnd[p], committed[p], hw[p], lso[p])
+	}
+	return b.String()
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // start starts the job in a child process on dir, with failpoints armed

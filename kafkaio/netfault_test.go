@@ -289,7 +289,9 @@ func TestBrokerRestart(t *testing.T) {
 	stop()
 	require.NoError(t, <-done, "%s", &out)
 	require.NoError(t, sink.Close())
-	require.Equal(t, f.expected(), len(recs), "%s", &out)
+	if len(recs) != f.expected() {
+		t.Fatalf("%d results for %d events\n%s\nthe check:\n%s\nthe job's log:\n%s", len(recs), f.expected(), f.diagnose(), strings.Join(f.check(), "\n"), &out)
+	}
 	require.Greater(t, commits.Load(), before, "no commit after the broker came back")
 	t.Logf("commits: %d; restarts: %d; recoveries: %d", commits.Load(),
 		strings.Count(out.String(), "restarting from the last committed checkpoint"), strings.Count(out.String(), "recovering from what the sink recorded"))
