@@ -411,42 +411,58 @@ func (f *fixture) ends(ctx context.Context, topic string, isolation int8) (map[i
 // diagnose describes, for a test whose output fell short, where each
 // partition stands: the input's end, the offset the commit group recorded
 // (and its record), and the output's high watermark against its last stable
-// offset (an open transaction holds read_committed readers back).
-func (f *fixture) diagnose() string {
+// offset (an open transaction holds read_committed readers back). done is
+// true when Kafka shows the job finished: every input partition's
+// committed offset at its end, and no output transaction open.
+func (f *fixture) diagnose() (report string, done bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var b strings.Builder
+	done = true
 	inEnd, err := f.ends(ctx, f.in, 0)
 	if err != nil {
 		fmt.Fprintf(&b, "input ends: %v\n", err)
+		done = false
 	}
 	hw, err := f.ends(ctx, f.out, 0)
 	if err != nil {
 		fmt.Fprintf(&b, "output high watermarks: %v\n", err)
+		done = false
 	}
 	lso, err := f.ends(ctx, f.out, 1)
 	if err != nil {
 		fmt.Fprintf(&b, "output last stable offsets: %v\n", err)
+		done = false
 	}
 	req := kmsg.NewPtrOffsetFetchRequest()
 	req.Group = kafkaio.CommitGroup(f.name)
-	committed := map[int32]string{}
+	req.RequireStable = true
+	committed := map[int32]int64{}
+	records := map[int32]string{}
 	if resp, err := req.RequestWith(ctx, f.c.Client(f.t)); err != nil {
 		fmt.Fprintf(&b, "commit group %s: %v\n", req.Group, err)
+		done = false
+	} else if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		fmt.Fprintf(&b, "commit group %s: %v\n", req.Group, err)
+		done = false
 	} else {
 		for _, t := range resp.Topics {
 			for _, p := range t.Partitions {
 				if t.Topic == f.in {
-					committed[p.Partition] = fmt.Sprintf("%d %q", p.Offset, ptrString(p.Metadata))
+					committed[p.Partition] = p.Offset
+					records[p.Partition] = ptrString(p.Metadata)
 				}
 			}
 		}
 	}
 	for p := int32(0); p < f.parts; p++ {
-		fmt.Fprintf(&b, "partition %d: input end %d, committed %s; output high watermark %d, last stable %d\n",
-			p, inEnd[p], committed[p], hw[p], lso[p])
+		fmt.Fprintf(&b, "partition %d: input end %d, committed %d %q; output high watermark %d, last stable %d\n",
+			p, inEnd[p], committed[p], records[p], hw[p], lso[p])
+		if committed[p] != inEnd[p] || hw[p] != lso[p] {
+			done = false
+		}
 	}
-	return b.String()
+	return b.String(), done
 }
 
 func ptrString(s *string) string {
