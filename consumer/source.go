@@ -85,6 +85,8 @@ type cfg struct {
 	settings map[string]string
 	log      *slog.Logger
 	timeout  time.Duration
+	instance string // Member: group.instance.id
+	protocol string // Member: group.protocol
 	err      error // from an option that could not be applied (Properties)
 }
 

@@ -157,6 +157,34 @@ func (p *Producer[K, V]) SendOffsetsToTransaction(ctx context.Context, group str
 	if err != nil {
 		return fmt.Errorf("producer: group metadata for %q: %w", group, err)
 	}
+	return p.sendOffsets(ctx, group, gm, offsets)
+}
+
+// GroupMember is a live member of a consumer group (consumer.Member):
+// its group metadata (generation, member id, instance id) goes with a
+// transactional offset commit.
+type GroupMember interface {
+	Group() string
+	KafkaGroupMetadata() (*kafka.ConsumerGroupMetadata, error)
+}
+
+// SendOffsetsToTransactionFor adds consumed positions to the current
+// transaction, committed to member's group with member's group metadata
+// when the transaction commits (KIP-447, Kafka's
+// KafkaProducer.sendOffsetsToTransaction(offsets, groupMetadata)): the
+// group coordinator refuses the commit of a member of an older generation,
+// or of one no longer in the group, and the transaction must then be
+// aborted (RequiresAbort). That is how a zombie that lost its partitions in
+// a rebalance is kept from committing their offsets.
+func (p *Producer[K, V]) SendOffsetsToTransactionFor(ctx context.Context, member GroupMember, offsets []Offset) error {
+	gm, err := member.KafkaGroupMetadata()
+	if err != nil {
+		return fmt.Errorf("producer: group metadata of %q: %w", member.Group(), err)
+	}
+	return p.sendOffsets(ctx, member.Group(), gm, offsets)
+}
+
+func (p *Producer[K, V]) sendOffsets(ctx context.Context, group string, gm *kafka.ConsumerGroupMetadata, offsets []Offset) error {
 	tps := make([]kafka.TopicPartition, len(offsets))
 	for i, o := range offsets {
 		topic, md := o.Topic, o.Metadata
