@@ -51,6 +51,7 @@ type restoreState struct {
 	files     map[string][]byte
 	maxP      int
 	positions map[string]map[int32]int64 // topic -> partition -> offset
+	scaled    []scaledRestore            // one of several processes: the checkpoints the assigned partitions' records name
 }
 
 // ack is a task's report for a checkpoint.
@@ -99,6 +100,26 @@ type run struct {
 	bg        sync.WaitGroup         // snapshot writers
 	align     *alignmentStats        // alignment times
 	opRef     checkpoint.OperatorRef // the keyed operator and its keying mode
+
+	// A job on several processes (Membership): the partitions this run
+	// covers, by topic, and the channel closed when they are about to
+	// change; reassigned is set when the run ended for that.
+	assigned   map[string][]int32
+	changed    <-chan struct{}
+	reassigned bool
+}
+
+// errReassigned ends a run whose partitions are about to change; Run
+// starts the next one over the new assignment at once.
+var errReassigned = errors.New("keyed: the partitions assigned to this process changed")
+
+// membership returns the sink's Membership when the job runs as one of
+// several processes.
+func (j *Job) membership() Membership {
+	if m, ok := j.sink.sinkValue().(Membership); ok && m.Scaled() {
+		return m
+	}
+	return nil
 }
 
 func (r *run) addTask(name string) int {
@@ -170,7 +191,13 @@ func (j *Job) Run(ctx context.Context) (err error) {
 			}
 		}()
 	}
-	store, err := checkpoint.OpenStore(j.cfg.FS, j.cfg.Dir)
+	open := checkpoint.OpenStore
+	if j.membership() != nil {
+		// Several processes share the directory: each writes its own
+		// runs' objects, and none holds the lock.
+		open = checkpoint.OpenSharedStore
+	}
+	store, err := open(j.cfg.FS, j.cfg.Dir)
 	if err != nil {
 		return err
 	}
@@ -190,6 +217,10 @@ func (j *Job) Run(ctx context.Context) (err error) {
 		progressed, err := j.runOnce(ctx, wctx, store, fp)
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, errReassigned) && ctx.Err() == nil {
+			attempts, recoveries = 0, 0
+			continue
 		}
 		if wctx.Err() != nil {
 			// The stop deadline passed: no more recovery or restart.
@@ -367,13 +398,30 @@ func (j *Job) runOnce(ctx, wctx context.Context, store *checkpoint.Store, fp fai
 		}
 		return false, fmt.Errorf("keyed: sink reset: %w", err)
 	}
+	var assigned map[string][]int32
+	var changed <-chan struct{}
+	if m := j.membership(); m != nil {
+		assigned, changed, err = m.Assignment(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				j.cfg.Logger.Info("keyed: stopped while waiting for an assignment", "job", j.name)
+				return false, nil
+			}
+			return false, fmt.Errorf("keyed: job %s: waiting for an assignment: %w", j.name, err)
+		}
+		defer m.Released()
+	}
 	rctx, cancel := context.WithCancelCause(wctx)
 	defer cancel(nil)
-	r := &run{j: j, cfg: j.cfg, store: store, runID: newRunID(), log: j.cfg.Logger.With("job", j.name), fp: fp, stop: rctx.Done(), cancel: cancel,
+	r := &run{assigned: assigned, changed: changed, j: j, cfg: j.cfg, store: store, runID: newRunID(), log: j.cfg.Logger.With("job", j.name), fp: fp, stop: rctx.Done(), cancel: cancel,
 		acks: make(chan ack, 64), exhausted: make(chan int, 64), failures: make(chan error, 1), align: &alignmentStats{}}
 	sctx, scancel := context.WithTimeout(rctx, time.Minute)
 	defer scancel()
-	rs, err := j.restore(sctx, r)
+	restore := j.restore
+	if assigned != nil {
+		restore = j.restoreAssigned
+	}
+	rs, err := restore(sctx, r)
 	if err != nil {
 		return false, err
 	}
@@ -387,6 +435,9 @@ func (j *Job) runOnce(ctx, wctx context.Context, store *checkpoint.Store, fp fai
 		committed = rs.meta.ID
 	}
 	progressed, err = r.coordinate(ctx, rctx, committed, rs.maxP)
+	if err == nil && r.reassigned && ctx.Err() == nil {
+		err = errReassigned
+	}
 	cancel(errors.New("run ended"))
 	r.wg.Wait()
 	r.bg.Wait()
@@ -515,6 +566,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 	defer tick.Stop()
 	stopping := false
 	stopRequest := ctx.Done()
+	changed := r.changed
 	exhausted := map[int]bool{}
 	var apply func([]checkpoint.Effect) (done bool, err error)
 	apply = func(effs []checkpoint.Effect) (bool, error) {
@@ -574,6 +626,18 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 			case checkpoint.Committed:
 				progressed = true
 				ref := checkpoint.CheckpointRef{Run: r.runID, ID: e.ID}
+				if r.assigned != nil {
+					// Shared storage: no marker (it is one process's), and
+					// retention only within this run (retainRun).
+					if err := r.point(failpoint.AfterMarker); err != nil {
+						return false, err
+					}
+					if err := retainRun(r.store, ref, retained); err != nil {
+						r.log.Warn("keyed: retention", "err", err)
+					}
+					delete(pending, e.ID)
+					break
+				}
 				if err := checkpoint.SetCommitted(r.store, ref); err != nil {
 					// The commit is in the sink's system; the marker only
 					// matters when that record expires. Report and go on.
@@ -609,8 +673,13 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 		var effs []checkpoint.Effect
 		select {
 		case <-stopRequest:
-			stopping, stopRequest = true, nil
+			stopping, stopRequest, changed = true, nil, nil
 			r.log.Info("keyed: stopping: final checkpoint")
+			effs = lc.Stop(time.Now())
+		case <-changed:
+			stopping, stopRequest, changed = true, nil, nil
+			r.reassigned = true
+			r.log.Info("keyed: the assignment changes: final checkpoint")
 			effs = lc.Stop(time.Now())
 		case <-tick.C:
 			effs = lc.Tick(time.Now())

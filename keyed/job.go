@@ -331,6 +331,42 @@ type Recorded struct {
 	Offsets []checkpoint.PartitionOffset
 	// Where names the record for errors ("commit group kord.x.commit").
 	Where string
+	// Parts is set instead of Ref and Offsets by a Membership sink: each
+	// recorded partition with its own checkpoint.
+	Parts []PartitionRecord
+}
+
+// PartitionRecord is what a sink's system holds as committed for one
+// input partition when each partition has its own record (a job on several
+// processes, Membership): its offset and the checkpoint that holds its
+// state.
+type PartitionRecord struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Ref       checkpoint.CheckpointRef
+}
+
+// Membership is a sink whose system assigns the job's input partitions to
+// this process (a Kafka consumer group: kafkaio.Instance), so that several
+// processes run one job. With one, each run covers the partitions assigned
+// now, restores each from the checkpoint its own record names
+// (Recorded.Parts), commits only them, and ends with a final checkpoint
+// when the assignment changes; the next run takes the new assignment.
+// Only ByPartition jobs run this way: their key group is the partition, so
+// state follows it.
+type Membership interface {
+	// Scaled reports whether this sink runs the job as one of several
+	// processes.
+	Scaled() bool
+	// Assignment waits until this process is assigned partitions and
+	// returns them by topic, with a channel closed when the assignment is
+	// about to change. A run holds them until Released.
+	Assignment(ctx context.Context) (map[string][]int32, <-chan struct{}, error)
+	// Released tells the membership the run over the last assignment has
+	// ended: what it held is committed or aborted, and revoked partitions
+	// may move on.
+	Released()
 }
 
 // Stream is a stream of records from a source.

@@ -88,6 +88,11 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	if err := checkOpStateNames(j, rs); err != nil {
 		return Permanent(err)
 	}
+	if r.assigned != nil {
+		if err := o.checkScaled(j); err != nil {
+			return Permanent(err)
+		}
+	}
 
 	// Partitions and positions of every source.
 	type srcInfo struct {
@@ -96,12 +101,23 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	}
 	infos := make([]srcInfo, len(o.in.srcs))
 	var offsets []checkpoint.PartitionOffset
+	var fresh []checkpoint.PartitionOffset // scaled: partitions no record names
+	all := 0                               // scaled: the source's partition count
 	for i, s := range o.in.srcs {
 		parts, err := s.src.Partitions(ctx)
 		if err != nil {
 			return fmt.Errorf("keyed: source %q: %w", s.name, err)
 		}
 		sort.Slice(parts, func(a, b int) bool { return parts[a] < parts[b] })
+		if r.assigned != nil {
+			// One of several processes: the partition count sets the key
+			// groups; this run reads only the partitions assigned to it.
+			if err := checkPartitionMode(s.name, parts); err != nil {
+				return err
+			}
+			all = len(parts)
+			parts = assignedOf(parts, r.assigned[s.src.Topic()])
+		}
 		pos := map[int32]int64{}
 		known := rs.positions[s.src.Topic()]
 		var missing []int32
@@ -117,7 +133,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			// restored checkpoint does not know appeared later and is read
 			// from its beginning.
 			startFn := s.src.Start
-			if ns, ok := s.src.(NewPartitionStarter); ok && !rs.fresh {
+			if ns, ok := s.src.(NewPartitionStarter); ok && !rs.fresh && r.assigned == nil {
 				startFn = ns.StartNew
 			}
 			start, err := startFn(ctx, missing)
@@ -126,6 +142,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			}
 			for _, p := range start {
 				pos[p.Partition] = p.Offset
+				fresh = append(fresh, checkpoint.PartitionOffset{Topic: s.src.Topic(), Partition: p.Partition, Offset: p.Offset})
 			}
 		}
 		for _, p := range parts {
@@ -137,10 +154,10 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	// Key groups.
 	if o.in.byPartition {
 		n := len(infos[0].parts)
-		for i, p := range infos[0].parts {
-			if p != int32(i) {
-				return fmt.Errorf("keyed: source %q: partition mode needs partitions 0..n-1, found %v", o.in.srcs[0].name, infos[0].parts)
-			}
+		if r.assigned != nil {
+			n = all
+		} else if err := checkPartitionMode(o.in.srcs[0].name, infos[0].parts); err != nil {
+			return err
 		}
 		if !rs.fresh && rs.maxP != n {
 			return fmt.Errorf("keyed: source %q has %d partitions, checkpoint %s was taken with %d: partition mode cannot follow a change of partition count",
@@ -180,6 +197,12 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	}
 	if rs.fresh {
 		if err := r.freshStart(ctx, rs, offsets); err != nil {
+			return err
+		}
+	} else if r.assigned != nil && len(fresh) > 0 {
+		// Partitions no process ever committed, beside restored ones:
+		// their start is committed first, as a fresh start's is.
+		if err := r.freshStart(ctx, rs, fresh); err != nil {
 			return err
 		}
 	}
@@ -242,7 +265,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			r.goTask(rctx, task, st.run)
 			u++
 		}
-		if cfg.PartitionDisc > 0 {
+		if cfg.PartitionDisc > 0 && r.assigned == nil { // scaled: the group assigns new partitions
 			d := &discoverer[T]{r: r, src: s, tasks: srcTasks, byPartition: o.in.byPartition, known: infos[i].parts}
 			r.wg.Add(1)
 			go d.run(rctx, cfg.PartitionDisc)
@@ -263,7 +286,11 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 		if err := op.Open(b); err != nil {
 			return fmt.Errorf("keyed: operator %q task %d: open: %w", o.name, d, err)
 		}
-		if !rs.fresh {
+		if r.assigned != nil {
+			if err := rs.restoreScaled(b); err != nil {
+				return fmt.Errorf("keyed: operator %q task %d: %w", o.name, d, err)
+			}
+		} else if !rs.fresh {
 			if err := b.Restore(rs.meta, rs.files); err != nil {
 				return fmt.Errorf("keyed: operator %q task %d: restore %s: %w", o.name, d, rs.meta.Ref(), err)
 			}

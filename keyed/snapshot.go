@@ -276,6 +276,17 @@ func forEach(n, parallel int, fn func(w *workspace, i int)) {
 // groups outside the range are not decoded. On error the backend is left
 // empty.
 func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error {
+	if err := b.canRestore(); err != nil {
+		return err
+	}
+	if err := b.restoreFrom(m, files, nil); err != nil {
+		return err
+	}
+	b.restored = true
+	return nil
+}
+
+func (b *Backend) canRestore() error {
 	if b.restored {
 		return fmt.Errorf("keyed: operator %q: Restore called twice", b.operator)
 	}
@@ -284,6 +295,14 @@ func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error
 			return fmt.Errorf("keyed: operator %q: Restore into a backend that has state (state %q)", b.operator, st.info().Name)
 		}
 	}
+	return nil
+}
+
+// restoreFrom restores, of checkpoint m's files, the key groups in this
+// backend's range that take (nil: all). A job on several processes calls it
+// once per checkpoint its partitions' records name, each taking only the
+// key groups whose record names it. On failure every state is reset.
+func (b *Backend) restoreFrom(m *checkpoint.Metadata, files map[string][]byte, take func(kg int) bool) error {
 	if m.MaxParallelism != b.maxP {
 		return fmt.Errorf("keyed: operator %q: checkpoint %s has max parallelism %d, this backend %d; max parallelism cannot change across a restore",
 			b.operator, m.Ref(), m.MaxParallelism, b.maxP)
@@ -350,7 +369,7 @@ func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error
 				return &checkpoint.CorruptError{Path: name, Reason: fmt.Sprintf("state %q key group %d is also in %s", n.Operator, kg, prev)}
 			}
 			seen[stateGroup{stName, kg}] = name
-			if b.r.Contains(kg) { // else another instance's
+			if b.r.Contains(kg) && (take == nil || take(kg)) { // else another instance's, or newer elsewhere
 				tasks = append(tasks, task{f: f, i: i, st: st, g: kg - b.r.Start})
 			}
 		}
@@ -374,6 +393,5 @@ func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error
 			return err
 		}
 	}
-	b.restored = true
 	return nil
 }

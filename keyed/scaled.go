@@ -1,0 +1,216 @@
+package keyed
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/kordproject/kord/checkpoint"
+)
+
+// A job on several processes (Membership). Each process runs over the
+// partitions assigned to it; a partition's key group is the partition
+// (ByPartition), and its state comes from the checkpoint its own commit
+// record names, which another process may have written (DESIGN.md,
+// "Several processes").
+
+// scaledRestore is one checkpoint some assigned partitions' records name,
+// and the key groups (partitions) to take from it.
+type scaledRestore struct {
+	meta  *checkpoint.Metadata
+	files map[string][]byte
+	take  map[int]bool
+}
+
+// restoreAssigned decides, partition by partition, where this run starts:
+// a partition whose record names a checkpoint restores its key group from
+// it, at the offset recorded with it; a partition no record names starts
+// fresh (the source's StartFrom), and build commits its start first.
+func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error) {
+	rec, err := j.sink.recorded(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("keyed: job %s: reading the sink's commit records: %w", j.name, err)
+	}
+	rs := &restoreState{positions: map[string]map[int32]int64{}, fresh: true}
+	own := map[string]map[int32]bool{}
+	for topic, ps := range r.assigned {
+		own[topic] = map[int32]bool{}
+		for _, p := range ps {
+			own[topic][p] = true
+		}
+	}
+	byRef := map[checkpoint.CheckpointRef][]PartitionRecord{}
+	if rec != nil {
+		for _, pr := range rec.Parts {
+			if own[pr.Topic][pr.Partition] {
+				byRef[pr.Ref] = append(byRef[pr.Ref], pr)
+			}
+		}
+	}
+	refs := make([]checkpoint.CheckpointRef, 0, len(byRef))
+	for ref := range byRef {
+		refs = append(refs, ref)
+	}
+	slices.SortFunc(refs, func(a, b checkpoint.CheckpointRef) int {
+		if a.Run != b.Run {
+			return compareStrings(a.Run, b.Run)
+		}
+		return compareUint(a.ID, b.ID)
+	})
+	var operators []checkpoint.OperatorRef
+	for _, ref := range refs {
+		parts := byRef[ref]
+		m, files, err := checkpoint.ReadCheckpoint(r.store, ref.Run, ref.ID)
+		if err != nil {
+			err = fmt.Errorf("%w: %w", checkpoint.ErrCommittedMissing, err)
+			return nil, Permanent(fmt.Errorf("keyed: job %s: %s[%d]'s record (%s) names checkpoint %s: %w (is the checkpoint directory %s shared by every process of the job?)",
+				j.name, parts[0].Topic, parts[0].Partition, rec.Where, ref, err, j.cfg.Dir))
+		}
+		take := map[int]bool{}
+		for _, pr := range parts {
+			at, ok := offsetOf(m.Offsets, pr.Topic, pr.Partition)
+			if !ok || at != pr.Offset {
+				return nil, Permanent(fmt.Errorf("keyed: job %s: %s[%d]: %s records offset %d with checkpoint %s, which holds %d (found: %v): something other than this job moved the offset",
+					j.name, pr.Topic, pr.Partition, rec.Where, pr.Offset, ref, at, ok))
+			}
+			if rs.positions[pr.Topic] == nil {
+				rs.positions[pr.Topic] = map[int32]int64{}
+			}
+			rs.positions[pr.Topic][pr.Partition] = pr.Offset
+			take[int(pr.Partition)] = true
+		}
+		if rs.maxP != 0 && rs.maxP != m.MaxParallelism {
+			return nil, Permanent(fmt.Errorf("keyed: job %s: checkpoint %s has %d key groups, checkpoint %s %d: the input's partition count changed",
+				j.name, ref, m.MaxParallelism, refs[0], rs.maxP))
+		}
+		rs.maxP = m.MaxParallelism
+		operators = append(operators, m.Operators...)
+		rs.scaled = append(rs.scaled, scaledRestore{meta: m, files: files, take: take})
+	}
+	if len(refs) > 0 {
+		rs.fresh = false
+		// What build checks (key groups, keying mode) and where the run's
+		// epochs start: checkpoint 0 of this run.
+		rs.meta = &checkpoint.Metadata{Run: r.runID, MaxParallelism: rs.maxP, Operators: dedupRefs(operators)}
+	}
+	r.log.Info("keyed: recovery (one of several processes)", "run", r.runID, "assigned", r.assigned, "checkpoints", refs)
+	return rs, nil
+}
+
+// restoreScaled restores into b the key groups of every checkpoint the
+// run's partitions' records name, each from its own.
+func (rs *restoreState) restoreScaled(b *Backend) error {
+	if err := b.canRestore(); err != nil {
+		return err
+	}
+	for _, sr := range rs.scaled {
+		if err := b.restoreFrom(sr.meta, sr.files, func(kg int) bool { return sr.take[kg] }); err != nil {
+			return fmt.Errorf("restore %s: %w", sr.meta.Ref(), err)
+		}
+	}
+	b.restored = true
+	return nil
+}
+
+// checkScaled refuses a job that cannot run on several processes yet.
+func (o *opOf[T, O]) checkScaled(j *Job) error {
+	if !o.in.byPartition {
+		return fmt.Errorf("keyed: job %s: on several processes the key group must be the partition (ByPartition): keying by a field across processes needs a repartition topic, not built yet", j.name)
+	}
+	for _, s := range o.in.srcs {
+		if _, ok := s.src.(OperatorState); ok {
+			return fmt.Errorf("keyed: job %s: source %q keeps operator state, which does not follow partitions across processes", j.name, s.name)
+		}
+	}
+	if _, ok := j.sink.sinkValue().(OperatorState); ok {
+		return fmt.Errorf("keyed: job %s: sink %q keeps operator state, which does not follow partitions across processes", j.name, j.sink.sinkName())
+	}
+	return nil
+}
+
+// checkPartitionMode requires partitions 0..n-1: partition p is key group p.
+func checkPartitionMode(source string, parts []int32) error {
+	for i, p := range parts {
+		if p != int32(i) {
+			return fmt.Errorf("keyed: source %q: partition mode needs partitions 0..n-1, found %v", source, parts)
+		}
+	}
+	return nil
+}
+
+// assignedOf returns the partitions of parts that are assigned, ascending.
+func assignedOf(parts, assigned []int32) []int32 {
+	var out []int32
+	for _, p := range parts {
+		if slices.Contains(assigned, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func offsetOf(offs []checkpoint.PartitionOffset, topic string, p int32) (int64, bool) {
+	for _, o := range offs {
+		if o.Topic == topic && o.Partition == p {
+			return o.Offset, true
+		}
+	}
+	return 0, false
+}
+
+// retainRun is retention on storage several processes share: it deletes
+// only this run's checkpoints older than the keep newest up to committed,
+// metadata first. Within a run the assigned partitions do not change, and
+// each commit names the run's newest checkpoint for all of them, so no
+// record names an older one of the run. Other processes' checkpoints, and
+// this process's earlier runs (a partition revoked since may still name
+// one), are left alone.
+func retainRun(s *checkpoint.Store, committed checkpoint.CheckpointRef, keep int) error {
+	if committed.ID < uint64(keep) {
+		return nil
+	}
+	below := committed.ID - uint64(keep) + 1 // delete ids < below
+	names, err := s.List("")
+	if err != nil {
+		return err
+	}
+	var metas, files []string
+	for _, name := range names {
+		n, ok := checkpoint.ParseName(name)
+		if !ok || n.Run != committed.Run || n.ID >= below {
+			continue
+		}
+		switch n.Kind {
+		case checkpoint.KindMeta:
+			metas = append(metas, name)
+		case checkpoint.KindState:
+			files = append(files, name)
+		}
+	}
+	for _, name := range append(metas, files...) {
+		if err := s.Delete(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func compareUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
