@@ -51,6 +51,10 @@ type Sink[T any] struct {
 	commitDeadline time.Duration
 	tooLarge       atomic.Int64
 	commits        *consumer.Source // at-least-once: commits to the commit group
+	// Instance: the group member, from the first Reset to Close, and its
+	// assignment.
+	member *consumer.Member
+	ms     *membership
 }
 
 type sinkConfig struct {
@@ -61,6 +65,9 @@ type sinkConfig struct {
 	log         *slog.Logger
 	deadLetters string
 	initTimeout time.Duration
+
+	instance       string            // Instance
+	memberSettings map[string]string // MemberSet
 }
 
 // SinkOpt configures a Sink.
@@ -236,11 +243,20 @@ func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) (err error) {
 	if settings, err = s.sizedSettings(ictx, settings); err != nil {
 		return err
 	}
+	if s.Scaled() {
+		if err := s.join(ictx, info); err != nil {
+			return err
+		}
+	}
 	opts := append(s.c.producerOpts(s.log, settings), producer.CloseTimeout(5*time.Second), producer.Logger(s.log))
 	if s.exactlyOnce() {
 		// A failed record fails the transaction's commit, so per-record
 		// delivery reports are not needed.
-		opts = append(opts, producer.TransactionalID(TransactionalID(info.Job)), producer.CommitReports())
+		tid := TransactionalID(info.Job)
+		if s.Scaled() {
+			tid = InstanceTransactionalID(info.Job, s.cfg.instance)
+		}
+		opts = append(opts, producer.TransactionalID(tid), producer.CommitReports())
 	}
 	p, err := producer.New(producer.Bytes(), producer.Bytes(), opts...)
 	if err != nil {
@@ -444,6 +460,9 @@ func (s *Sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
 	offs, err := c.GroupOffsets(ctx, group, tps)
 	if err != nil {
 		return nil, err
+	}
+	if s.Scaled() {
+		return s.recordedParts(ctx, group, offs)
 	}
 	md := make([]string, len(offs))
 	var recorded []checkpoint.PartitionOffset
@@ -709,11 +728,11 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 	}
 	if failpoint.Active(failpoint.SimSendOffsetsUnknown) {
 		sctx, cancel := context.WithTimeout(ctx, time.Millisecond)
-		err := s.p.SendOffsetsToTransaction(sctx, group, offs)
+		err := s.sendOffsets(sctx, group, offs)
 		cancel()
 		return fail("send offsets", fmt.Errorf("simulated unknown send-offsets outcome (send offsets returned %v)", err))
 	}
-	if err := s.p.SendOffsetsToTransaction(ctx, group, offs); err != nil {
+	if err := s.sendOffsets(ctx, group, offs); err != nil {
 		return fail("send offsets", s.abortIfRequired(ctx, err))
 	}
 	if err := fp.Point(failpoint.AfterSendOffsets); err != nil {
@@ -800,5 +819,12 @@ func (s *Sink[T]) closeClients(abort bool) error {
 func (s *Sink[T]) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.closeClients(true)
+	err := s.closeClients(true)
+	if s.member != nil {
+		if merr := s.member.Close(); merr != nil && err == nil {
+			err = merr
+		}
+		s.member = nil
+	}
+	return err
 }

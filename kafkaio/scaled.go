@@ -1,0 +1,209 @@
+package kafkaio
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/producer"
+)
+
+// A job on several processes (DESIGN.md, "Several processes"). Every
+// process is a static member of the job's commit group, which Kafka uses
+// to assign the input partitions; each has its own transactional producer,
+// kord.<job>.<instance>, and commits each partition's offset with its
+// commit record and the member's group metadata (KIP-447).
+
+// Instance makes this sink's job one of several processes of the job, this
+// one instance id (a pod name, a StatefulSet ordinal: stable across
+// restarts, unique among the running processes). The processes join the
+// job's commit group as static members (consumer.InstanceID), Kafka
+// assigns them the input partitions, and each writes with its own
+// transactional.id, kord.<job>.<instance>, so a restarted instance fences
+// its predecessor. The job must key by partition (keyed.ByPartition), and
+// every process must use one checkpoint directory (keyed.Dir) that all of
+// them share.
+func Instance(id string) SinkOpt { return func(c *sinkConfig) { c.instance = id } }
+
+// MemberSet passes a librdkafka consumer setting to the group member of an
+// Instance sink (session.timeout.ms, say: how long Kafka waits for a dead
+// process before moving its partitions; 45 s by default).
+func MemberSet(key, value string) SinkOpt {
+	return func(c *sinkConfig) {
+		if c.memberSettings == nil {
+			c.memberSettings = map[string]string{}
+		}
+		c.memberSettings[key] = value
+	}
+}
+
+// InstanceTransactionalID is the transactional.id of instance of job.
+func InstanceTransactionalID(job, instance string) string {
+	return TransactionalID(job) + "." + instance
+}
+
+var _ keyed.Membership = (*Sink[int])(nil)
+
+// membership is an Instance sink's view of its member's assignment.
+type membership struct {
+	mu       sync.Mutex
+	owned    map[consumer.TopicPartition]bool
+	changed  chan struct{} // closed when owned changes
+	running  bool          // a run holds owned (Assignment until Released)
+	released chan struct{} // closed by Released
+}
+
+// Scaled implements keyed.Membership: with Instance.
+func (s *Sink[T]) Scaled() bool { return s.cfg.instance != "" }
+
+// join makes the member at the first Reset; it lives until Close.
+func (s *Sink[T]) join(ctx context.Context, info keyed.SinkInfo) error {
+	if s.member != nil {
+		return nil
+	}
+	if !s.exactlyOnce() {
+		return keyed.Permanent(fmt.Errorf("kafkaio: sink %s: Instance (several processes) runs exactly-once jobs only", s.topic))
+	}
+	s.ms = &membership{owned: map[consumer.TopicPartition]bool{}, changed: make(chan struct{})}
+	opts := []consumer.Opt{consumer.Logger(s.log), consumer.Group(CommitGroup(info.Job)), consumer.InstanceID(s.cfg.instance)}
+	for k, v := range s.c.Settings() {
+		opts = append(opts, consumer.Set(k, v))
+	}
+	for k, v := range s.cfg.memberSettings {
+		opts = append(opts, consumer.Set(k, v))
+	}
+	m, err := consumer.Join(ctx, info.Inputs, consumer.Hooks{Assigned: s.assigned, Revoked: s.revoked}, opts...)
+	if err != nil {
+		return classify(err)
+	}
+	s.member = m
+	return nil
+}
+
+func (s *Sink[T]) assigned(_ context.Context, ps []consumer.TopicPartition) {
+	ms := s.ms
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	for _, p := range ps {
+		ms.owned[p] = true
+	}
+	close(ms.changed)
+	ms.changed = make(chan struct{})
+}
+
+// revoked takes ps out of what the next run covers, ends the run holding
+// them (it commits a final checkpoint) and waits until it has.
+func (s *Sink[T]) revoked(ctx context.Context, ps []consumer.TopicPartition, lost bool) {
+	ms := s.ms
+	ms.mu.Lock()
+	for _, p := range ps {
+		delete(ms.owned, p)
+	}
+	close(ms.changed)
+	ms.changed = make(chan struct{})
+	running, released := ms.running, ms.released
+	ms.mu.Unlock()
+	if !running {
+		return
+	}
+	if lost {
+		s.log.Warn("kafkaio: sink: partitions lost (the session expired): the run over them ends, and its commit will be refused", "partitions", ps)
+	}
+	// Kafka removes a member that holds a revocation longer than
+	// max.poll.interval.ms (5 min by default).
+	select {
+	case <-released:
+	case <-ctx.Done():
+	case <-time.After(4 * time.Minute):
+		s.log.Error("kafkaio: sink: the run over revoked partitions did not end within 4 minutes; releasing them", "partitions", ps)
+	}
+}
+
+// Assignment implements keyed.Membership.
+func (s *Sink[T]) Assignment(ctx context.Context) (map[string][]int32, <-chan struct{}, error) {
+	s.mu.Lock()
+	m, ms := s.member, s.ms
+	s.mu.Unlock()
+	if m == nil {
+		return nil, nil, fmt.Errorf("kafkaio: sink %s: Assignment before Reset", s.topic)
+	}
+	for {
+		ms.mu.Lock()
+		if len(ms.owned) > 0 {
+			out := map[string][]int32{}
+			for tp := range ms.owned {
+				out[tp.Topic] = append(out[tp.Topic], tp.Partition)
+			}
+			for _, ps := range out {
+				sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+			}
+			ms.running, ms.released = true, make(chan struct{})
+			changed := ms.changed
+			ms.mu.Unlock()
+			return out, changed, nil
+		}
+		wait := ms.changed
+		ms.mu.Unlock()
+		if err := m.Err(); err != nil {
+			return nil, nil, keyed.Permanent(err)
+		}
+		select {
+		case <-wait:
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return nil, nil, context.Cause(ctx)
+		}
+	}
+}
+
+// Released implements keyed.Membership.
+func (s *Sink[T]) Released() {
+	s.mu.Lock()
+	ms := s.ms
+	s.mu.Unlock()
+	if ms == nil {
+		return
+	}
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if ms.running {
+		ms.running = false
+		close(ms.released)
+	}
+}
+
+// recordedParts reads every input partition's committed offset and record
+// in the commit group (stable offsets: a pending transactional commit is
+// waited for).
+func (s *Sink[T]) recordedParts(ctx context.Context, group string, offs []consumer.Committed) (*keyed.Recorded, error) {
+	rec := &keyed.Recorded{Where: "commit group " + group}
+	for _, o := range offs {
+		if o.Offset < 0 {
+			continue
+		}
+		cr, err := checkpoint.ParseCommitRecord(o.Metadata)
+		if err != nil {
+			return nil, fmt.Errorf("kafkaio: commit group %s: %s[%d] offset %d: %w", group, o.Topic, o.Partition, o.Offset, err)
+		}
+		rec.Parts = append(rec.Parts, keyed.PartitionRecord{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset,
+			Ref: checkpoint.CheckpointRef{Run: cr.Run, ID: cr.Checkpoint}})
+	}
+	if len(rec.Parts) == 0 {
+		return nil, nil
+	}
+	return rec, nil
+}
+
+// sendOffsets adds offs to the open transaction: with the member's group
+// metadata on several processes, else to the memberless commit group.
+func (s *Sink[T]) sendOffsets(ctx context.Context, group string, offs []producer.Offset) error {
+	if s.member != nil {
+		return s.p.SendOffsetsToTransactionFor(ctx, s.member, offs)
+	}
+	return s.p.SendOffsetsToTransaction(ctx, group, offs)
+}
