@@ -25,6 +25,7 @@ type instanceJob struct {
 	j       *keyed.Job
 	sink    *kafkaio.Sink[result]
 	commits atomic.Int64
+	slow    atomic.Bool // each commit waits 2 s before it sends its offsets
 	stop    context.CancelFunc
 	done    chan error
 }
@@ -44,6 +45,9 @@ func (f *fixture) startInstance(id string, log *syncbuf.Buffer, session time.Dur
 	ctx = failpoint.WithHook(ctx, func(p string) error {
 		if p == failpoint.AfterCommit {
 			ij.commits.Add(1)
+		}
+		if p == failpoint.BeforeSendOffsets && ij.slow.Load() {
+			time.Sleep(2 * time.Second)
 		}
 		return nil
 	})
@@ -68,7 +72,8 @@ func (ij *instanceJob) end(t *testing.T, log *syncbuf.Buffer) {
 // TestScaledHandover: one job on two processes (two instances in this
 // test process, each its own group member, producer and run). The second
 // joins while input arrives and takes partitions from the first, whose run
-// commits them first; the first stops, and its partitions move to the
+// commits them first (made slow, so that a handover that did not wait for
+// it would show as duplicates); the first stops, and its partitions move to the
 // second with their state. A read_committed reader finds every result
 // exactly once, in order, with counts that continue across the moves.
 func TestScaledHandover(t *testing.T) {
@@ -79,6 +84,10 @@ func TestScaledHandover(t *testing.T) {
 		var log syncbuf.Buffer
 		a := f.startInstance("a", &log, 6*time.Second)
 		require.Eventually(t, func() bool { return a.commits.Load() >= 3 }, time.Minute, 10*time.Millisecond, "%s", &log)
+		// a's commits are slow from now on: b gets a's partitions only
+		// after a's final checkpoint over them committed, however long
+		// that takes, or it would restore an older one and repeat output.
+		a.slow.Store(true)
 		b := f.startInstance("b", &log, 6*time.Second)
 		require.Eventually(t, func() bool { return b.commits.Load() >= 3 }, time.Minute, 10*time.Millisecond, "%s", &log)
 		before := a.commits.Load()
