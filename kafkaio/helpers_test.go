@@ -135,13 +135,20 @@ func childMain() int {
 	interval, _ := time.ParseDuration(os.Getenv("KORD_JOB_INTERVAL"))
 	par, _ := strconv.Atoi(os.Getenv("KORD_JOB_PARALLELISM"))
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	j, _, sink := newJob(jobSpec{brokers: os.Getenv("KORD_JOB_BROKERS"), in: os.Getenv("KORD_JOB_INPUT"), out: os.Getenv("KORD_JOB_OUTPUT"),
-		name: os.Getenv("KORD_JOB_NAME"), dir: os.Getenv("KORD_JOB_DIR"), interval: interval, byPartition: true, parallelism: par, logger: log})
+	spec := jobSpec{brokers: os.Getenv("KORD_JOB_BROKERS"), in: os.Getenv("KORD_JOB_INPUT"), out: os.Getenv("KORD_JOB_OUTPUT"),
+		name: os.Getenv("KORD_JOB_NAME"), dir: os.Getenv("KORD_JOB_DIR"), interval: interval, byPartition: true, parallelism: par, logger: log}
+	if id := os.Getenv("KORD_JOB_INSTANCE"); id != "" {
+		// One of several processes of the job (TestScaledKill).
+		spec.logger = log.With("instance", id)
+		spec.sinkOpts = append(spec.sinkOpts, kafkaio.Instance(id), kafkaio.MemberSet("session.timeout.ms", os.Getenv("KORD_JOB_SESSION_MS")))
+	}
+	j, _, sink := newJob(spec)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	ctx = failpoint.WithHook(ctx, func(p string) error {
 		if p == failpoint.AfterCommit {
 			fmt.Fprintln(os.Stdout, "committed")
+			spec.logger.Info("test: committed")
 		}
 		return nil
 	})

@@ -2,15 +2,19 @@ package kafkaio_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kordproject/kord/internal/crashtest"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
 	"github.com/kordproject/kord/internal/syncbuf"
@@ -120,6 +124,7 @@ func TestScaledHandover(t *testing.T) {
 
 // field returns the value of key in a slog text line.
 func field(line, key string) string {
+	line = " " + line
 	i := strings.Index(line, " "+key+"=")
 	if i < 0 {
 		return ""
@@ -134,4 +139,134 @@ func field(line, key string) string {
 		return v[:j]
 	}
 	return v
+}
+
+// startChild starts instance id of the fixture's job in a child process
+// (SIGKILL-able), on the fixture's shared directory.
+func (f *fixture) startChild(id string, session time.Duration) *crashtest.Child {
+	return crashtest.Start(f.t,
+		"KORD_TEST_CHILD=job",
+		"KORD_JOB_NAME="+f.name, "KORD_JOB_BROKERS="+f.c.Brokers,
+		"KORD_JOB_INPUT="+f.in, "KORD_JOB_OUTPUT="+f.out,
+		"KORD_JOB_DIR="+f.dir, "KORD_JOB_INTERVAL="+f.interval.String(),
+		"KORD_JOB_PARALLELISM=2", "KORD_JOB_INSTANCE="+id,
+		"KORD_JOB_SESSION_MS="+strconv.FormatInt(session.Milliseconds(), 10))
+}
+
+// TestScaledKill: one job on three processes, input arriving; one is
+// SIGKILLed with its transaction open. Kafka moves its partitions to the
+// other two after the session timeout, they restore its partitions' state
+// from the checkpoints its records name, and the output read by a
+// read_committed reader is every result exactly once, in order, with
+// counts that continue. The test logs the time from the kill to the
+// survivors' first commit over the dead process's partitions.
+func TestScaledKill(t *testing.T) {
+	c := kafkatest.Broker(t)
+	f := newFixture(t, c, 6, 200)
+	f.fill(2000)
+	prodErr := f.produceInBackground(8000, 400, 3*time.Minute)
+	const session = 6 * time.Second
+	ids := []string{"p0", "p1", "p2"}
+	kids := map[string]*crashtest.Child{}
+	for _, id := range ids {
+		kids[id] = f.startChild(id, session)
+	}
+	logs := func() string {
+		var b strings.Builder
+		for _, id := range ids {
+			fmt.Fprintf(&b, "--- %s stderr:\n%s", id, kids[id].Stderr)
+		}
+		return b.String()
+	}
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if strings.Count(kids[id].Stdout.String(), "committed") < 2 {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Minute, 20*time.Millisecond, "every process commits\n%s", logs)
+
+	// p1 dies holding an open transaction over its partitions.
+	victim := kids["p1"]
+	owned := lastAssigned(victim.Stderr.String())
+	require.NotEmpty(t, owned, "p1's assignment\n%s", logs())
+	killed := time.Now()
+	require.NoError(t, victim.Cmd.Process.Signal(syscall.SIGKILL))
+	signaled, _ := victim.Wait(time.Minute, true)
+	require.True(t, signaled)
+	t.Logf("SIGKILLed p1, which owned partitions %v", owned)
+
+	require.NoError(t, <-prodErr)
+	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
+	resumed := resumeTime(t, []string{kids["p0"].Stderr.String(), kids["p2"].Stderr.String()}, owned, killed)
+	t.Logf("kill to the first commit covering p1's partitions: %v (session timeout %v)", resumed.Sub(killed).Round(time.Millisecond), session)
+	for _, id := range []string{"p0", "p2"} {
+		require.NoError(t, kids[id].Cmd.Process.Signal(syscall.SIGTERM))
+	}
+	for _, id := range []string{"p0", "p2"} {
+		signaled, err := kids[id].Wait(time.Minute, true)
+		require.False(t, signaled, "%s did not stop on SIGTERM\n%s", id, logs())
+		require.NoError(t, err, "%s\n%s", id, logs())
+	}
+	require.Equal(t, f.expected(), len(recs), "%s", logs())
+	f.verify()
+}
+
+// lastAssigned returns the partitions of the last recovery in a process's
+// log: what its last run covered.
+func lastAssigned(log string) []int32 {
+	var out []int32
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "recovery (one of several processes)") {
+			out = partitionsIn(field(l, "assigned"))
+		}
+	}
+	return out
+}
+
+// partitionsIn parses "map[topic:[0 1 2]]".
+func partitionsIn(s string) []int32 {
+	i, j := strings.LastIndex(s, "["), strings.Index(s, "]")
+	if i < 0 || j < i {
+		return nil
+	}
+	var out []int32
+	for _, f := range strings.Fields(s[i+1 : j]) {
+		n, err := strconv.Atoi(f)
+		if err == nil {
+			out = append(out, int32(n))
+		}
+	}
+	return out
+}
+
+// resumeTime finds, in the survivors' logs, the first commit after a
+// recovery after killed whose assignment covers one of owned.
+func resumeTime(t *testing.T, logs []string, owned []int32, killed time.Time) time.Time {
+	t.Helper()
+	var first time.Time
+	for _, log := range logs {
+		covering := false
+		for _, l := range strings.Split(log, "\n") {
+			at, err := time.Parse(time.RFC3339Nano, field(l, "time"))
+			if err != nil || at.Before(killed) {
+				continue
+			}
+			if strings.Contains(l, "recovery (one of several processes)") {
+				covering = false
+				for _, p := range partitionsIn(field(l, "assigned")) {
+					covering = covering || slices.Contains(owned, p)
+				}
+			}
+			if covering && strings.Contains(l, "test: committed") {
+				if first.IsZero() || at.Before(first) {
+					first = at
+				}
+				break
+			}
+		}
+	}
+	require.False(t, first.IsZero(), "no survivor committed over the dead process's partitions %v", owned)
+	return first
 }
