@@ -270,3 +270,79 @@ func resumeTime(t *testing.T, logs []string, owned []int32, killed time.Time) ti
 	require.False(t, first.IsZero(), "no survivor committed over the dead process's partitions %v", owned)
 	return first
 }
+
+// TestScaledZombie: one of two processes is stopped (SIGSTOP) past its
+// session timeout, with its transaction open; Kafka moves its partitions
+// to the other, which restores them and goes on. Then it is continued
+// (SIGCONT): a zombie of an older generation, whose commit the group
+// coordinator refuses (KIP-447), so its output is aborted; it rejoins and
+// the partitions move back. The output is every result exactly once.
+func TestScaledZombie(t *testing.T) {
+	c := kafkatest.Broker(t)
+	f := newFixture(t, c, 4, 200)
+	f.fill(1000)
+	prodErr := f.produceInBackground(8000, 300, 3*time.Minute)
+	const session = 6 * time.Second
+	ids := []string{"p0", "p1"}
+	kids := map[string]*crashtest.Child{}
+	for _, id := range ids {
+		kids[id] = f.startChild(id, session)
+	}
+	logs := func() string {
+		var b strings.Builder
+		for _, id := range ids {
+			fmt.Fprintf(&b, "--- %s stderr:\n%s", id, kids[id].Stderr)
+		}
+		return b.String()
+	}
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if strings.Count(kids[id].Stdout.String(), "committed") < 2 {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Minute, 20*time.Millisecond, "every process commits\n%s", logs)
+	zombie := kids["p1"]
+	require.NoError(t, zombie.Cmd.Process.Signal(syscall.SIGSTOP))
+	stopped := time.Now()
+	t.Logf("SIGSTOPped p1")
+	require.Eventually(t, func() bool { return len(lastAssigned(kids["p0"].Stderr.String())) == 4 }, time.Minute, 20*time.Millisecond,
+		"p0 takes every partition\n%s", logs)
+	t.Logf("p0 took p1's partitions after %v", time.Since(stopped).Round(time.Millisecond))
+	before := strings.Count(kids["p0"].Stdout.String(), "committed")
+	require.Eventually(t, func() bool { return strings.Count(kids["p0"].Stdout.String(), "committed") >= before+2 }, time.Minute, 20*time.Millisecond, "%s", logs)
+	require.NoError(t, zombie.Cmd.Process.Signal(syscall.SIGCONT))
+	t.Logf("SIGCONTinued p1 after %v", time.Since(stopped).Round(time.Millisecond))
+
+	require.NoError(t, <-prodErr)
+	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
+	for _, id := range ids {
+		require.NoError(t, kids[id].Cmd.Process.Signal(syscall.SIGTERM))
+	}
+	for _, id := range ids {
+		signaled, err := kids[id].Wait(time.Minute, true)
+		require.False(t, signaled, "%s did not stop on SIGTERM\n%s", id, logs())
+		require.NoError(t, err, "%s\n%s", id, logs())
+	}
+	require.Equal(t, f.expected(), len(recs), "%s", logs())
+	f.verify()
+	zlog := zombie.Stderr.String()
+	t.Logf("p1 after SIGCONT:\n%s", grepLines(zlog, "lost", "recover", "fenc", "generation", "Unknown member"))
+	// The zombie's commit reached the group coordinator and was refused.
+	require.Regexp(t, `send offsets.*(Unknown member|Illegal generation|[Ff]enced)`, zlog)
+}
+
+func grepLines(s string, subs ...string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(s, "\n") {
+		for _, sub := range subs {
+			if strings.Contains(l, sub) {
+				b.WriteString(l)
+				b.WriteByte('\n')
+				break
+			}
+		}
+	}
+	return b.String()
+}
