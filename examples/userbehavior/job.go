@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,8 @@ type Result struct {
 type summary struct {
 	recovery    time.Duration
 	checkpoints int
+	processes   int // -processes
+	killed      int // processes SIGKILLed (and started again)
 }
 
 // userCounter counts each user's events in keyed state and refuses an
@@ -112,10 +115,14 @@ func process(ctx context.Context, o options, sum *summary) error {
 		}
 		j := keyed.NewJob(name, opts...)
 		src := kafkaio.NewSource(client, o.topic, consumer.JSONValue[Event]())
+		var sinkOpts []kafkaio.SinkOpt
+		if o.instance != "" {
+			sinkOpts = append(sinkOpts, kafkaio.Instance(o.instance), kafkaio.MemberSet("session.timeout.ms", strconv.FormatInt(o.session.Milliseconds(), 10)))
+		}
 		sink := kafkaio.NewSink(client, o.output, func(r Result) ([]byte, []byte, error) {
 			b, err := json.Marshal(r)
 			return []byte(r.UUID), b, err
-		})
+		}, sinkOpts...)
 		s := keyed.FromSource(j, "events", 2, keyed.Source[Event](src))
 		newOp := func() keyed.Operator[Event, Result] { return &userCounter{atLeastOnce: o.atLeastOnce} }
 		var out *keyed.Output[Result]
@@ -139,7 +146,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 	watchErr := make(chan error, 1)
 	go func() { watchErr <- watch(runCtx, o, stop) }()
 
-	crash := o.crash
+	crash := o.crash && o.instance == ""
 	start := time.Now()
 	for {
 		err := build().Run(failpoint.WithHook(runCtx, hook(crash)))

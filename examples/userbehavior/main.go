@@ -68,8 +68,11 @@ type options struct {
 	quiet       bool
 	rate        int // events/s when producing; 0 = as fast as possible
 	atLeastOnce bool
-	reset       bool // forget the job's committed state first (keyed.Job.Forget)
-	freshTopics bool // the topics were named by this run: nothing to resume
+	reset       bool          // forget the job's committed state first (keyed.Job.Forget)
+	processes   int           // -processes: children, each an instance
+	instance    string        // -instance: this process's instance id
+	session     time.Duration // the instance's session timeout
+	freshTopics bool          // the topics were named by this run: nothing to resume
 	stdout      io.Writer
 }
 
@@ -82,8 +85,37 @@ func (o *options) out() io.Writer {
 	return o.stdout
 }
 
+// childArgsEnv carries a child process's flags (-processes starts the
+// children with it; they are the same binary), separated by \x1f.
+const childArgsEnv = "USERBEHAVIOR_ARGS"
+
 func main() {
+	args := os.Args[1:]
+	if v, ok := os.LookupEnv(childArgsEnv); ok {
+		args = strings.Split(v, "\x1f")
+	}
+	os.Exit(cli(args))
+}
+
+// cli parses args, runs, and returns the exit code. SIGINT and SIGTERM
+// stop the job gracefully (a final checkpoint).
+func cli(args []string) int {
+	o, err := parseFlags(args)
+	if err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "userbehavior:", err)
+		return 1
+	}
+	return 0
+}
+
+func parseFlags(args []string) (options, error) {
 	var o options
+	flag := flag.NewFlagSet("userbehavior", flag.ContinueOnError)
 	flag.StringVar(&o.brokers, "brokers", "", "Kafka bootstrap servers; empty (and none in -properties) runs an in-process cluster")
 	flag.StringVar(&o.properties, "properties", "", "a Java client.properties file (security.protocol, sasl.jaas.config, ssl.truststore.location, ...) for every client")
 	flag.Func("X", "a librdkafka setting name=value for every client (repeat it)", func(s string) error {
@@ -97,9 +129,9 @@ func main() {
 	flag.StringVar(&o.output, "output", "", "output topic (default: <input>.counts)")
 	flag.StringVar(&o.phase, "phase", "all", "all, produce, process or verify")
 	flag.BoolVar(&o.keyBy, "keyby", false, "key by the uuid extracted from the event (xxhash key groups, shuffled) instead of by the record key (key group = partition)")
-	flag.BoolVar(&o.crash, "crash", true, "crash the job part-way (after a checkpoint's commit) and recover")
+	flag.BoolVar(&o.crash, "crash", true, "crash the job part-way (after a checkpoint's commit) and recover; with -processes, SIGKILL one process and start it again")
 	flag.DurationVar(&o.interval, "interval", time.Second, "checkpoint interval")
-	flag.StringVar(&o.dir, "checkpoints", "", "checkpoint directory (default: a temporary one on fresh topics, else keyed.DefaultDir of the job's name)")
+	flag.StringVar(&o.dir, "checkpoints", "", "checkpoint directory (default: a temporary one on fresh topics, else keyed.DefaultDir of the job's name); shared by every process of the job")
 	flag.BoolVar(&o.reset, "reset", false, "forget the job's checkpoints and Kafka commit record first, so that -phase process starts over")
 	flag.BoolVar(&o.quiet, "quiet", false, "print only the final summary, as key=value pairs")
 	flag.BoolVar(&o.atLeastOnce, "at-least-once", false, "at-least-once checkpoints and output (written at once, offsets committed after): duplicates allowed, nothing lost")
@@ -108,14 +140,10 @@ func main() {
 	flag.IntVar(&o.users, "users", 10_000, "distinct user uuids")
 	flag.IntVar(&o.partitions, "partitions", 12, "partitions of the topic when it is created")
 	flag.Uint64Var(&o.seed, "seed", 1, "random seed")
-	flag.Parse()
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o); err != nil {
-		fmt.Fprintln(os.Stderr, "userbehavior:", err)
-		os.Exit(1)
-	}
+	flag.IntVar(&o.processes, "processes", 1, "run the job as this many processes on this machine (children of this one), Kafka's consumer group sharing the partitions")
+	flag.StringVar(&o.instance, "instance", "", "run the job as this instance (a stable id: pod name, ordinal) of a job on several processes; every process of the job uses the same -checkpoints directory")
+	flag.DurationVar(&o.session, "session", 10*time.Second, "with -processes or -instance: how long Kafka waits for a dead process before it moves its partitions (session.timeout.ms)")
+	return o, flag.Parse(args)
 }
 
 func run(ctx context.Context, o options) error {
@@ -124,6 +152,14 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.phase != "all" && o.phase != "produce" && o.phase != "process" && o.phase != "verify" {
 		return fmt.Errorf("-phase %q: want all, produce, process or verify", o.phase)
+	}
+	if o.processes > 1 || o.instance != "" {
+		if o.keyBy {
+			return errors.New("-processes and -instance key by partition: -keyby across processes needs a repartition topic, not built yet")
+		}
+		if o.atLeastOnce {
+			return errors.New("-processes and -instance run exactly-once only")
+		}
 	}
 	client, err := o.newClient()
 	if err != nil {
@@ -163,7 +199,11 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	if o.phase == "all" || o.phase == "process" {
-		if err := process(ctx, o, sum); err != nil {
+		proc := process
+		if o.processes > 1 {
+			proc = processes
+		}
+		if err := proc(ctx, o, sum); err != nil {
 			return err
 		}
 	}
@@ -308,8 +348,12 @@ func verify(ctx context.Context, o options, parts int, sum *summary) error {
 	}
 	missing := o.events - n + dups // -events must name the input's size
 	if o.quiet {
-		fmt.Fprintf(o.out(), "events_in=%d results_out=%d duplicates=%d order_violations=%d wrong_counts=%d missing=%d recovery_ms=%d checkpoints_committed=%d\n",
+		fmt.Fprintf(o.out(), "events_in=%d results_out=%d duplicates=%d order_violations=%d wrong_counts=%d missing=%d recovery_ms=%d checkpoints_committed=%d",
 			o.events, n, dups, disorder, wrong, missing, sum.recovery.Milliseconds(), sum.checkpoints)
+		if sum.processes > 0 {
+			fmt.Fprintf(o.out(), " processes=%d processes_killed=%d", sum.processes, sum.killed)
+		}
+		fmt.Fprintln(o.out())
 	} else {
 		fmt.Fprintf(o.out(), "\nevents in:                %d\nresults out:              %d\nduplicates:               %d\nper-user order violations: %d\nwrong counts:             %d\nmissing:                  %d\nrecovery time:            %v\ncheckpoints committed:    %d\n",
 			o.events, n, dups, disorder, wrong, missing, sum.recovery.Round(time.Millisecond), sum.checkpoints)

@@ -71,13 +71,38 @@ func TestRunSecured(t *testing.T) {
 	require.Regexp(t, `recovery_ms=[1-9]`, out.String(), "the job crashed and recovered")
 }
 
+// TestRunProcesses: the main job as three processes (children of the
+// test binary, -processes 3), Kafka's consumer group sharing the 12
+// partitions, input produced first; one process is SIGKILLed part-way and
+// started again. The independent read_committed verification finds every
+// result exactly once, in per-user order, with the right counts.
+func TestRunProcesses(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: 60_000, users: 5_000, partitions: 12, seed: 7,
+			phase: "all", crash: true, processes: 3, session: 6 * time.Second, interval: 500 * time.Millisecond, quiet: true, dir: t.TempDir()}
+		var out bytes.Buffer
+		o.stdout = &out
+		require.NoError(t, run(ctx, o))
+		t.Log(strings.TrimSpace(out.String()))
+		require.Contains(t, out.String(), "events_in=60000 results_out=60000 duplicates=0 order_violations=0 wrong_counts=0 missing=0")
+		require.Contains(t, out.String(), "processes=3 processes_killed=1")
+	})
+}
+
 func TestRunRejectsBadFlags(t *testing.T) {
+	require.ErrorContains(t, run(context.Background(), options{events: 1, users: 1, partitions: 1, phase: "all", processes: 2, keyBy: true}), "repartition")
 	require.Error(t, run(context.Background(), options{events: 0, users: 1, partitions: 1, phase: "all"}))
 	require.Error(t, run(context.Background(), options{events: 1, users: 1, partitions: 1, phase: "nope"}))
 }
 
 // TestMain runs the process phase as a child process for the crash test.
 func TestMain(m *testing.M) {
+	if v, ok := os.LookupEnv(childArgsEnv); ok {
+		// A process of -processes (TestRunProcesses).
+		os.Exit(cli(strings.Split(v, "\x1f")))
+	}
 	if os.Getenv("USERBEHAVIOR_CHILD") == "1" {
 		o := options{brokers: os.Getenv("UB_BROKERS"), topic: os.Getenv("UB_INPUT"), events: tortureEvents(), users: 500, partitions: 6,
 			phase: "process", interval: 150 * time.Millisecond, dir: os.Getenv("UB_DIR"), quiet: true, atLeastOnce: os.Getenv("UB_AT_LEAST_ONCE") == "1"}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// processes runs the process phase as o.processes child processes of this
+// binary, instances p0, p1, ... of one job: Kafka's consumer group shares
+// the input partitions between them, and they share one checkpoint
+// directory. Each child stops when every event's result is committed. With
+// o.crash, p1 is SIGKILLed once part-way and started again: as a static
+// member it gets its partitions back, restored from its checkpoints.
+func processes(ctx context.Context, o options, sum *summary) error {
+	dir := o.dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "kord-userbehavior-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	args := []string{"-brokers", o.brokers, "-input", o.topic, "-output", o.output, "-phase", "process", "-checkpoints", dir,
+		"-crash=false", "-quiet", "-interval", o.interval.String(), "-events", strconv.Itoa(o.events), "-session", o.session.String()}
+	if o.properties != "" {
+		args = append(args, "-properties", o.properties)
+	}
+	for _, x := range o.set {
+		args = append(args, "-X", x)
+	}
+	var mu sync.Mutex
+	children := map[string]*exec.Cmd{}
+	done := make(chan error, o.processes+1)
+	start := func(id string) error {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), childArgsEnv+"="+strings.Join(append(args, "-instance", id), "\x1f"))
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			return err
+		}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("starting process %s: %w", id, err)
+		}
+		mu.Lock()
+		children[id] = cmd
+		mu.Unlock()
+		go prefixLines(os.Stderr, stderr, "["+id+"] ")
+		go func() {
+			err := cmd.Wait()
+			if err != nil {
+				err = fmt.Errorf("process %s: %w", id, err)
+			}
+			done <- err
+		}()
+		return nil
+	}
+	began := time.Now()
+	for i := 0; i < o.processes; i++ {
+		if err := start(fmt.Sprintf("p%d", i)); err != nil {
+			return err
+		}
+		o.say("started process p%d\n", i)
+	}
+	running := o.processes
+	killed := false
+	var killAt <-chan time.Time
+	if o.crash {
+		killAt = time.After(3*o.interval + 2*time.Second)
+	}
+	var errs []error
+	for running > 0 {
+		select {
+		case <-killAt:
+			mu.Lock()
+			victim := children["p1"]
+			mu.Unlock()
+			o.say("SIGKILL process p1, then start it again\n")
+			if err := victim.Process.Signal(syscall.SIGKILL); err == nil {
+				killed = true
+				sum.killed++
+			}
+		case err := <-done:
+			var ee *exec.ExitError
+			if killed && errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled() {
+				killed = false
+				if err := start("p1"); err != nil {
+					return err
+				}
+				continue
+			}
+			running--
+			if err != nil {
+				errs = append(errs, err)
+			}
+		case <-ctx.Done():
+			mu.Lock()
+			for _, c := range children {
+				_ = c.Process.Signal(syscall.SIGTERM)
+			}
+			mu.Unlock()
+			ctx = context.Background() // wait for their final checkpoints
+		}
+	}
+	o.say("%d processes done in %v\n", o.processes, time.Since(began).Round(time.Millisecond))
+	sum.processes = o.processes
+	return errors.Join(errs...)
+}
+
+// prefixLines copies r to w line by line, each line prefixed.
+func prefixLines(w io.Writer, r io.Reader, prefix string) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	for sc.Scan() {
+		fmt.Fprintf(w, "%s%s\n", prefix, sc.Text())
+	}
+}
