@@ -458,6 +458,9 @@ func (f *fixture) diagnose() (report string, done bool) {
 				if t.Topic == f.in {
 					committed[p.Partition] = p.Offset
 					records[p.Partition] = ptrString(p.Metadata)
+					if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+						records[p.Partition] = err.Error()
+					}
 				}
 			}
 		}
@@ -470,6 +473,96 @@ func (f *fixture) diagnose() (report string, done bool) {
 		}
 	}
 	return b.String(), done
+}
+
+// abortHanging looks for transactions the broker left hanging (KIP-664's
+// find-hanging): an open transaction on an output or __consumer_offsets
+// partition whose producer is not the one the transaction coordinator has
+// ongoing for the job's transactional.id (another producer id, or an
+// older epoch). It aborts each, as kafka-transactions.sh abort does
+// (WriteTxnMarkers to the partition's leader), and reports what it found.
+// Call it only long after the transaction timeout: then no open
+// transaction of an older epoch can be a live one.
+func (f *fixture) abortHanging() (report string, aborted int) {
+	t := f.t
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := f.c.Client(t)
+	var b strings.Builder
+	dt := kmsg.NewPtrDescribeTransactionsRequest()
+	tid := kafkaio.TransactionalID(f.name)
+	dt.TransactionalIDs = []string{tid}
+	var live struct {
+		state string
+		pid   int64
+		epoch int16
+	}
+	if resp, err := dt.RequestWith(ctx, cl); err != nil {
+		fmt.Fprintf(&b, "describe transaction %s: %v\n", tid, err)
+		return b.String(), 0
+	} else if len(resp.TransactionStates) == 1 {
+		ts := resp.TransactionStates[0]
+		live.state, live.pid, live.epoch = ts.State, ts.ProducerID, ts.ProducerEpoch
+		fmt.Fprintf(&b, "coordinator: %s is %s, producer %d epoch %d (error %v)\n", tid, ts.State, ts.ProducerID, ts.ProducerEpoch, kerr.ErrorForCode(ts.ErrorCode))
+	}
+	dp := kmsg.NewPtrDescribeProducersRequest()
+	for topic, n := range map[string]int32{f.out: f.parts, "__consumer_offsets": 4} {
+		rt := kmsg.NewDescribeProducersRequestTopic()
+		rt.Topic = topic
+		for p := int32(0); p < n; p++ {
+			rt.Partitions = append(rt.Partitions, p)
+		}
+		dp.Topics = append(dp.Topics, rt)
+	}
+	resp, err := dp.RequestWith(ctx, cl)
+	if err != nil {
+		fmt.Fprintf(&b, "describe producers: %v\n", err)
+		return b.String(), 0
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				fmt.Fprintf(&b, "%s[%d]: describe producers: %v\n", rt.Topic, rp.Partition, err)
+				continue
+			}
+			for _, ap := range rp.ActiveProducers {
+				if ap.CurrentTxnStartOffset < 0 {
+					continue
+				}
+				hanging := ap.ProducerID != live.pid || int16(ap.ProducerEpoch) < live.epoch
+				fmt.Fprintf(&b, "%s[%d]: open transaction from offset %d, producer %d epoch %d, coordinator epoch %d: hanging %v\n",
+					rt.Topic, rp.Partition, ap.CurrentTxnStartOffset, ap.ProducerID, ap.ProducerEpoch, ap.CoordinatorEpoch, hanging)
+				if !hanging {
+					continue
+				}
+				wm := kmsg.NewPtrWriteTxnMarkersRequest()
+				m := kmsg.NewWriteTxnMarkersRequestMarker()
+				m.ProducerID, m.ProducerEpoch, m.Committed, m.CoordinatorEpoch = ap.ProducerID, int16(ap.ProducerEpoch), false, ap.CoordinatorEpoch
+				mt := kmsg.NewWriteTxnMarkersRequestMarkerTopic()
+				mt.Topic, mt.Partitions = rt.Topic, []int32{rp.Partition}
+				m.Topics = append(m.Topics, mt)
+				wm.Markers = append(wm.Markers, m)
+				wresp, err := wm.RequestWith(ctx, cl)
+				if err != nil {
+					fmt.Fprintf(&b, "  abort: %v\n", err)
+					continue
+				}
+				for _, wmk := range wresp.Markers {
+					for _, wt := range wmk.Topics {
+						for _, wp := range wt.Partitions {
+							if err := kerr.ErrorForCode(wp.ErrorCode); err != nil {
+								fmt.Fprintf(&b, "  abort %s[%d]: %v\n", wt.Topic, wp.Partition, err)
+							} else {
+								fmt.Fprintf(&b, "  aborted %s[%d]\n", wt.Topic, wp.Partition)
+								aborted++
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return b.String(), aborted
 }
 
 func ptrString(s *string) string {

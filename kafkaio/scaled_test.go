@@ -346,3 +346,70 @@ func grepLines(s string, subs ...string) string {
 	}
 	return b.String()
 }
+
+// TestScaledScaleAndRoll: with input arriving, the job goes from one
+// process to three, then to two (one stopped with SIGTERM: a final
+// checkpoint, and its partitions move after its session timeout), then
+// every remaining process is restarted in turn (a rolling restart: each
+// static member comes back to its own partitions). The output is every
+// result exactly once, in order, with counts that continue.
+func TestScaledScaleAndRoll(t *testing.T) {
+	c := kafkatest.Broker(t)
+	f := newFixture(t, c, 6, 200)
+	f.fill(1000)
+	prodErr := f.produceInBackground(20000, 400, 3*time.Minute)
+	const session = 6 * time.Second
+	kids := map[string]*crashtest.Child{}
+	var all []*crashtest.Child // every incarnation, for the logs
+	start := func(id string) {
+		kids[id] = f.startChild(id, session)
+		all = append(all, kids[id])
+	}
+	logs := func() string {
+		var b strings.Builder
+		for i, k := range all {
+			fmt.Fprintf(&b, "--- incarnation %d stderr:\n%s", i, k.Stderr)
+		}
+		return b.String()
+	}
+	commits := func(id string, n int) {
+		t.Helper()
+		before := strings.Count(kids[id].Stdout.String(), "committed")
+		require.Eventually(t, func() bool { return strings.Count(kids[id].Stdout.String(), "committed") >= before+n },
+			2*time.Minute, 20*time.Millisecond, "%s commits\n%s", id, logs)
+	}
+	stop := func(id string) {
+		t.Helper()
+		require.NoError(t, kids[id].Cmd.Process.Signal(syscall.SIGTERM))
+		signaled, err := kids[id].Wait(time.Minute, true)
+		require.False(t, signaled, "%s did not stop on SIGTERM\n%s", id, logs())
+		require.NoError(t, err, "%s\n%s", id, logs())
+	}
+	start("p0")
+	commits("p0", 2)
+	t.Log("1 → 3 processes")
+	start("p1")
+	start("p2")
+	for _, id := range []string{"p0", "p1", "p2"} {
+		commits(id, 2)
+	}
+	t.Log("3 → 2 processes: p2 stops")
+	stop("p2")
+	require.Eventually(t, func() bool {
+		return len(lastAssigned(kids["p0"].Stderr.String()))+len(lastAssigned(kids["p1"].Stderr.String())) == 6
+	}, time.Minute, 20*time.Millisecond, "p2's partitions move\n%s", logs)
+	for _, id := range []string{"p0", "p1"} {
+		t.Logf("rolling restart: %s", id)
+		owned := lastAssigned(kids[id].Stderr.String())
+		stop(id)
+		start(id)
+		commits(id, 2)
+		require.Equal(t, owned, lastAssigned(kids[id].Stderr.String()), "%s came back to other partitions\n%s", id, logs())
+	}
+	require.NoError(t, <-prodErr)
+	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
+	stop("p0")
+	stop("p1")
+	require.Equal(t, f.expected(), len(recs), "%s", logs())
+	f.verify()
+}
