@@ -144,7 +144,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	watchErr := make(chan error, 1)
-	go func() { watchErr <- watch(runCtx, o, stop) }()
+	go func() { watchErr <- watch(runCtx, o, stop, nil) }()
 
 	crash := o.crash && o.instance == ""
 	start := time.Now()
@@ -169,9 +169,10 @@ func process(ctx context.Context, o options, sum *summary) error {
 	return nil
 }
 
-// watch counts committed output with read_committed, shows progress, and
-// calls done when every event's result is visible.
-func watch(ctx context.Context, o options, done func()) error {
+// watch counts committed output with read_committed, shows progress, calls
+// progress (if not nil) with the count as it grows, and calls done when
+// every event's result is visible.
+func watch(ctx context.Context, o options, done func(), progress func(n int)) error {
 	c, err := kafka.NewConsumer(o.configMap(kafka.ConfigMap{
 		"group.id": "userbehavior-watch", "enable.auto.commit": false, "isolation.level": "read_committed",
 	}))
@@ -208,6 +209,9 @@ func watch(ctx context.Context, o options, done func()) error {
 			if res.Seq == next[res.UUID] {
 				next[res.UUID]++
 				n++
+				if progress != nil {
+					progress(n)
+				}
 			}
 		}
 		if !o.quiet && time.Since(last) > 200*time.Millisecond {

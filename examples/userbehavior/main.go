@@ -357,6 +357,9 @@ func verify(ctx context.Context, o options, parts int, sum *summary) error {
 	} else {
 		fmt.Fprintf(o.out(), "\nevents in:                %d\nresults out:              %d\nduplicates:               %d\nper-user order violations: %d\nwrong counts:             %d\nmissing:                  %d\nrecovery time:            %v\ncheckpoints committed:    %d\n",
 			o.events, n, dups, disorder, wrong, missing, sum.recovery.Round(time.Millisecond), sum.checkpoints)
+		if sum.processes > 0 {
+			fmt.Fprintf(o.out(), "processes:                %d (SIGKILLed and started again: %d)\n", sum.processes, sum.killed)
+		}
 	}
 	bad := disorder + wrong + missing
 	if !o.atLeastOnce {

@@ -72,20 +72,33 @@ func processes(ctx context.Context, o options, sum *summary) error {
 		}
 		o.say("started process p%d\n", i)
 	}
+	// The parent watches the committed output (the progress bar) and, with
+	// o.crash, has p1 killed once a third of the results are committed.
+	var killAt <-chan struct{}
+	kill := make(chan struct{})
+	killAt = kill
+	var once sync.Once
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	watchErr := make(chan error, 1)
+	go func() {
+		watchErr <- watch(wctx, o, func() {}, func(n int) {
+			if o.crash && n >= o.events/3 {
+				once.Do(func() { close(kill) })
+			}
+		})
+	}()
 	running := o.processes
 	killed := false
-	var killAt <-chan time.Time
-	if o.crash {
-		killAt = time.After(3*o.interval + 2*time.Second)
-	}
 	var errs []error
 	for running > 0 {
 		select {
 		case <-killAt:
+			killAt = nil
 			mu.Lock()
 			victim := children["p1"]
 			mu.Unlock()
-			o.say("SIGKILL process p1, then start it again\n")
+			o.say("\nSIGKILL process p1, then start it again\n")
 			if err := victim.Process.Signal(syscall.SIGKILL); err == nil {
 				killed = true
 				sum.killed++
@@ -112,7 +125,11 @@ func processes(ctx context.Context, o options, sum *summary) error {
 			ctx = context.Background() // wait for their final checkpoints
 		}
 	}
-	o.say("%d processes done in %v\n", o.processes, time.Since(began).Round(time.Millisecond))
+	stopWatch()
+	if err := <-watchErr; err != nil && !errors.Is(err, context.Canceled) {
+		errs = append(errs, err)
+	}
+	o.say("\n%d processes done in %v\n", o.processes, time.Since(began).Round(time.Millisecond))
 	sum.processes = o.processes
 	return errors.Join(errs...)
 }
