@@ -590,6 +590,7 @@ func (s *Source) GroupOffsets(ctx context.Context, group string, partitions []To
 		topic := tp.Topic
 		req[i] = kafka.TopicPartition{Topic: &topic, Partition: tp.Partition}
 	}
+	began := time.Now()
 	for {
 		res, err := a.ListConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: req}}, kafka.SetAdminRequireStableOffsets(true))
 		if err == nil && len(res.ConsumerGroupsTopicPartitions) != 1 {
@@ -639,7 +640,8 @@ func (s *Source) GroupOffsets(ctx context.Context, group string, partitions []To
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("consumer: offsets of group %q: still unstable (a transaction is pending): %w", group, context.Cause(ctx))
+			return nil, fmt.Errorf("consumer: offsets of group %q: still unstable after %v (a transaction is pending; if that lasts past the transaction timeout, the broker holds a hanging transaction, which kafka-transactions.sh find-hanging finds and abort ends): %w",
+				group, time.Since(began).Round(time.Second), context.Cause(ctx))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
