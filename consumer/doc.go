@@ -1,5 +1,6 @@
 // Package consumer is kord's checkpointing Kafka source, in the manner of
-// Flink's Kafka consumer: partitions are assigned (never a group rebalance),
+// Flink's Kafka consumer: partitions are assigned (a Source never joins a
+// group; a Member does, below),
 // each assigned partition's position is a concrete offset kept by kord and
 // recorded in checkpoints, and offsets reach Kafka only inside the
 // transaction that commits a checkpoint (see package kafkaio). The
@@ -9,6 +10,17 @@
 // Start with New, Resolve (where to begin), Assign and Poll; Ends and
 // Reached tell when a partition's end is read (see Example). A kord job
 // reads Kafka through kafkaio.Source, which builds on this package.
+//
+// # Group membership
+//
+// Join makes a Member of a consumer group, for a job on several processes
+// (kafkaio.Instance): Kafka assigns it partitions (the classic protocol
+// with cooperative-sticky, or KIP-848's with Protocol), it holds them
+// paused and tells its owner through Hooks, releasing a revoked partition
+// only when the owner's Revoked hook returns (after its commit). Its group
+// metadata goes with the owner's transactional offset commits
+// (producer.SendOffsetsToTransactionFor), so the group coordinator refuses
+// a member of an older generation (KIP-447). InstanceID makes it static.
 //
 // # Where a job starts
 //

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/crashtest"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
@@ -196,11 +197,38 @@ func TestScaledKill(t *testing.T) {
 	signaled, _ := victim.Wait(time.Minute, true)
 	require.True(t, signaled)
 	t.Logf("SIGKILLed p1, which owned partitions %v", owned)
+	// The stall of read_committed readers: until every output partition's
+	// last stable offset passes its high watermark at the kill (the dead
+	// process's open transaction is aborted by its timeout).
+	stall := make(chan time.Duration, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		hw, err := f.ends(ctx, f.out, 0)
+		if err != nil {
+			stall <- -1
+			return
+		}
+		for ctx.Err() == nil {
+			lso, err := f.ends(ctx, f.out, 1)
+			done := err == nil
+			for p, h := range hw {
+				done = done && lso[p] >= h
+			}
+			if done {
+				stall <- time.Since(killed)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		stall <- -1
+	}()
 
 	require.NoError(t, <-prodErr)
 	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
 	resumed := resumeTime(t, []string{kids["p0"].Stderr.String(), kids["p2"].Stderr.String()}, owned, killed)
 	t.Logf("kill to the first commit covering p1's partitions: %v (session timeout %v)", resumed.Sub(killed).Round(time.Millisecond), session)
+	t.Logf("read_committed stall behind p1's open transaction: %v (transaction timeout %v)", (<-stall).Round(time.Millisecond), transactionTimeout(f))
 	for _, id := range []string{"p0", "p2"} {
 		require.NoError(t, kids[id].Cmd.Process.Signal(syscall.SIGTERM))
 	}
@@ -211,6 +239,33 @@ func TestScaledKill(t *testing.T) {
 	}
 	require.Equal(t, f.expected(), len(recs), "%s", logs())
 	f.verify()
+}
+
+// rebalancePauses returns, for each run a process started over a changed
+// assignment, the gap in its commits: from its last commit before the
+// run's recovery (the final checkpoint of the run before) to its first
+// commit after (a new producer, the restore, the first checkpoint).
+func rebalancePauses(log string) []time.Duration {
+	var out []time.Duration
+	var lastCommit time.Time
+	restarted := false
+	for _, l := range strings.Split(log, "\n") {
+		at, err := time.Parse(time.RFC3339Nano, field(l, "time"))
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.Contains(l, "recovery (one of several processes)"):
+			restarted = !lastCommit.IsZero()
+		case strings.Contains(l, "test: committed"):
+			if restarted {
+				out = append(out, at.Sub(lastCommit).Round(time.Millisecond))
+				restarted = false
+			}
+			lastCommit = at
+		}
+	}
+	return out
 }
 
 // lastAssigned returns the partitions of the last recovery in a process's
@@ -412,4 +467,16 @@ func TestScaledScaleAndRoll(t *testing.T) {
 	stop("p1")
 	require.Equal(t, f.expected(), len(recs), "%s", logs())
 	f.verify()
+	var pauses []time.Duration
+	for _, k := range all {
+		pauses = append(pauses, rebalancePauses(k.Stderr.String())...)
+	}
+	t.Logf("rebalance pauses (a process's last commit before its assignment changed to its first commit after): %v", pauses)
+}
+
+// transactionTimeout is the transaction timeout the fixture's jobs derive
+// from their checkpoint settings.
+func transactionTimeout(f *fixture) time.Duration {
+	c := checkpoint.Config{Interval: f.interval}
+	return c.TransactionTimeout()
 }

@@ -31,7 +31,8 @@ type summary struct {
 	recovery    time.Duration
 	checkpoints int
 	processes   int // -processes
-	killed      int // processes SIGKILLed (and started again)
+	killed      int           // processes SIGKILLed (and started again)
+	processing  time.Duration // -processes: from the first start to the last exit
 }
 
 // userCounter counts each user's events in keyed state and refuses an

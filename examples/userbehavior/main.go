@@ -140,7 +140,7 @@ func parseFlags(args []string) (options, error) {
 	flag.IntVar(&o.users, "users", 10_000, "distinct user uuids")
 	flag.IntVar(&o.partitions, "partitions", 12, "partitions of the topic when it is created")
 	flag.Uint64Var(&o.seed, "seed", 1, "random seed")
-	flag.IntVar(&o.processes, "processes", 1, "run the job as this many processes on this machine (children of this one), Kafka's consumer group sharing the partitions")
+	flag.IntVar(&o.processes, "processes", 0, "run the job as this many processes on this machine (children of this one, instances p0, p1, ...), Kafka's consumer group sharing the partitions; 0: this process runs the job alone")
 	flag.StringVar(&o.instance, "instance", "", "run the job as this instance (a stable id: pod name, ordinal) of a job on several processes; every process of the job uses the same -checkpoints directory")
 	flag.DurationVar(&o.session, "session", 10*time.Second, "with -processes or -instance: how long Kafka waits for a dead process before it moves its partitions (session.timeout.ms)")
 	return o, flag.Parse(args)
@@ -153,7 +153,7 @@ func run(ctx context.Context, o options) error {
 	if o.phase != "all" && o.phase != "produce" && o.phase != "process" && o.phase != "verify" {
 		return fmt.Errorf("-phase %q: want all, produce, process or verify", o.phase)
 	}
-	if o.processes > 1 || o.instance != "" {
+	if o.processes > 0 || o.instance != "" {
 		if o.keyBy {
 			return errors.New("-processes and -instance key by partition: -keyby across processes needs a repartition topic, not built yet")
 		}
@@ -200,7 +200,7 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.phase == "all" || o.phase == "process" {
 		proc := process
-		if o.processes > 1 {
+		if o.processes > 0 {
 			proc = processes
 		}
 		if err := proc(ctx, o, sum); err != nil {
@@ -351,7 +351,7 @@ func verify(ctx context.Context, o options, parts int, sum *summary) error {
 		fmt.Fprintf(o.out(), "events_in=%d results_out=%d duplicates=%d order_violations=%d wrong_counts=%d missing=%d recovery_ms=%d checkpoints_committed=%d",
 			o.events, n, dups, disorder, wrong, missing, sum.recovery.Milliseconds(), sum.checkpoints)
 		if sum.processes > 0 {
-			fmt.Fprintf(o.out(), " processes=%d processes_killed=%d", sum.processes, sum.killed)
+			fmt.Fprintf(o.out(), " processes=%d processes_killed=%d processing_ms=%d", sum.processes, sum.killed, sum.processing.Milliseconds())
 		}
 		fmt.Fprintln(o.out())
 	} else {

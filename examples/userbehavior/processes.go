@@ -19,8 +19,9 @@ import (
 // binary, instances p0, p1, ... of one job: Kafka's consumer group shares
 // the input partitions between them, and they share one checkpoint
 // directory. Each child stops when every event's result is committed. With
-// o.crash, p1 is SIGKILLed once part-way and started again: as a static
-// member it gets its partitions back, restored from its checkpoints.
+// o.crash, p1 (p0 if alone) is SIGKILLed once a third of the results are
+// committed, and started again: as a static member it gets its partitions
+// back, restored from its checkpoints.
 func processes(ctx context.Context, o options, sum *summary) error {
 	dir := o.dir
 	if dir == "" {
@@ -90,15 +91,19 @@ func processes(ctx context.Context, o options, sum *summary) error {
 	}()
 	running := o.processes
 	killed := false
+	victimID := "p1"
+	if o.processes == 1 {
+		victimID = "p0"
+	}
 	var errs []error
 	for running > 0 {
 		select {
 		case <-killAt:
 			killAt = nil
 			mu.Lock()
-			victim := children["p1"]
+			victim := children[victimID]
 			mu.Unlock()
-			o.say("\nSIGKILL process p1, then start it again\n")
+			o.say("\nSIGKILL process %s, then start it again\n", victimID)
 			if err := victim.Process.Signal(syscall.SIGKILL); err == nil {
 				killed = true
 				sum.killed++
@@ -107,7 +112,7 @@ func processes(ctx context.Context, o options, sum *summary) error {
 			var ee *exec.ExitError
 			if killed && errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled() {
 				killed = false
-				if err := start("p1"); err != nil {
+				if err := start(victimID); err != nil {
 					return err
 				}
 				continue
@@ -131,6 +136,7 @@ func processes(ctx context.Context, o options, sum *summary) error {
 	}
 	o.say("\n%d processes done in %v\n", o.processes, time.Since(began).Round(time.Millisecond))
 	sum.processes = o.processes
+	sum.processing = time.Since(began)
 	return errors.Join(errs...)
 }
 
