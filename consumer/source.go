@@ -87,7 +87,7 @@ type cfg struct {
 	timeout  time.Duration
 	instance string // Member: group.instance.id
 	protocol string // Member: group.protocol
-	err      error // from an option that could not be applied (Properties)
+	err      error  // from an option that could not be applied (Properties)
 }
 
 // Brokers sets the bootstrap servers (librdkafka and Java bootstrap.servers).
