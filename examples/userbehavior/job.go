@@ -30,7 +30,7 @@ type Result struct {
 type summary struct {
 	recovery    time.Duration
 	checkpoints int
-	processes   int // -processes
+	processes   int           // -processes
 	killed      int           // processes SIGKILLed (and started again)
 	processing  time.Duration // -processes: from the first start to the last exit
 }
