@@ -575,10 +575,24 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 			case checkpoint.Trigger:
 				pending = map[uint64]*collected{e.ID: {}}
 				for _, t := range r.triggers {
+					tr := trigger{id: e.ID, final: e.Final}
 					select {
-					case t <- trigger{id: e.ID, final: e.Final}:
-					case <-rctx.Done():
-						return false, context.Cause(rctx)
+					case t <- tr:
+					default:
+						// The source task has not taken the previous
+						// trigger (it is blocked, by backpressure say), so
+						// that checkpoint aborted (the next is triggered
+						// only after the last committed or aborted, and a
+						// commit needs every source's barrier): the new
+						// trigger replaces it. The coordinator never waits
+						// on a task, or its checkpoint timeouts would stop
+						// and a stuck run would hang silently instead of
+						// failing and restarting.
+						select {
+						case <-t:
+						default:
+						}
+						t <- tr
 					}
 				}
 				if err := r.point(failpoint.AfterBarrier); err != nil {

@@ -159,3 +159,41 @@ func TestDefaultDir(t *testing.T) {
 	t.Setenv("HOME", "/home/u")
 	require.Equal(t, "/home/u/.local/state/kord/users", keyed.DefaultDir("users"))
 }
+
+// stuckSink stops answering after a few writes: Write blocks until its
+// context ends (a sink whose system hangs).
+type stuckSink struct {
+	*keyed.MemorySink[result]
+	writes int
+}
+
+func (s *stuckSink) Write(ctx context.Context, epoch uint64, v result) error {
+	if s.writes++; s.writes > 50 {
+		<-ctx.Done()
+		return context.Cause(ctx)
+	}
+	return s.MemorySink.Write(ctx, epoch, v)
+}
+
+// TestStuckSinkFailsRun: a sink that stops answering backs the operator
+// and then the source task up, so the source takes no more triggers. The
+// coordinator must go on timing out checkpoints (it never waits on a
+// task), and the run must fail once more fail than are tolerable, instead
+// of hanging silently.
+func TestStuckSinkFailsRun(t *testing.T) {
+	src, _ := input(25, 2, 100, 20_000)
+	sink := &stuckSink{MemorySink: keyed.NewMemorySink[result]()}
+	j := keyed.NewJob("users", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/c"), keyed.CheckpointInterval(10*time.Millisecond),
+		keyed.CheckpointTimeout(100*time.Millisecond), keyed.TolerableFailures(3), keyed.Credits(4))
+	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
+	keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](sink))
+	done := make(chan error, 1)
+	go func() { done <- j.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		require.ErrorContains(t, err, "checkpoint")
+	case <-time.After(time.Minute):
+		t.Fatal("Run hangs: the coordinator waits on a source task that cannot take its trigger")
+	}
+}
