@@ -100,20 +100,7 @@ func TestMemberHandsOver(t *testing.T) {
 
 		b := join(t, c, group, topic, wb, &log)
 		require.Eventually(t, func() bool { return wa.count() > 0 && wb.count() > 0 && wa.count()+wb.count() == 6 }, time.Minute, 20*time.Millisecond, "%s", &log)
-		oa, ea := wa.snapshot()
-		ob, _ := wb.snapshot()
-		for p := range ob {
-			require.False(t, oa[p], "%s owned by both members", p)
-			wa.mu.Lock()
-			revoked, ok := wa.revokeAt[p]
-			wa.mu.Unlock()
-			require.True(t, ok, "%s moved to the second member without a revocation on the first: %v", p, ea)
-			wb.mu.Lock()
-			assigned := wb.assignAt[p]
-			wb.mu.Unlock()
-			require.False(t, assigned.Before(revoked), "%s assigned to the second member at %s, before the first's Revoked returned at %s",
-				p, assigned.Format(time.StampMilli), revoked.Format(time.StampMilli))
-		}
+		oa, ob := requireMovedAfterRevoked(t, wa, wb)
 		require.ElementsMatch(t, a.Assigned(), keys(oa))
 		require.ElementsMatch(t, b.Assigned(), keys(ob))
 
@@ -121,6 +108,46 @@ func TestMemberHandsOver(t *testing.T) {
 		require.Eventually(t, func() bool { return wa.count() == 6 }, time.Minute, 20*time.Millisecond, "%s", &log)
 		require.NoError(t, a.Err())
 	})
+}
+
+// TestMemberHandsOverKIP848: the same handover with KIP-848's consumer
+// group protocol (Kafka 4.x): the broker computes the assignment, and the
+// first member's Revoked hook still returns before the second gets the
+// partitions.
+func TestMemberHandsOverKIP848(t *testing.T) {
+	c := kafkatest.Broker(t)
+	topic := c.CreateTopic(t, 4, nil)
+	group := "kord.test." + kafkatest.TopicName(t)
+	var log syncbuf.Buffer
+	proto := consumer.Protocol(consumer.ProtocolConsumer)
+	wa, wb := newWatcher(2*time.Second), newWatcher(0)
+	join(t, c, group, topic, wa, &log, proto)
+	require.Eventually(t, func() bool { return wa.count() == 4 }, time.Minute, 20*time.Millisecond, "%s", &log)
+	join(t, c, group, topic, wb, &log, proto)
+	require.Eventually(t, func() bool { return wb.count() > 0 && wa.count()+wb.count() == 4 }, time.Minute, 20*time.Millisecond, "%s", &log)
+	requireMovedAfterRevoked(t, wa, wb)
+}
+
+// requireMovedAfterRevoked checks that every partition the second member
+// owns is not the first's, and was assigned to it only after the first's
+// Revoked hook returned for it. It returns both members' partitions.
+func requireMovedAfterRevoked(t *testing.T, wa, wb *watcher) (oa, ob map[consumer.TopicPartition]bool) {
+	t.Helper()
+	oa, ea := wa.snapshot()
+	ob, _ = wb.snapshot()
+	for p := range ob {
+		require.False(t, oa[p], "%s owned by both members", p)
+		wa.mu.Lock()
+		revoked, ok := wa.revokeAt[p]
+		wa.mu.Unlock()
+		require.True(t, ok, "%s moved to the second member without a revocation on the first: %v", p, ea)
+		wb.mu.Lock()
+		assigned := wb.assignAt[p]
+		wb.mu.Unlock()
+		require.False(t, assigned.Before(revoked), "%s assigned to the second member at %s, before the first's Revoked returned at %s",
+			p, assigned.Format(time.StampMilli), revoked.Format(time.StampMilli))
+	}
+	return oa, ob
 }
 
 // TestMemberStatic: a static member (InstanceID) that restarts within the

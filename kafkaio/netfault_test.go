@@ -319,3 +319,38 @@ func TestBrokerRestart(t *testing.T) {
 		strings.Count(out.String(), "restarting from the last committed checkpoint"), strings.Count(out.String(), "recovering from what the sink recorded"))
 	f.verify()
 }
+
+// TestAbortHangingSparesLive: abortHanging, which TestBrokerRestart uses
+// to end transactions a SIGKILLed broker left hanging, aborts nothing of a
+// live job: its open transaction belongs to the producer the coordinator
+// has ongoing. The output stays exactly-once.
+func TestAbortHangingSparesLive(t *testing.T) {
+	c := kafkatest.Broker(t)
+	f := newFixture(t, c, 3, 100)
+	prodErr := f.produceInBackground(6_000, 1_000, time.Minute)
+	var out syncbuf.Buffer
+	j, _, sink := f.build(func(s *jobSpec) { s.logger = logTo(&out, slog.LevelInfo, nil) })
+	var commits atomic.Int64
+	hook := func(point string) error {
+		if point == failpoint.AfterCommit {
+			commits.Add(1)
+		}
+		return nil
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- j.Run(failpoint.WithHook(rctx, hook)) }()
+	require.Eventually(t, func() bool { return commits.Load() >= 3 }, time.Minute, 10*time.Millisecond, "%s", &out)
+	report, aborted := f.abortHanging()
+	t.Logf("mid-run:\n%s", report)
+	require.Zero(t, aborted, "a live transaction was taken for a hanging one:\n%s", report)
+	require.Contains(t, report, "coordinator: "+kafkaio.TransactionalID(f.name))
+	require.NoError(t, <-prodErr)
+	recs := f.c.ReadAll(t, f.out, f.expected(), true, 2*time.Minute)
+	stop()
+	require.NoError(t, <-done, "%s", &out)
+	require.NoError(t, sink.Close())
+	require.Equal(t, f.expected(), len(recs))
+	f.verify()
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -479,4 +481,106 @@ func TestScaledScaleAndRoll(t *testing.T) {
 func transactionTimeout(f *fixture) time.Duration {
 	c := checkpoint.Config{Interval: f.interval}
 	return c.TransactionTimeout()
+}
+
+// TestScaledChaos: a job's processes (one to three) are killed (SIGKILL),
+// stopped (SIGTERM), started and restarted at random while input arrives,
+// for KORD_SCALED_CYCLES cycles (2 by default; the long mode runs 100 or
+// more). After each cycle every running process commits again. The output
+// is every result exactly once, in order, with counts that continue.
+func TestScaledChaos(t *testing.T) {
+	cycles := 2
+	if n, _ := strconv.Atoi(os.Getenv("KORD_SCALED_CYCLES")); n > 0 {
+		cycles = n
+	}
+	c := kafkatest.Broker(t)
+	f := newFixture(t, c, 6, 300)
+	f.fill(1000)
+	const rate = 300
+	prodErr := f.produceInBackground(cycles*10*rate, rate, time.Duration(cycles)*40*time.Second+2*time.Minute)
+	const session = 6 * time.Second
+	r := rand.New(rand.NewPCG(12, uint64(cycles)))
+	running := map[string]*crashtest.Child{}
+	var all []*crashtest.Child
+	start := func(id string) {
+		running[id] = f.startChild(id, session)
+		all = append(all, running[id])
+	}
+	logs := func() string {
+		var b strings.Builder
+		for i, k := range all[max(0, len(all)-6):] {
+			fmt.Fprintf(&b, "--- incarnation %d stderr:\n%s", len(all)-min(6, len(all))+i, k.Stderr)
+		}
+		return b.String()
+	}
+	ids := func() []string {
+		out := make([]string, 0, len(running))
+		for id := range running {
+			out = append(out, id)
+		}
+		slices.Sort(out)
+		return out
+	}
+	kill := func(id string) {
+		require.NoError(t, running[id].Cmd.Process.Signal(syscall.SIGKILL))
+		signaled, _ := running[id].Wait(time.Minute, true)
+		require.True(t, signaled)
+		delete(running, id)
+	}
+	stop := func(id string) {
+		require.NoError(t, running[id].Cmd.Process.Signal(syscall.SIGTERM))
+		signaled, err := running[id].Wait(time.Minute, true)
+		require.False(t, signaled, "%s did not stop on SIGTERM\n%s", id, logs())
+		require.NoError(t, err, "%s\n%s", id, logs())
+		delete(running, id)
+	}
+	start("p0")
+	for cycle := 0; cycle < cycles; cycle++ {
+		live := ids()
+		victim := live[r.IntN(len(live))]
+		var did string
+		switch a := r.IntN(4); {
+		case a == 0 && len(running) < 3:
+			for _, id := range []string{"p0", "p1", "p2"} {
+				if running[id] == nil {
+					start(id)
+					did = "start " + id
+					break
+				}
+			}
+		case a == 1 && len(running) > 1:
+			stop(victim)
+			did = "SIGTERM " + victim
+		case a == 2 || len(running) == 1:
+			kill(victim)
+			start(victim)
+			did = "SIGKILL and restart " + victim
+		default:
+			kill(victim)
+			did = "SIGKILL " + victim
+		}
+		before := map[string]int{}
+		for id, k := range running {
+			before[id] = strings.Count(k.Stdout.String(), "committed")
+		}
+		t.Logf("cycle %d: %s; running %v", cycle, did, ids())
+		require.Eventually(t, func() bool {
+			for id, k := range running {
+				if strings.Count(k.Stdout.String(), "committed") < before[id]+2 {
+					return false
+				}
+			}
+			return true
+		}, 2*time.Minute, 20*time.Millisecond, "cycle %d (%s): every running process commits\n%s", cycle, did, logs)
+	}
+	require.NoError(t, <-prodErr)
+	if len(running) == 0 {
+		start("p0")
+	}
+	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
+	for _, id := range ids() {
+		stop(id)
+	}
+	require.Equal(t, f.expected(), len(recs), "%s", logs())
+	f.verify()
 }
