@@ -342,9 +342,16 @@ func TestAbortHangingSparesLive(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- j.Run(failpoint.WithHook(rctx, hook)) }()
 	require.Eventually(t, func() bool { return commits.Load() >= 3 }, time.Minute, 10*time.Millisecond, "%s", &out)
-	report, aborted := f.abortHanging()
+	// Until the helper sees the job's open transaction (between a commit
+	// and the next record there is none).
+	var report string
+	for i := 0; i < 50 && !strings.Contains(report, "open transaction"); i++ {
+		var aborted int
+		report, aborted = f.abortHanging()
+		require.Zero(t, aborted, "a live transaction was taken for a hanging one:\n%s", report)
+	}
 	t.Logf("mid-run:\n%s", report)
-	require.Zero(t, aborted, "a live transaction was taken for a hanging one:\n%s", report)
+	require.Contains(t, report, "open transaction", "the helper never saw the job's open transaction")
 	require.Contains(t, report, "coordinator: "+kafkaio.TransactionalID(f.name))
 	require.NoError(t, <-prodErr)
 	recs := f.c.ReadAll(t, f.out, f.expected(), true, 2*time.Minute)
