@@ -145,7 +145,13 @@ func process(ctx context.Context, o options, sum *summary) error {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	watchErr := make(chan error, 1)
-	go func() { watchErr <- watch(runCtx, o, stop, nil) }()
+	if o.instance == "" {
+		go func() { watchErr <- watch(runCtx, o, stop, nil) }()
+	} else {
+		// One process of several runs until it is stopped (SIGTERM), as a
+		// deployment's process does; -processes' parent watches the output.
+		watchErr <- nil
+	}
 
 	crash := o.crash && o.instance == ""
 	start := time.Now()

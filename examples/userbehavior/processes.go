@@ -18,7 +18,8 @@ import (
 // processes runs the process phase as o.processes child processes of this
 // binary, instances p0, p1, ... of one job: Kafka's consumer group shares
 // the input partitions between them, and they share one checkpoint
-// directory. Each child stops when every event's result is committed. With
+// directory. When every event's result is committed, the parent stops them
+// (SIGTERM: each commits a final checkpoint). With
 // o.crash, p1 (p0 if alone) is SIGKILLed once a third of the results are
 // committed, and started again: as a static member it gets its partitions
 // back, restored from its checkpoints.
@@ -75,6 +76,7 @@ func processes(ctx context.Context, o options, sum *summary) error {
 	}
 	// The parent watches the committed output (the progress bar) and, with
 	// o.crash, has p1 killed once a third of the results are committed.
+	allDone := make(chan struct{}) // every result is committed: stop the processes
 	var killAt <-chan struct{}
 	kill := make(chan struct{})
 	killAt = kill
@@ -83,7 +85,7 @@ func processes(ctx context.Context, o options, sum *summary) error {
 	defer stopWatch()
 	watchErr := make(chan error, 1)
 	go func() {
-		watchErr <- watch(wctx, o, func() {}, func(n int) {
+		watchErr <- watch(wctx, o, func() { close(allDone) }, func(n int) {
 			if o.crash && n >= o.events/3 {
 				once.Do(func() { close(kill) })
 			}
@@ -110,7 +112,7 @@ func processes(ctx context.Context, o options, sum *summary) error {
 			}
 		case err := <-done:
 			var ee *exec.ExitError
-			if killed && errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled() {
+			if killed && errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled() && allDone != nil {
 				killed = false
 				if err := start(victimID); err != nil {
 					return err
@@ -119,8 +121,22 @@ func processes(ctx context.Context, o options, sum *summary) error {
 			}
 			running--
 			if err != nil {
+				// A process failed: stop the others, or the output would
+				// never be complete.
 				errs = append(errs, err)
+				mu.Lock()
+				for _, c := range children {
+					_ = c.Process.Signal(syscall.SIGTERM)
+				}
+				mu.Unlock()
 			}
+		case <-allDone:
+			allDone = nil
+			mu.Lock()
+			for _, c := range children {
+				_ = c.Process.Signal(syscall.SIGTERM)
+			}
+			mu.Unlock()
 		case <-ctx.Done():
 			mu.Lock()
 			for _, c := range children {
