@@ -141,6 +141,9 @@ func childMain() int {
 		// One of several processes of the job (TestScaledKill).
 		spec.logger = log.With("instance", id)
 		spec.sinkOpts = append(spec.sinkOpts, kafkaio.Instance(id), kafkaio.MemberSet("session.timeout.ms", os.Getenv("KORD_JOB_SESSION_MS")))
+		// A checkpoint timeout of 5 s makes the transaction timeout 15 s:
+		// how long a dead process's open transaction holds readers back.
+		spec.opts = append(spec.opts, keyed.CheckpointTimeout(5*time.Second))
 	}
 	j, _, sink := newJob(spec)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)

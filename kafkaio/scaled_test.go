@@ -190,10 +190,28 @@ func TestScaledKill(t *testing.T) {
 		return true
 	}, 2*time.Minute, 20*time.Millisecond, "every process commits\n%s", logs)
 
-	// p1 dies holding an open transaction over its partitions.
+	// p1 dies holding an open transaction over its partitions, with
+	// records in it: one of its output partitions has a last stable offset
+	// below its high watermark (right after a commit its transaction is
+	// empty, and holds no reader back).
 	victim := kids["p1"]
 	owned := lastAssigned(victim.Stderr.String())
 	require.NotEmpty(t, owned, "p1's assignment\n%s", logs())
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		hw, err1 := f.ends(ctx, f.out, 0)
+		lso, err2 := f.ends(ctx, f.out, 1)
+		if err1 != nil || err2 != nil {
+			return false
+		}
+		for _, p := range owned {
+			if lso[p] < hw[p] {
+				return true
+			}
+		}
+		return false
+	}, time.Minute, 5*time.Millisecond, "p1 writes in a transaction\n%s", logs)
 	killed := time.Now()
 	require.NoError(t, victim.Cmd.Process.Signal(syscall.SIGKILL))
 	signaled, _ := victim.Wait(time.Minute, true)
@@ -230,7 +248,9 @@ func TestScaledKill(t *testing.T) {
 	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
 	resumed := resumeTime(t, []string{kids["p0"].Stderr.String(), kids["p2"].Stderr.String()}, owned, killed)
 	t.Logf("kill to the first commit covering p1's partitions: %v (session timeout %v)", resumed.Sub(killed).Round(time.Millisecond), session)
-	t.Logf("read_committed stall behind p1's open transaction: %v (transaction timeout %v)", (<-stall).Round(time.Millisecond), transactionTimeout(f))
+	held := <-stall
+	require.Positive(t, held, "read_committed readers still held back 2 minutes after the kill: p1's transaction never timed out")
+	t.Logf("read_committed stall behind p1's open transaction: %v (transaction timeout %v)", held.Round(time.Millisecond), transactionTimeout(f))
 	for _, id := range []string{"p0", "p2"} {
 		require.NoError(t, kids[id].Cmd.Process.Signal(syscall.SIGTERM))
 	}
@@ -479,7 +499,7 @@ func TestScaledScaleAndRoll(t *testing.T) {
 // transactionTimeout is the transaction timeout the fixture's jobs derive
 // from their checkpoint settings.
 func transactionTimeout(f *fixture) time.Duration {
-	c := checkpoint.Config{Interval: f.interval}
+	c := checkpoint.Config{Interval: f.interval, Timeout: 5 * time.Second}
 	return c.TransactionTimeout()
 }
 

@@ -27,6 +27,6 @@ echo
 echo "| processes | processing ms (each round) | median events/s |"
 echo "|---|---|---|"
 for n in 1 2 3; do
-  med=$(echo ${ms[$n]} | tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  med=$(echo ${ms[$n]} | tr ' ' '\n' | sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : int((a[NR/2]+a[NR/2+1])/2))}')
   echo "| $n |${ms[$n]} | $(( events * 1000 / med )) |"
 done
