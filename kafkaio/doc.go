@@ -29,6 +29,17 @@
 // (completing a commit it had sent, aborting anything else), then restores
 // what Kafka recorded.
 //
+// # Several processes
+//
+// With Instance(id) on the sink, the job is one of several processes: the
+// sink is a static member of the commit group, Kafka assigns the input
+// partitions, the producer's transactional.id is "kord.<job>.<id>", each
+// partition's offset carries its own commit record, and offsets are sent
+// with the member's group metadata (KIP-447), so a process that lost its
+// partitions cannot commit them. The engine restores each assigned
+// partition from the checkpoint its record names, from the checkpoint
+// directory every process shares (DESIGN.md, "Several processes").
+//
 // Errors are classified in the engine's terms: a fenced producer and a
 // configuration the broker refuses are keyed.Permanent (a restart would
 // fence the live copy of the job, or fail the same way); unknown outcomes
