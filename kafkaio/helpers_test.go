@@ -17,6 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kordproject/kord/checkpoint"
@@ -178,6 +179,9 @@ type fixture struct {
 	dir      string
 	interval time.Duration
 	keys     []string
+
+	adminOnce sync.Once
+	adminCl   *kgo.Client // admin requests (ends, diagnose, abortHanging): one per fixture
 
 	mu      sync.Mutex
 	want    map[string]int64 // events produced per key
@@ -390,6 +394,15 @@ func (f *fixture) requireNoOpenTransaction() {
 	require.Equal(f.t, hw, lso, "high watermark vs last stable offset: a transaction is open")
 }
 
+// admin returns the fixture's client for admin requests, made once: a
+// client per request (polled every few milliseconds) piled up until the
+// test ended and, under the race detector, ran the test binary out of
+// memory.
+func (f *fixture) admin() *kgo.Client {
+	f.adminOnce.Do(func() { f.adminCl = f.c.Client(f.t) })
+	return f.adminCl
+}
+
 // ends returns every partition's end of topic: the high watermark
 // (isolation 0) or the last stable offset (isolation 1).
 func (f *fixture) ends(ctx context.Context, topic string, isolation int8) (map[int32]int64, error) {
@@ -404,7 +417,7 @@ func (f *fixture) ends(ctx context.Context, topic string, isolation int8) (map[i
 		rt.Partitions = append(rt.Partitions, rp)
 	}
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, f.c.Client(f.t))
+	resp, err := req.RequestWith(ctx, f.admin())
 	if err != nil {
 		return nil, err
 	}
@@ -449,7 +462,7 @@ func (f *fixture) diagnose() (report string, done bool) {
 	req.RequireStable = true
 	committed := map[int32]int64{}
 	records := map[int32]string{}
-	if resp, err := req.RequestWith(ctx, f.c.Client(f.t)); err != nil {
+	if resp, err := req.RequestWith(ctx, f.admin()); err != nil {
 		fmt.Fprintf(&b, "commit group %s: %v\n", req.Group, err)
 		done = false
 	} else if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
@@ -487,10 +500,9 @@ func (f *fixture) diagnose() (report string, done bool) {
 // Call it only long after the transaction timeout: then no open
 // transaction of an older epoch can be a live one.
 func (f *fixture) abortHanging() (report string, aborted int) {
-	t := f.t
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl := f.c.Client(t)
+	cl := f.admin()
 	var b strings.Builder
 	dt := kmsg.NewPtrDescribeTransactionsRequest()
 	tid := kafkaio.TransactionalID(f.name)
