@@ -312,19 +312,7 @@ func (m *Member) fail(err error) {
 
 func (m *Member) logs() {
 	defer m.wg.Done()
-	for l := range m.c.Logs() {
-		lvl := slog.LevelDebug
-		switch {
-		case l.Level <= 3:
-			lvl = slog.LevelError
-		case l.Level == 4:
-			lvl = slog.LevelWarn
-		case l.Level <= 6:
-			lvl = slog.LevelInfo
-		}
-		m.conn.Log(l.Tag, l.Message)
-		m.log.Log(context.Background(), lvl, "librdkafka: "+l.Message, "tag", l.Tag, "client", l.Name)
-	}
+	forwardLogs(m.c.Logs(), m.conn, m.log)
 }
 
 // Close ends the membership: the polling goroutine stops (a hook running

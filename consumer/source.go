@@ -232,7 +232,14 @@ func New(opts ...Opt) (*Source, error) {
 
 func (s *Source) logs() {
 	defer s.wg.Done()
-	for l := range s.c.Logs() {
+	forwardLogs(s.c.Logs(), s.conn, s.log)
+}
+
+// forwardLogs hands librdkafka's log to conn (which explains failures
+// from it) and to log, at slog levels for syslog's, until the channel
+// closes (the consumer's Close).
+func forwardLogs(logs chan kafka.LogEvent, conn *kafkaconf.Conn, log *slog.Logger) {
+	for l := range logs {
 		lvl := slog.LevelDebug
 		switch {
 		case l.Level <= 3:
@@ -242,8 +249,8 @@ func (s *Source) logs() {
 		case l.Level <= 6:
 			lvl = slog.LevelInfo
 		}
-		s.conn.Log(l.Tag, l.Message)
-		s.log.Log(context.Background(), lvl, "librdkafka: "+l.Message, "tag", l.Tag, "client", l.Name)
+		conn.Log(l.Tag, l.Message)
+		log.Log(context.Background(), lvl, "librdkafka: "+l.Message, "tag", l.Tag, "client", l.Name)
 	}
 }
 

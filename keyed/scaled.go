@@ -1,6 +1,7 @@
 package keyed
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -52,10 +53,7 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 		refs = append(refs, ref)
 	}
 	slices.SortFunc(refs, func(a, b checkpoint.CheckpointRef) int {
-		if a.Run != b.Run {
-			return compareStrings(a.Run, b.Run)
-		}
-		return compareUint(a.ID, b.ID)
+		return cmp.Or(cmp.Compare(a.Run, b.Run), cmp.Compare(a.ID, b.ID))
 	})
 	var operators []checkpoint.OperatorRef
 	for _, ref := range refs {
@@ -193,24 +191,4 @@ func retainRun(s *checkpoint.Store, committed checkpoint.CheckpointRef, keep int
 		}
 	}
 	return nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func compareUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
