@@ -218,18 +218,21 @@ func TestNetSendOffsetsCut(t *testing.T) {
 
 // TestNetRetrySameProducerBreaks: the same delayed commit, with the sink
 // broken on purpose to retry a failed commit on the same producer (and go
-// on with it) instead of ending the producer. The held EndTxn is longer
-// than librdkafka's request timeout (socket.timeout.ms, 14 s here: the
-// transaction timeout caps it), so librdkafka sends it again itself, the
-// retry succeeds, the sink begins the next transactions on the same
-// producer epoch, and the first EndTxn lands late on one of them: the
+// on with it) instead of ending the producer. The held EndTxn (12 s) is
+// longer than librdkafka's request timeout (socket.timeout.ms, set to 6 s:
+// above the 3 s commit deadline, as the sink requires, and well below the
+// 15 s transaction timeout, so that the broker does not abort the
+// transaction first and fence the producer), so librdkafka sends it again
+// itself, the retry succeeds, the sink begins the next transactions on the
+// same producer epoch, and the first EndTxn lands late on one of them: the
 // verifier must find the damage.
 func TestNetRetrySameProducerBreaks(t *testing.T) {
 	kafkaio.BreakRetrySameProducer(true)
 	t.Cleanup(func() { kafkaio.BreakRetrySameProducer(false) })
-	runNetFault(t, netFault{commits: 3, broken: true, events: 35_000, inject: func(p *faultproxy.Proxy) *faultproxy.Fired {
-		return p.Add(faultproxy.Rule{API: faultproxy.EndTxn, Match: faultproxy.IsCommit, Action: faultproxy.DelayRequest(18 * time.Second)})
-	}})
+	runNetFault(t, netFault{commits: 3, broken: true, events: 30_000, settings: map[string]string{"socket.timeout.ms": "6000"},
+		inject: func(p *faultproxy.Proxy) *faultproxy.Fired {
+			return p.Add(faultproxy.Rule{API: faultproxy.EndTxn, Match: faultproxy.IsCommit, Action: faultproxy.DelayRequest(12 * time.Second)})
+		}})
 }
 
 // TestNetSocketGuardBreaks: the sink's own guard broken on purpose: with
