@@ -24,6 +24,25 @@ type Objects interface {
 
 var _ Objects = (*Store)(nil)
 
+// Storage is where a job keeps its checkpoints: Objects, plus one small
+// mutable object replaced atomically (the local COMMITTED marker: a reader
+// sees the old contents or the new, never a mix), plus a name for an
+// object in errors. Store (a directory) and checkpoint/blobstore (a
+// bucket: an object store replaces an object whole) are Storage.
+type Storage interface {
+	Objects
+	// SetPointer atomically replaces the mutable object name with data.
+	SetPointer(name string, data []byte) error
+	// Pointer returns a mutable object's contents, and false if it does
+	// not exist.
+	Pointer(name string) ([]byte, bool, error)
+	// Where names an object for errors and logs: a file's path, a
+	// bucket's key.
+	Where(name string) string
+}
+
+var _ Storage = (*Store)(nil)
+
 // ValidObjectName reports whether name can name an object in every
 // Objects: not empty, no path separator, not "." or "..", not the lock
 // file's name nor a temp file's.

@@ -118,6 +118,9 @@ func (s *Store) Path(name string) string { return filepath.Join(s.dir, name) }
 // Dir returns the store's directory.
 func (s *Store) Dir() string { return s.dir }
 
+// Where is name's path (Storage).
+func (s *Store) Where(name string) string { return s.Path(name) }
+
 // Close releases the directory lock. Later calls do nothing.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
@@ -371,11 +374,22 @@ func forEach(n int, fn func(i int) error) error {
 	return nil
 }
 
-// PutAll stores several immutable objects, written in parallel, then one
-// directory fsync: when it returns nil every one is durable. It returns
-// their references (name, size, CRC32C, and operator and key group for state
-// file names), sorted by name.
-func (s *Store) PutAll(files map[string][]byte) ([]FileRef, error) {
+// PutAll stores several immutable objects in o in parallel and returns
+// their references (as Store.PutAll): a Store's PutAll (one directory
+// fsync), or parallel Puts, each durable when it returns.
+func PutAll(o Objects, files map[string][]byte) ([]FileRef, error) {
+	if st, ok := o.(*Store); ok {
+		return st.PutAll(files)
+	}
+	names, refs := fileRefs(files)
+	if err := forEach(len(names), func(i int) error { return o.Put(names[i], files[names[i]]) }); err != nil {
+		return nil, err
+	}
+	return refs, nil
+}
+
+// fileRefs returns files' names, sorted, and their references.
+func fileRefs(files map[string][]byte) ([]string, []FileRef) {
 	names := make([]string, 0, len(files))
 	for name := range files {
 		names = append(names, name)
@@ -386,6 +400,15 @@ func (s *Store) PutAll(files map[string][]byte) ([]FileRef, error) {
 		n, _ := ParseName(name)
 		refs[i] = FileRef{Name: name, Size: int64(len(files[name])), CRC32C: checksum(files[name]), Operator: n.Operator, KeyGroup: n.KeyGroup}
 	}
+	return names, refs
+}
+
+// PutAll stores several immutable objects, written in parallel, then one
+// directory fsync: when it returns nil every one is durable. It returns
+// their references (name, size, CRC32C, and operator and key group for state
+// file names), sorted by name.
+func (s *Store) PutAll(files map[string][]byte) ([]FileRef, error) {
+	names, refs := fileRefs(files)
 	if err := forEach(len(names), func(i int) error { return s.put(names[i], files[names[i]]) }); err != nil {
 		return nil, err
 	}
@@ -403,7 +426,7 @@ func (s *Store) PutAll(files map[string][]byte) ([]FileRef, error) {
 // durable exactly when its metadata object is, so a crash before that leaves
 // only files without metadata, which ListCheckpoints ignores and Retain
 // removes. WriteCheckpoint sets m.Files (sorted by name) and m.Version.
-func WriteCheckpoint(s *Store, m *Metadata, files map[string][]byte) error {
+func WriteCheckpoint(s Storage, m *Metadata, files map[string][]byte) error {
 	if err := ValidateRun(m.Run); err != nil {
 		return err
 	}
@@ -417,7 +440,7 @@ func WriteCheckpoint(s *Store, m *Metadata, files map[string][]byte) error {
 	if _, err := encodeMetadata(m); err != nil { // validate before writing anything
 		return err
 	}
-	refs, err := s.PutAll(files)
+	refs, err := PutAll(s, files)
 	if err != nil {
 		return err
 	}
@@ -429,9 +452,9 @@ func WriteCheckpoint(s *Store, m *Metadata, files map[string][]byte) error {
 // each file's size and CRC32C against the metadata. A missing metadata object
 // is ErrMissing; a corrupt or missing state file or corrupt metadata is a
 // *CorruptError naming the path, with expected and actual size or checksum.
-func ReadCheckpoint(s *Store, run string, id uint64) (*Metadata, map[string][]byte, error) {
+func ReadCheckpoint(s Storage, run string, id uint64) (*Metadata, map[string][]byte, error) {
 	metaName := MetaName(run, id)
-	metaPath := s.Path(metaName)
+	metaPath := s.Where(metaName)
 	b, err := s.Get(metaName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("%w: checkpoint %s/%d: no metadata %s", ErrMissing, run, id, metaPath)
@@ -449,7 +472,7 @@ func ReadCheckpoint(s *Store, run string, id uint64) (*Metadata, map[string][]by
 	data := make([][]byte, len(m.Files))
 	err = forEach(len(m.Files), func(i int) error {
 		f := m.Files[i]
-		path := s.Path(f.Name)
+		path := s.Where(f.Name)
 		b, err := s.Get(f.Name)
 		if errors.Is(err, fs.ErrNotExist) {
 			return &CorruptError{Path: path, Reason: fmt.Sprintf("missing state file of checkpoint %s (expected size %d, crc32c %08x)", m.Ref(), f.Size, f.CRC32C), Err: err}
@@ -478,7 +501,7 @@ func ReadCheckpoint(s *Store, run string, id uint64) (*Metadata, map[string][]by
 
 // ListCheckpoints returns every checkpoint that has a metadata object, sorted
 // by ID, then run. It does not read or verify the metadata.
-func ListCheckpoints(s *Store) ([]CheckpointRef, error) {
+func ListCheckpoints(s Objects) ([]CheckpointRef, error) {
 	names, err := s.List(namePrefix)
 	if err != nil {
 		return nil, err
@@ -495,10 +518,10 @@ func ListCheckpoints(s *Store) ([]CheckpointRef, error) {
 
 // SetCommitted durably records ref as the newest committed checkpoint in
 // the local COMMITTED marker (checksummed, replaced atomically).
-func SetCommitted(s *Store, ref CheckpointRef) error {
+func SetCommitted(s Storage, ref CheckpointRef) error {
 	b, err := encodeCommitted(ref)
 	if err != nil {
-		return fmt.Errorf("checkpoint: set committed %s: %w", s.Path(CommittedName), err)
+		return fmt.Errorf("checkpoint: set committed %s: %w", s.Where(CommittedName), err)
 	}
 	return s.SetPointer(CommittedName, b)
 }
@@ -506,12 +529,12 @@ func SetCommitted(s *Store, ref CheckpointRef) error {
 // ReadCommitted returns the checkpoint recorded by the local COMMITTED marker,
 // and false if there is none. A corrupt marker is a *CorruptError naming its
 // path.
-func ReadCommitted(s *Store) (CheckpointRef, bool, error) {
+func ReadCommitted(s Storage) (CheckpointRef, bool, error) {
 	b, ok, err := s.Pointer(CommittedName)
 	if err != nil || !ok {
 		return CheckpointRef{}, false, err
 	}
-	ref, err := decodeCommitted(s.Path(CommittedName), b)
+	ref, err := decodeCommitted(s.Where(CommittedName), b)
 	if err != nil {
 		return CheckpointRef{}, false, err
 	}
@@ -526,10 +549,16 @@ func ReadCommitted(s *Store) (CheckpointRef, bool, error) {
 // files, so a crash midway leaves files without metadata, which the next
 // Retain removes along with every other such leftover not newer than
 // committed. Retain fails, deleting nothing, if committed has no metadata.
-func Retain(s *Store, committed CheckpointRef, keep int) error {
-	deleted, err := retain(s, []CheckpointRef{committed}, keep, s.remove)
+func Retain(s Storage, committed CheckpointRef, keep int) error {
+	st, ok := s.(*Store)
+	if !ok {
+		_, err := retain(s, []CheckpointRef{committed}, keep, s.Delete)
+		return err
+	}
+	// A directory: unlink the state files, then one directory fsync.
+	deleted, err := retain(st, []CheckpointRef{committed}, keep, st.remove)
 	if err == nil && deleted {
-		return s.syncDir()
+		return st.syncDir()
 	}
 	return err
 }
@@ -587,8 +616,8 @@ func retain(o Objects, named []CheckpointRef, keep int, del func(string) error) 
 	for _, ref := range named {
 		if c := all[ref]; c == nil || c.meta == "" {
 			meta := MetaName(ref.Run, ref.ID)
-			if st, ok := o.(*Store); ok {
-				meta = st.Path(meta)
+			if st, ok := o.(Storage); ok {
+				meta = st.Where(meta)
 			}
 			return false, fmt.Errorf("checkpoint: retain: committed checkpoint %s has no metadata %s; deleting nothing", ref, meta)
 		}
@@ -633,7 +662,7 @@ func retain(o Objects, named []CheckpointRef, keep int, del func(string) error) 
 // PutMetadata encodes m (encodeMetadata) and puts it durably as checkpoint
 // (m.Run, m.ID)'s metadata object. Call it after every state file in m.Files
 // is durable (Put): the checkpoint is durable exactly when this returns nil.
-func PutMetadata(s *Store, m *Metadata) error {
+func PutMetadata(s Objects, m *Metadata) error {
 	b, err := encodeMetadata(m)
 	if err != nil {
 		return err

@@ -80,7 +80,7 @@ const retained = 2
 type run struct {
 	j     *Job
 	cfg   config
-	store *checkpoint.Store
+	store checkpoint.Storage
 	runID string
 	log   *slog.Logger
 	fp    failpoint.Hook // failure injection (tests); nil otherwise
@@ -191,17 +191,11 @@ func (j *Job) Run(ctx context.Context) (err error) {
 			}
 		}()
 	}
-	open := checkpoint.OpenStore
-	if j.membership() != nil {
-		// Several processes share the directory: each writes its own
-		// runs' objects, and none holds the lock.
-		open = checkpoint.OpenSharedStore
-	}
-	store, err := open(j.cfg.FS, j.cfg.Dir)
+	store, closeStore, err := j.openStorage()
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer closeStore()
 	fp := failpoint.HookOf(ctx)
 	// The work goes on after ctx is done, for the final checkpoint, until
 	// the stop deadline.
@@ -290,11 +284,11 @@ func (j *Job) Forget(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("keyed: job %s: sink %q cannot forget its commit record (it is no keyed.Forgetter)", j.name, j.sink.sinkName())
 	}
-	store, err := checkpoint.OpenStore(j.cfg.FS, j.cfg.Dir)
+	store, closeStore, err := j.openStorage()
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer closeStore()
 	// The record first: a crash between the two leaves the checkpoints
 	// and the local marker, from which the next Run restores as after an
 	// expired record (checkpoint.Decide); Forget can be called again.
@@ -315,8 +309,36 @@ func (j *Job) Forget(ctx context.Context) error {
 		}
 		deleted++
 	}
-	j.cfg.Logger.Info("keyed: job forgotten", "job", j.name, "dir", j.cfg.Dir, "files_deleted", deleted)
+	j.cfg.Logger.Info("keyed: job forgotten", "job", j.name, "storage", j.storageName(), "files_deleted", deleted)
 	return nil
+}
+
+// openStorage opens where the job keeps its checkpoints: the Storage
+// given (CheckpointStorage), as is; else the directory, locked by one
+// process, or shared unlocked by several (a Membership).
+func (j *Job) openStorage() (checkpoint.Storage, func(), error) {
+	if j.cfg.Storage != nil {
+		return j.cfg.Storage, func() {}, nil
+	}
+	open := checkpoint.OpenStore
+	if j.membership() != nil {
+		// Several processes share the directory: each writes its own
+		// runs' objects, and none holds the lock.
+		open = checkpoint.OpenSharedStore
+	}
+	store, err := open(j.cfg.FS, j.cfg.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return store, func() { _ = store.Close() }, nil
+}
+
+// storageName names where the job keeps its checkpoints, for logs.
+func (j *Job) storageName() string {
+	if j.cfg.Storage != nil {
+		return j.cfg.Storage.Where("")
+	}
+	return j.cfg.Dir
 }
 
 // stopContext returns a context that ctx's cancellation does not cancel
@@ -369,7 +391,7 @@ func (j *Job) commitTimeout() time.Duration {
 // runOnce runs one attempt. ctx done asks for a graceful stop; wctx bounds
 // the work (see stopContext). progressed reports that a checkpoint
 // committed during it.
-func (j *Job) runOnce(ctx, wctx context.Context, store *checkpoint.Store, fp failpoint.Hook) (progressed bool, err error) {
+func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp failpoint.Hook) (progressed bool, err error) {
 	// Startup is not cut short by a stop request (the job then stops with
 	// a final checkpoint), except when the sink cannot start: a stop then
 	// ends the wait for the brokers after a short grace.

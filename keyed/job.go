@@ -100,8 +100,8 @@ func (j *Job) Validate() error {
 	if j.sink == nil {
 		errs = append(errs, errors.New("keyed: job has no sink (ToSink)"))
 	}
-	if j.cfg.Dir == "" {
-		errs = append(errs, errors.New("keyed: no checkpoint directory: set keyed.Dir, or KORD_STATE_DIR or HOME for the default"))
+	if j.cfg.Dir == "" && j.cfg.Storage == nil {
+		errs = append(errs, errors.New("keyed: no checkpoint directory: set keyed.Dir (or keyed.CheckpointStorage), or KORD_STATE_DIR or HOME for the default"))
 	}
 	if err := j.cfg.Checkpoint.Validate(); err != nil {
 		errs = append(errs, err)

@@ -669,7 +669,7 @@ func (t *opTask[T, O]) writeSnapshot(snap *Snapshot, id uint64) ([]checkpoint.Fi
 	if err := t.r.point(failpoint.DuringSnapshotWrite); err != nil {
 		return nil, err
 	}
-	refs, err := t.r.store.PutAll(files)
+	refs, err := checkpoint.PutAll(t.r.store, files)
 	if err != nil {
 		return nil, err
 	}
@@ -788,7 +788,7 @@ func (r *run) writeOpState(v any, name string, instance int, id uint64) ([]check
 	if err != nil {
 		return nil, fmt.Errorf("operator state of %s[%d]: %w", name, instance, err)
 	}
-	return r.store.PutAll(map[string][]byte{checkpoint.StateFileName(r.runID, id, opStateName(name), instance): data})
+	return checkpoint.PutAll(r.store, map[string][]byte{checkpoint.StateFileName(r.runID, id, opStateName(name), instance): data})
 }
 
 // checkOpStateNames refuses a checkpoint holding operator state of a

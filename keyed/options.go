@@ -23,6 +23,7 @@ type config struct {
 	Checkpoint       checkpoint.Config
 	FS               checkpoint.FS
 	Dir              string
+	Storage          checkpoint.Storage
 	Restart          Restart
 	BatchSize        int
 	BufferTimeout    time.Duration
@@ -100,6 +101,15 @@ func DefaultDir(name string) string {
 // Kafka Streams state.dir). The job locks it while it runs. Default
 // DefaultDir(name).
 func Dir(dir string) Opt { return func(c *config) { c.Dir = dir } }
+
+// CheckpointStorage keeps the job's checkpoints in s instead of a
+// directory (Dir and FS are then unused): object storage through
+// checkpoint/blobstore, say, which the processes of one job share (Flink
+// state.checkpoints.dir with an s3:// or gs:// URI). The job neither locks
+// nor closes s: one process at a time runs a job on it, unless the job is
+// one of several processes (kafkaio.Instance), whose runs keep their
+// objects apart. Default: the directory Dir, through FS.
+func CheckpointStorage(s checkpoint.Storage) Opt { return func(c *config) { c.Storage = s } }
 
 // FS is the file system the checkpoints are written through. Default the
 // operating system's (checkpoint.OSFS); checkpoint.NewMemFS keeps them in

@@ -163,7 +163,7 @@ func offsetOf(offs []checkpoint.PartitionOffset, topic string, p int32) (int64, 
 // record names an older one of the run. Other processes' checkpoints, and
 // this process's earlier runs (a partition revoked since may still name
 // one), are left alone.
-func retainRun(s *checkpoint.Store, committed checkpoint.CheckpointRef, keep int) error {
+func retainRun(s checkpoint.Objects, committed checkpoint.CheckpointRef, keep int) error {
 	if committed.ID < uint64(keep) {
 		return nil
 	}

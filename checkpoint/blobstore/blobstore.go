@@ -35,7 +35,7 @@ type Store struct {
 	timeout time.Duration
 }
 
-var _ checkpoint.Objects = (*Store)(nil)
+var _ checkpoint.Storage = (*Store)(nil)
 
 // Opt configures a Store.
 type Opt func(*Store)
@@ -149,3 +149,35 @@ func (s *Store) Delete(name string) error {
 	}
 	return nil
 }
+
+// SetPointer replaces the mutable object name with data in one unconditional
+// write: object stores replace an object whole, so a reader sees the old
+// contents or the new, never a mix.
+func (s *Store) SetPointer(name string, data []byte) error {
+	key, err := s.key("set pointer", name)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.b.WriteAll(ctx, key, data, &blob.WriterOptions{ContentType: "application/octet-stream"}); err != nil {
+		return fmt.Errorf("checkpoint: set pointer %s: %w", key, err)
+	}
+	return nil
+}
+
+// Pointer returns the mutable object name's contents, and false if it does
+// not exist.
+func (s *Store) Pointer(name string) ([]byte, bool, error) {
+	b, err := s.Get(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return b, true, nil
+}
+
+// Where is name's key in the bucket, for errors.
+func (s *Store) Where(name string) string { return s.prefix + name }

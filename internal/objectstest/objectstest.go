@@ -49,6 +49,33 @@ func Run(t *testing.T, open func(t *testing.T) checkpoint.Objects, opts ...Optio
 		require.NoError(t, err)
 		require.Equal(t, "one", string(b), "a refused put left the object as it was")
 	})
+	t.Run("pointer", func(t *testing.T) {
+		st, ok := open(t).(checkpoint.Storage)
+		if !ok {
+			t.Skip("not a checkpoint.Storage")
+		}
+		_, found, err := st.Pointer("COMMITTED")
+		require.NoError(t, err)
+		require.False(t, found)
+		require.NoError(t, st.SetPointer("COMMITTED", []byte("one")))
+		require.NoError(t, st.SetPointer("COMMITTED", []byte("two")), "a pointer is replaced, not refused")
+		b, found, err := st.Pointer("COMMITTED")
+		require.NoError(t, err)
+		require.True(t, found)
+		require.Equal(t, "two", string(b))
+		require.Contains(t, st.Where("COMMITTED"), "COMMITTED")
+		// A whole checkpoint through the Storage, read back verified.
+		m := &checkpoint.Metadata{Run: "0123456789abcdef", ID: 3, MaxParallelism: 4}
+		files := map[string][]byte{checkpoint.StateFileName("0123456789abcdef", 3, "op", 1): []byte("state")}
+		require.NoError(t, checkpoint.WriteCheckpoint(st, m, files))
+		got, gotFiles, err := checkpoint.ReadCheckpoint(st, m.Run, m.ID)
+		require.NoError(t, err)
+		require.Equal(t, m.Files, got.Files)
+		require.Equal(t, files, gotFiles)
+		refs, err := checkpoint.ListCheckpoints(st)
+		require.NoError(t, err)
+		require.Equal(t, []checkpoint.CheckpointRef{{Run: m.Run, ID: 3}}, refs)
+	})
 	t.Run("missing", func(t *testing.T) {
 		o := open(t)
 		_, err := o.Get("nope")
