@@ -12,7 +12,14 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"gocloud.dev/blob"
+	// The buckets -checkpoints can name here: file:// and mem://. A
+	// program keeping its checkpoints in S3, GCS or Azure imports
+	// gocloud.dev/blob/s3blob, gcsblob or azureblob the same way.
+	_ "gocloud.dev/blob/fileblob"
+	_ "gocloud.dev/blob/memblob"
 
+	"github.com/kordproject/kord/checkpoint/blobstore"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/kafkaio"
@@ -83,6 +90,17 @@ func process(ctx context.Context, o options, sum *summary) error {
 	// The job's name gives the sink its transactional.id and commit group:
 	// one per input topic, so that runs on fresh topics never meet.
 	name := strings.NewReplacer(".", "-").Replace("userbehavior-" + o.topic)
+	// A bucket URL (file:///shared/ckpt, s3://bucket?region=...) keeps
+	// the checkpoints in object storage, under the job's name.
+	var bucket *blob.Bucket
+	if strings.Contains(dir, "://") {
+		b, err := blob.OpenBucket(ctx, dir)
+		if err != nil {
+			return fmt.Errorf("-checkpoints %s: %w", dir, err)
+		}
+		defer b.Close()
+		bucket = b
+	}
 	var commits atomic.Int64
 	var crashedAt atomic.Int64 // unix nanos
 	var recovered atomic.Int64
@@ -108,7 +126,10 @@ func process(ctx context.Context, o options, sum *summary) error {
 	client := o.client
 	build := func() *keyed.Job {
 		opts := []keyed.Opt{keyed.CheckpointInterval(o.interval), keyed.RestartStrategy(keyed.FixedDelay(3, time.Second))}
-		if dir != "" {
+		switch {
+		case bucket != nil:
+			opts = append(opts, keyed.CheckpointStorage(blobstore.New(bucket, name+"/")))
+		case dir != "":
 			opts = append(opts, keyed.Dir(dir))
 		}
 		if o.atLeastOnce {

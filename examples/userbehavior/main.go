@@ -131,7 +131,7 @@ func parseFlags(args []string) (options, error) {
 	flag.BoolVar(&o.keyBy, "keyby", false, "key by the uuid extracted from the event (xxhash key groups, shuffled) instead of by the record key (key group = partition)")
 	flag.BoolVar(&o.crash, "crash", true, "crash the job part-way (after a checkpoint's commit) and recover; with -processes, SIGKILL one process and start it again")
 	flag.DurationVar(&o.interval, "interval", time.Second, "checkpoint interval")
-	flag.StringVar(&o.dir, "checkpoints", "", "checkpoint directory (default: a temporary one on fresh topics, else keyed.DefaultDir of the job's name); shared by every process of the job")
+	flag.StringVar(&o.dir, "checkpoints", "", "checkpoint directory, or a bucket URL (file:///dir, mem://; s3://, gs://, azblob:// with their gocloud.dev drivers linked in) holding them under the job's name (default: a temporary directory on fresh topics, else keyed.DefaultDir of the job's name); shared by every process of the job")
 	flag.BoolVar(&o.reset, "reset", false, "forget the job's checkpoints and Kafka commit record first, so that -phase process starts over")
 	flag.BoolVar(&o.quiet, "quiet", false, "print only the final summary, as key=value pairs")
 	flag.BoolVar(&o.atLeastOnce, "at-least-once", false, "at-least-once checkpoints and output (written at once, offsets committed after): duplicates allowed, nothing lost")

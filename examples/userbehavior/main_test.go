@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -80,14 +81,29 @@ func TestRunProcesses(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
+		// On kfake the processes share a bucket (gocloud's fileblob: a
+		// directory seen as object storage), on the real broker a
+		// directory.
+		dir := t.TempDir()
+		ckpt := dir
+		if c.Name == "kfake" {
+			ckpt = "file://" + dir
+		}
 		o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: 60_000, users: 5_000, partitions: 12, seed: 7,
-			phase: "all", crash: true, processes: 3, session: 6 * time.Second, interval: 500 * time.Millisecond, quiet: true, dir: t.TempDir()}
+			phase: "all", crash: true, processes: 3, session: 6 * time.Second, interval: 500 * time.Millisecond, quiet: true, dir: ckpt}
 		var out bytes.Buffer
 		o.stdout = &out
 		require.NoError(t, run(ctx, o))
 		t.Log(strings.TrimSpace(out.String()))
 		require.Contains(t, out.String(), "events_in=60000 results_out=60000 duplicates=0 order_violations=0 wrong_counts=0 missing=0")
 		require.Contains(t, out.String(), "processes=3 processes_killed=1")
+		metas, err := filepath.Glob(filepath.Join(dir, "*", "ckpt-*.meta"))
+		require.NoError(t, err)
+		if c.Name == "kfake" {
+			require.NotEmpty(t, metas, "checkpoints in the bucket, under the job's name")
+		} else {
+			require.Empty(t, metas)
+		}
 	})
 }
 
