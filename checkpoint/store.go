@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Store is checkpoint storage shaped like an object store: put an immutable
@@ -668,4 +669,99 @@ func PutMetadata(s Objects, m *Metadata) error {
 		return err
 	}
 	return s.Put(MetaName(m.Run, m.ID), b)
+}
+
+// RetainOthers is retention of other runs on storage several processes
+// share (a job on several processes): it deletes every checkpoint of a run
+// other than run that no record in named names and whose metadata was
+// written before before, and the state files a crash left without
+// metadata in a run that has since written a later checkpoint before
+// before. It returns what it deleted, each checkpoint's metadata first.
+//
+// Soundness rests on the transaction timeout: a record names a checkpoint
+// only once the transaction that commits it commits, and that transaction
+// was open when the checkpoint's metadata was written and ends within the
+// transaction timeout. So with named read just before, and before earlier
+// than now by more than the transaction timeout and the commit timeout (and
+// a margin for the clocks of the processes that wrote the metadata), no
+// checkpoint deleted here can still be named. Metadata that does not
+// decode is left alone (its age is unknown), as are leftover state files
+// of a run with no later dated checkpoint.
+func RetainOthers(o Objects, named []CheckpointRef, run string, before time.Time) ([]CheckpointRef, error) {
+	names, err := o.List(namePrefix)
+	if err != nil {
+		return nil, err
+	}
+	isNamed := map[CheckpointRef]bool{}
+	for _, ref := range named {
+		isNamed[ref] = true
+	}
+	type ckpt struct {
+		meta  string
+		files []string
+	}
+	all := map[CheckpointRef]*ckpt{}
+	for _, name := range names {
+		n, ok := ParseName(name)
+		if !ok || (n.Kind != KindMeta && n.Kind != KindState) || n.Run == run {
+			continue
+		}
+		ref := CheckpointRef{Run: n.Run, ID: n.ID}
+		c := all[ref]
+		if c == nil {
+			c = &ckpt{}
+			all[ref] = c
+		}
+		if n.Kind == KindMeta {
+			c.meta = name
+		} else {
+			c.files = append(c.files, name)
+		}
+	}
+	// old[r] is the largest id of run r whose metadata was written before
+	// before; doomed are the dated, unnamed checkpoints.
+	old := map[string]uint64{}
+	var doomed []CheckpointRef
+	for ref, c := range all {
+		if c.meta == "" {
+			continue
+		}
+		b, err := o.Get(c.meta)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // deleted meanwhile, by another process's retention
+			}
+			return nil, err
+		}
+		m, err := DecodeMetadata(c.meta, b)
+		if err != nil || !m.Created.Before(before) {
+			continue
+		}
+		if id, ok := old[ref.Run]; !ok || ref.ID > id {
+			old[ref.Run] = ref.ID
+		}
+		if !isNamed[ref] {
+			doomed = append(doomed, ref)
+		}
+	}
+	for ref, c := range all {
+		if id, ok := old[ref.Run]; ok && c.meta == "" && ref.ID < id {
+			doomed = append(doomed, ref) // a crash's leftover, long superseded
+		}
+	}
+	slices.SortFunc(doomed, CheckpointRef.compare)
+	for _, ref := range doomed {
+		c := all[ref]
+		if c.meta != "" {
+			if err := o.Delete(c.meta); err != nil {
+				return nil, err
+			}
+		}
+		for _, f := range c.files {
+			if err := o.Delete(f); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return doomed, nil
 }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -768,4 +769,52 @@ func TestRetainNamed(t *testing.T) {
 		_, _, err := ReadCheckpoint(s, r.Run, r.ID)
 		require.NoError(t, err, "%s readable", r)
 	}
+}
+
+// TestRetainOthers: on shared storage, other runs' checkpoints go once no
+// record names them and they are older than the cutoff; named ones, young
+// ones, the current run's, undatable ones and leftovers with no later
+// dated checkpoint stay.
+func TestRetainOthers(t *testing.T) {
+	s := openMem(t, NewMemFS())
+	now := time.Now()
+	old, young := now.Add(-time.Hour), now
+	write := func(run string, id uint64, created time.Time) {
+		m := testMeta(run, id)
+		m.Created = created
+		require.NoError(t, WriteCheckpoint(s, m, testFiles(run, id, 2)))
+	}
+	write("dead", 1, old)
+	write("dead", 3, old) // named
+	write("dead", 4, old)
+	write("beef", 7, young)
+	write("beef", 6, old)
+	write("5e1f", 2, old)
+	for _, name := range []string{StateFileName("dead", 2, "count", 0), StateFileName("dead", 9, "count", 0), StateFileName("beef", 5, "count", 0)} {
+		require.NoError(t, s.Put(name, []byte("leftover")))
+	}
+	require.NoError(t, s.Put(MetaName("bad", 1), []byte("not metadata")))
+	named := []CheckpointRef{{"dead", 3}, {"beef", 7}}
+
+	deleted, err := RetainOthers(s, named, "5e1f", now.Add(-time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, []CheckpointRef{{"dead", 1}, {"dead", 2}, {"dead", 4}, {"beef", 5}, {"beef", 6}}, deleted)
+	refs, err := ListCheckpoints(s)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []CheckpointRef{{"bad", 1}, {"5e1f", 2}, {"dead", 3}, {"beef", 7}}, refs)
+	names, err := s.List("")
+	require.NoError(t, err)
+	for _, n := range names {
+		p, _ := ParseName(n)
+		ref := CheckpointRef{Run: p.Run, ID: p.ID}
+		require.NotContains(t, deleted, ref, "%s was left behind", n)
+	}
+	require.Contains(t, names, StateFileName("dead", 9, "count", 0), "a leftover newer than every dated checkpoint of its run stays")
+	_, _, err = ReadCheckpoint(s, "dead", 3)
+	require.NoError(t, err, "the named checkpoint is whole")
+
+	// Nothing is old enough: nothing goes.
+	deleted, err = RetainOthers(s, nil, "5e1f", old.Add(-time.Minute))
+	require.NoError(t, err)
+	require.Empty(t, deleted)
 }
