@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
@@ -107,6 +108,10 @@ type run struct {
 	assigned   map[string][]int32
 	changed    <-chan struct{}
 	reassigned bool
+	// lastSweep is when retention of other runs last ran (sweep, unix
+	// nanoseconds); sweeping is set while a sweepLater goroutine runs.
+	lastSweep atomic.Int64
+	sweeping  atomic.Bool
 }
 
 // errReassigned ends a run whose partitions are about to change; Run
@@ -671,6 +676,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					if err := retainRun(r.store, ref, retained); err != nil {
 						r.log.Warn("keyed: retention", "err", err)
 					}
+					r.sweepLater(rctx)
 					delete(pending, e.ID)
 					break
 				}

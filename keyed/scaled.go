@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/kordproject/kord/checkpoint"
 )
@@ -32,6 +34,9 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 	if err != nil {
 		return nil, fmt.Errorf("keyed: job %s: reading the sink's commit records: %w", j.name, err)
 	}
+	// With every partition's record just read: other runs' checkpoints
+	// that nothing names any more go (the named ones are restored below).
+	r.sweep(rec)
 	rs := &restoreState{positions: map[string]map[int32]int64{}, fresh: true}
 	own := map[string]map[int32]bool{}
 	for topic, ps := range r.assigned {
@@ -191,4 +196,68 @@ func retainRun(s checkpoint.Objects, committed checkpoint.CheckpointRef, keep in
 		}
 	}
 	return nil
+}
+
+// sweepMargin allows for the clocks of the process that wrote a
+// checkpoint's metadata and the one that judges its age.
+const sweepMargin = time.Minute
+
+// sweepAge is how old another run's checkpoint must be before retention
+// may delete it when no record names it: older than its commit can take
+// (checkpoint.RetainOthers).
+func (j *Job) sweepAge() time.Duration {
+	if d := testSweepAge.Load(); d >= 0 {
+		return time.Duration(d)
+	}
+	return j.cfg.Checkpoint.TransactionTimeout() + j.commitTimeout() + sweepMargin
+}
+
+// testSweepAge, when not negative, replaces sweepAge (tests only).
+var testSweepAge = func() *atomic.Int64 { var a atomic.Int64; a.Store(-1); return &a }()
+
+// sweep is retention of other runs on the storage the processes share:
+// earlier runs of this process and runs of processes since dead or moved
+// on. It deletes their checkpoints that no partition's record in rec names
+// and that are older than sweepAge (checkpoint.RetainOthers); rec must have
+// been read just before. This run's checkpoints are retainRun's.
+func (r *run) sweep(rec *Recorded) {
+	var named []checkpoint.CheckpointRef
+	if rec != nil {
+		for _, p := range rec.Parts {
+			named = append(named, p.Ref)
+		}
+	}
+	now := time.Now()
+	r.lastSweep.Store(now.UnixNano())
+	deleted, err := checkpoint.RetainOthers(r.store, named, r.runID, now.Add(-r.j.sweepAge()))
+	if err != nil {
+		r.log.Warn("keyed: retention of other runs' checkpoints", "err", err)
+		return
+	}
+	if len(deleted) > 0 {
+		r.log.Info("keyed: retention deleted other runs' checkpoints no record names", "checkpoints", deleted)
+	}
+}
+
+// sweepLater starts a sweep in the background, with every partition's
+// record read first, once sweepAge has passed since the last: a run can
+// last long, and a process that died meanwhile left its checkpoints.
+func (r *run) sweepLater(ctx context.Context) {
+	if time.Since(time.Unix(0, r.lastSweep.Load())) < r.j.sweepAge() || r.sweeping.Swap(true) {
+		return
+	}
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		defer r.sweeping.Store(false)
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		rec, err := r.j.sink.recorded(ctx)
+		if err != nil {
+			r.lastSweep.Store(time.Now().UnixNano())
+			r.log.Warn("keyed: retention of other runs' checkpoints: reading the sink's commit records", "err", err)
+			return
+		}
+		r.sweep(rec)
+	}()
 }

@@ -1,0 +1,141 @@
+package keyed_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/keyed"
+)
+
+// memberSink is a MemorySink that runs its job as one of several processes
+// (keyed.Membership) holding every partition, with a record per partition
+// as a Kafka commit group keeps them.
+type memberSink struct {
+	*keyed.MemorySink[result]
+	topic string
+	parts int32
+	mu    sync.Mutex
+	recs  map[int32]keyed.PartitionRecord
+}
+
+func newMemberSink(topic string, parts int) *memberSink {
+	return &memberSink{MemorySink: keyed.NewMemorySink[result](), topic: topic, parts: int32(parts), recs: map[int32]keyed.PartitionRecord{}}
+}
+
+func (s *memberSink) Scaled() bool { return true }
+
+func (s *memberSink) Assignment(context.Context) (map[string][]int32, <-chan struct{}, error) {
+	var ps []int32
+	for p := range s.parts {
+		ps = append(ps, p)
+	}
+	return map[string][]int32{s.topic: ps}, make(chan struct{}), nil
+}
+
+func (s *memberSink) Released() {}
+
+func (s *memberSink) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error {
+	if err := s.MemorySink.Commit(ctx, ref, offsets); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range offsets {
+		s.recs[o.Partition] = keyed.PartitionRecord{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Ref: ref}
+	}
+	return nil
+}
+
+func (s *memberSink) Recorded(context.Context) (*keyed.Recorded, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.recs) == 0 {
+		return nil, nil
+	}
+	rec := &keyed.Recorded{Where: "member sink"}
+	for p := range s.parts {
+		if r, ok := s.recs[p]; ok {
+			rec.Parts = append(rec.Parts, r)
+		}
+	}
+	return rec, nil
+}
+
+func (s *memberSink) named() map[checkpoint.CheckpointRef]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	named := map[checkpoint.CheckpointRef]bool{}
+	for _, r := range s.recs {
+		named[r.Ref] = true
+	}
+	return named
+}
+
+// TestSweepOtherRuns: a job on shared storage, as one of several
+// processes, crashes twice, leaving two earlier runs' checkpoints behind.
+// With retention's age at zero, the runs after them delete every earlier
+// run's checkpoint that no partition's record names; with the default age
+// (longer than the transaction timeout) none goes. The output stays
+// exactly-once either way.
+func TestSweepOtherRuns(t *testing.T) {
+	for _, sweep := range []bool{true, false} {
+		t.Run(map[bool]string{true: "age 0", false: "default age"}[sweep], func(t *testing.T) {
+			if sweep {
+				defer keyed.SetSweepAge(0)()
+			}
+			src, want := input(5, 4, 40, 30_000)
+			sink := newMemberSink("events", 4)
+			mem := checkpoint.NewMemFS()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			runs := map[string]bool{}
+			for incarnation := 0; ; incarnation++ {
+				require.Less(t, incarnation, 5)
+				rctx := ctx
+				if incarnation < 2 {
+					rctx = failpoint.WithHook(ctx, crashAt(failpoint.AfterCommit, 3))
+				}
+				j := keyed.NewJob("users", keyed.FS(mem), keyed.Dir("/shared"), keyed.CheckpointInterval(2*time.Millisecond), keyed.BatchSize(16))
+				s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
+				out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
+				keyed.ToSink(out, "results", keyed.Sink[result](sink))
+				err := j.Run(rctx)
+				st, oerr := checkpoint.OpenSharedStore(mem, "/shared")
+				require.NoError(t, oerr)
+				refs, lerr := checkpoint.ListCheckpoints(st)
+				require.NoError(t, lerr)
+				for _, r := range refs {
+					runs[r.Run] = true
+				}
+				if errors.Is(err, failpoint.ErrCrashed) {
+					continue
+				}
+				require.NoError(t, err)
+				named := sink.named()
+				var others []checkpoint.CheckpointRef
+				last := refs[len(refs)-1].Run
+				for _, r := range refs {
+					if r.Run != last && !named[r] {
+						others = append(others, r)
+					}
+				}
+				t.Logf("runs seen: %d; checkpoints left: %v; named: %v", len(runs), refs, named)
+				require.GreaterOrEqual(t, len(runs), 3, "two crashed runs and the last")
+				if sweep {
+					require.Empty(t, others, "earlier runs' checkpoints no record names are deleted")
+				} else {
+					require.NotEmpty(t, others, "young checkpoints of earlier runs stay")
+				}
+				break
+			}
+			checkOutput(t, sink.Committed(), want)
+		})
+	}
+}
