@@ -16,6 +16,7 @@ import (
 //	                                                           (EncodeKeyGroups), or one key group or
 //	                                                           instance (EncodeKeyGroup)
 //	COMMITTED                                              the local committed marker
+//	JOB                                                    the job whose checkpoints these are (ClaimJob)
 //	LOCK                                                   the directory lock
 //
 // The zero-padded id makes a lexical listing sort by checkpoint id within a
@@ -26,6 +27,9 @@ const (
 	CommittedName = "COMMITTED"
 	// LockName is the name of the lock file that OpenStore holds.
 	LockName = "LOCK"
+	// JobName is the name of the object naming the job that owns shared
+	// storage (ClaimJob).
+	JobName = "JOB"
 
 	namePrefix  = "ckpt-"
 	metaSuffix  = ".meta"

@@ -1,5 +1,11 @@
 package checkpoint
 
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+)
+
 // Objects is checkpoint storage shaped as immutable objects: put once, get,
 // list by prefix, delete. It is the shape several processes of one job can
 // share (a shared directory, object storage), since no object is ever
@@ -57,4 +63,29 @@ func containsSep(s string) bool {
 		}
 	}
 	return false
+}
+
+// ClaimJob makes o the storage of job: the first job to claim it writes
+// its name in the JOB object, and a different job's claim is refused with
+// an error naming both. Storage several processes share has no lock, and
+// retention of other runs (RetainOthers) takes every run it finds for the
+// job's own: two jobs on one storage would delete each other's
+// checkpoints.
+func ClaimJob(o Objects, job string) error {
+	err := o.Put(JobName, []byte(job))
+	if err == nil || !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	b, err := o.Get(JobName)
+	if err != nil {
+		return err
+	}
+	if string(b) != job {
+		where := JobName
+		if st, ok := o.(Storage); ok {
+			where = st.Where(JobName)
+		}
+		return fmt.Errorf("checkpoint: the storage holds the checkpoints of job %q (%s), not of job %q: give each job its own checkpoint directory or prefix", b, where, job)
+	}
+	return nil
 }

@@ -98,3 +98,16 @@ func TestSharedStoreConformance(t *testing.T) {
 		require.Equal(t, []string{"a"}, names, "no temp name survives")
 	})
 }
+
+// TestClaimJob: the first job's claim holds; the same job claims again;
+// another job is refused with both names.
+func TestClaimJob(t *testing.T) {
+	s, err := checkpoint.OpenSharedStore(checkpoint.NewMemFS(), "/shared")
+	require.NoError(t, err)
+	require.NoError(t, checkpoint.ClaimJob(s, "counts"))
+	require.NoError(t, checkpoint.ClaimJob(s, "counts"))
+	err = checkpoint.ClaimJob(s, "other")
+	require.ErrorContains(t, err, `job "counts"`)
+	require.ErrorContains(t, err, `not of job "other"`)
+	require.ErrorContains(t, err, "/shared/JOB")
+}

@@ -322,20 +322,31 @@ func (j *Job) Forget(ctx context.Context) error {
 // given (CheckpointStorage), as is; else the directory, locked by one
 // process, or shared unlocked by several (a Membership).
 func (j *Job) openStorage() (checkpoint.Storage, func(), error) {
+	var st checkpoint.Storage
+	closeStore := func() {}
 	if j.cfg.Storage != nil {
-		return j.cfg.Storage, func() {}, nil
+		st = j.cfg.Storage
+	} else {
+		open := checkpoint.OpenStore
+		if j.membership() != nil {
+			// Several processes share the directory: each writes its own
+			// runs' objects, and none holds the lock.
+			open = checkpoint.OpenSharedStore
+		}
+		store, err := open(j.cfg.FS, j.cfg.Dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		st, closeStore = store, func() { _ = store.Close() }
 	}
-	open := checkpoint.OpenStore
-	if j.membership() != nil {
-		// Several processes share the directory: each writes its own
-		// runs' objects, and none holds the lock.
-		open = checkpoint.OpenSharedStore
+	if j.membership() != nil || j.cfg.Storage != nil {
+		// No lock keeps another job out: the job's name does.
+		if err := checkpoint.ClaimJob(st, j.name); err != nil {
+			closeStore()
+			return nil, nil, Permanent(fmt.Errorf("keyed: job %s: %w", j.name, err))
+		}
 	}
-	store, err := open(j.cfg.FS, j.cfg.Dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	return store, func() { _ = store.Close() }, nil
+	return st, closeStore, nil
 }
 
 // storageName names where the job keeps its checkpoints, for logs.
