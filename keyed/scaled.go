@@ -118,7 +118,7 @@ func (rs *restoreState) restoreScaled(b *Backend) error {
 // checkScaled refuses a job that cannot run on several processes yet.
 func (o *opOf[T, O]) checkScaled(j *Job) error {
 	if !o.in.byPartition {
-		return fmt.Errorf("keyed: job %s: on several processes the key group must be the partition (ByPartition): keying by a field across processes needs a repartition topic, not built yet", j.name)
+		return fmt.Errorf("keyed: job %s: on several processes the key group must be the partition (ByPartition): to key by a field, put a repartition stage before the job (kafkaio.NewRepartition), which exchanges records between processes through a repartition topic", j.name)
 	}
 	for _, s := range o.in.srcs {
 		if _, ok := s.src.(OperatorState); ok {

@@ -1,0 +1,162 @@
+package kafkaio
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/keyed"
+)
+
+// Keying by a field on several processes (DESIGN.md, "Several processes"):
+// Kafka Streams' shape. A job on one process shuffles records to the task
+// that owns their key group through in-process channels. Processes have no
+// channels between them, so a job on several processes keys by a field in
+// two stages, two jobs in each process:
+//
+//  1. the repartition stage reads the input partitions assigned to the
+//     process and writes every record, keyed by the field, to the
+//     repartition topic kord.<job>.<stage>.repartition, placed by kord's
+//     Java-exact partitioner (murmur2 of the key), in the same
+//     transaction as the input offsets it consumed;
+//  2. the job proper reads the repartition topic by partition
+//     (keyed.ByPartition: the key group is the partition), so each key's
+//     records and state live in one partition, which moves between
+//     processes with its state like any input partition.
+//
+// Each stage is exactly-once on its own (its own transactional producer,
+// kord.<stage job>.<instance>, and commit group), and the second reads
+// the first's output read_committed, so the pair is exactly-once.
+
+// RepartitionTopic is the repartition topic of stage of job:
+// kord.<job>.<stage>.repartition (Kafka Streams names its own
+// <application.id>-<name>-repartition).
+func RepartitionTopic(job, stage string) string { return "kord." + job + "." + stage + ".repartition" }
+
+// Repartition is the repartition stage of a job keyed by a field on
+// several processes: a job of its own (Job), named <job>.<stage>, that
+// reads the input and writes the repartition topic (Topic), which the job
+// proper reads (Source) by partition. Run both in every process with
+// keyed.RunAll.
+type Repartition[T any] struct {
+	c          *Client
+	job        *keyed.Job
+	topic      string
+	input      *Source[T]
+	partitions int32
+}
+
+type repartitionConfig struct {
+	partitions  int32
+	parallelism int
+	jobOpts     []keyed.Opt
+	sinkOpts    []SinkOpt
+}
+
+// RepartitionOpt configures a Repartition.
+type RepartitionOpt func(*repartitionConfig)
+
+// RepartitionPartitions sets the repartition topic's partition count, that
+// is the job proper's number of key groups, fixed for the job's life.
+// Default: the input topic's (Kafka Streams: the largest of the source
+// topics').
+func RepartitionPartitions(n int32) RepartitionOpt {
+	return func(c *repartitionConfig) { c.partitions = n }
+}
+
+// RepartitionParallelism sets how many tasks read the input and write the
+// repartition topic in each process. Default 2.
+func RepartitionParallelism(n int) RepartitionOpt {
+	return func(c *repartitionConfig) { c.parallelism = n }
+}
+
+// RepartitionJob adds options of the repartition stage's job: its
+// checkpoint interval, logger and, required on several processes, its own
+// checkpoint storage (keyed.Dir, keyed.CheckpointStorage): not the job
+// proper's, which holds another job's checkpoints (checkpoint.ClaimJob
+// refuses the mix-up).
+func RepartitionJob(opts ...keyed.Opt) RepartitionOpt {
+	return func(c *repartitionConfig) { c.jobOpts = append(c.jobOpts, opts...) }
+}
+
+// RepartitionSink adds options of the sink that writes the repartition
+// topic: Instance and MemberSet, as the job proper's sink has them.
+func RepartitionSink(opts ...SinkOpt) RepartitionOpt {
+	return func(c *repartitionConfig) { c.sinkOpts = append(c.sinkOpts, opts...) }
+}
+
+// NewRepartition declares the repartition stage named stage of job: it
+// reads input, and writes each record v to the repartition topic with key
+// key(v) and value encode(v). The job proper reads it back with Source
+// and a decoder of what encode wrote.
+func NewRepartition[T any](c *Client, job, stage string, input *Source[T], key func(T) []byte, encode func(T) ([]byte, error), opts ...RepartitionOpt) *Repartition[T] {
+	cfg := repartitionConfig{parallelism: 2}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r := &Repartition[T]{c: c, topic: RepartitionTopic(job, stage), input: input, partitions: cfg.partitions}
+	r.job = keyed.NewJob(job+"."+stage, cfg.jobOpts...)
+	sink := NewSink(c, r.topic, func(v T) ([]byte, []byte, error) {
+		b, err := encode(v)
+		return key(v), b, err
+	}, cfg.sinkOpts...)
+	s := keyed.FromSource(r.job, "input", cfg.parallelism, keyed.Source[T](input))
+	out := keyed.Process(keyed.ByPartition(s), "repartition", cfg.parallelism, func() keyed.Operator[T, T] { return forward[T]{} })
+	keyed.ToSink(out, "repartition-topic", keyed.Sink[T](sink))
+	return r
+}
+
+// forward passes every record on unchanged: the repartition stage keeps no
+// state.
+type forward[T any] struct{}
+
+func (forward[T]) Open(*keyed.Backend) error { return nil }
+
+func (forward[T]) Process(_ []byte, v T, out *keyed.Collector[T]) error {
+	out.Emit(v)
+	return nil
+}
+
+// Job is the repartition stage's job.
+func (r *Repartition[T]) Job() *keyed.Job { return r.job }
+
+// Topic is the repartition topic.
+func (r *Repartition[T]) Topic() string { return r.topic }
+
+// Source returns a source of the repartition topic for the job proper
+// (read with keyed.ByPartition), decoding values with decode.
+func (r *Repartition[T]) Source(decode consumer.Deserializer[T], opts ...SourceOpt) *Source[T] {
+	return NewSource(r.c, r.topic, decode, opts...)
+}
+
+// CreateTopic creates the repartition topic if it does not exist, with
+// RepartitionPartitions partitions (default: the input topic's), and
+// checks an existing one's partition count: it is the job proper's key
+// group count, which cannot change under its state.
+func (r *Repartition[T]) CreateTopic(ctx context.Context) error {
+	c, err := r.c.consumer(nil, nil)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	want := r.partitions
+	if want <= 0 {
+		in, err := c.Partitions(ctx, r.input.Topic())
+		if err != nil {
+			return fmt.Errorf("kafkaio: repartition topic %s: partitions of the input %s: %w", r.topic, r.input.Topic(), err)
+		}
+		want = int32(len(in))
+	}
+	if _, err := c.CreateTopic(ctx, r.topic, want, nil); err != nil {
+		return fmt.Errorf("kafkaio: repartition topic: %w", err)
+	}
+	have, err := c.Partitions(ctx, r.topic)
+	if err != nil {
+		return fmt.Errorf("kafkaio: repartition topic %s: %w", r.topic, err)
+	}
+	if int32(len(have)) != want {
+		return fmt.Errorf("kafkaio: repartition topic %s has %d partitions, want %d: its partitions are the job's key groups, which cannot change under its state (start the job afresh under another name, or set RepartitionPartitions(%d))",
+			r.topic, len(have), want, len(have))
+	}
+	return nil
+}
