@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -71,6 +72,10 @@ func (c *userCounter) Process(_ []byte, e Event, out *keyed.Collector[Result]) e
 	return nil
 }
 
+// repartitionStage names the repartition stage of -keyby on several
+// processes: its topic is kord.<job>.by-uuid.repartition.
+const repartitionStage = "by-uuid"
+
 // process runs the keyed job until every event's result is committed,
 // crashing it once part-way when o.crash is set.
 func process(ctx context.Context, o options, sum *summary) error {
@@ -124,23 +129,45 @@ func process(ctx context.Context, o options, sum *summary) error {
 		}
 	}
 	client := o.client
-	build := func() *keyed.Job {
-		opts := []keyed.Opt{keyed.CheckpointInterval(o.interval), keyed.RestartStrategy(keyed.FixedDelay(3, time.Second))}
+	// storage is where a job keeps its checkpoints: sub names the
+	// repartition stage's, beside the job proper's.
+	storage := func(sub string) []keyed.Opt {
 		switch {
 		case bucket != nil:
-			opts = append(opts, keyed.CheckpointStorage(blobstore.New(bucket, name+"/")))
+			return []keyed.Opt{keyed.CheckpointStorage(blobstore.New(bucket, name+sub+"/"))}
+		case dir != "" && sub != "":
+			return []keyed.Opt{keyed.Dir(filepath.Join(dir, strings.TrimPrefix(sub, ".")))}
 		case dir != "":
-			opts = append(opts, keyed.Dir(dir))
+			return []keyed.Opt{keyed.Dir(dir)}
 		}
+		return nil
+	}
+	// build declares the job: one keyed.Job, or on several processes with
+	// -keyby two, the repartition stage and the job proper (run together).
+	build := func() ([]*keyed.Job, *kafkaio.Repartition[Event]) {
+		opts := []keyed.Opt{keyed.CheckpointInterval(o.interval), keyed.RestartStrategy(keyed.FixedDelay(3, time.Second))}
 		if o.atLeastOnce {
 			opts = append(opts, keyed.AtLeastOnce())
 		}
-		j := keyed.NewJob(name, opts...)
 		src := kafkaio.NewSource(client, o.topic, consumer.JSONValue[Event]())
 		var sinkOpts []kafkaio.SinkOpt
 		if o.instance != "" {
 			sinkOpts = append(sinkOpts, kafkaio.Instance(o.instance), kafkaio.MemberSet("session.timeout.ms", strconv.FormatInt(o.session.Milliseconds(), 10)))
 		}
+		var jobs []*keyed.Job
+		var rep *kafkaio.Repartition[Event]
+		if o.keyBy && o.instance != "" {
+			// Processes have no channels between them: the records go
+			// through a repartition topic keyed by uuid, which the job
+			// proper reads by partition.
+			rep = kafkaio.NewRepartition(client, name, repartitionStage, src,
+				func(e Event) []byte { return []byte(e.UUID) }, func(e Event) ([]byte, error) { return json.Marshal(e) },
+				kafkaio.RepartitionJob(append(append([]keyed.Opt(nil), opts...), storage("."+repartitionStage)...)...),
+				kafkaio.RepartitionSink(sinkOpts...))
+			jobs = append(jobs, rep.Job())
+			src = rep.Source(consumer.JSONValue[Event]())
+		}
+		j := keyed.NewJob(name, append(opts, storage("")...)...)
 		sink := kafkaio.NewSink(client, o.output, func(r Result) ([]byte, []byte, error) {
 			b, err := json.Marshal(r)
 			return []byte(r.UUID), b, err
@@ -148,17 +175,25 @@ func process(ctx context.Context, o options, sum *summary) error {
 		s := keyed.FromSource(j, "events", 2, keyed.Source[Event](src))
 		newOp := func() keyed.Operator[Event, Result] { return &userCounter{atLeastOnce: o.atLeastOnce} }
 		var out *keyed.Output[Result]
-		if o.keyBy {
+		if o.keyBy && o.instance == "" {
 			out = keyed.Process(keyed.KeyByString(func(e Event) string { return e.UUID }, s), "count", 2, newOp)
 		} else {
 			out = keyed.Process(keyed.ByPartition(s), "count", 2, newOp)
 		}
 		keyed.ToSink(out, "results", keyed.Sink[Result](sink))
-		return j
+		return append(jobs, j), rep
+	}
+	jobs, rep := build()
+	if rep != nil {
+		if err := rep.CreateTopic(ctx); err != nil {
+			return err
+		}
 	}
 	if o.reset {
-		if err := build().Forget(ctx); err != nil {
-			return err
+		for _, j := range jobs {
+			if err := j.Forget(ctx); err != nil {
+				return err
+			}
 		}
 		o.say("job %s forgotten: it starts over from the beginning of %s\n", name, o.topic)
 	}
@@ -177,7 +212,8 @@ func process(ctx context.Context, o options, sum *summary) error {
 	crash := o.crash && o.instance == ""
 	start := time.Now()
 	for {
-		err := build().Run(failpoint.WithHook(runCtx, hook(crash)))
+		jobs, _ := build()
+		err := keyed.RunAll(failpoint.WithHook(runCtx, hook(crash)), jobs...)
 		if errors.Is(err, failpoint.ErrCrashed) {
 			o.say("\njob crashed on purpose (%v); restarting from the checkpoint Kafka recorded\n", err)
 			crash = false

@@ -128,7 +128,7 @@ func parseFlags(args []string) (options, error) {
 	flag.StringVar(&o.topic, "input", "", "input topic (default: a fresh user-behavior.<time> topic)")
 	flag.StringVar(&o.output, "output", "", "output topic (default: <input>.counts)")
 	flag.StringVar(&o.phase, "phase", "all", "all, produce, process or verify")
-	flag.BoolVar(&o.keyBy, "keyby", false, "key by the uuid extracted from the event (xxhash key groups, shuffled) instead of by the record key (key group = partition)")
+	flag.BoolVar(&o.keyBy, "keyby", false, "key by the uuid extracted from the event instead of by the record key (key group = partition): xxhash key groups shuffled in process, or with -processes and -instance a repartition topic between the processes")
 	flag.BoolVar(&o.crash, "crash", true, "crash the job part-way (after a checkpoint's commit) and recover; with -processes, SIGKILL one process and start it again")
 	flag.DurationVar(&o.interval, "interval", time.Second, "checkpoint interval")
 	flag.StringVar(&o.dir, "checkpoints", "", "checkpoint directory, or a bucket URL (file:///dir, mem://; s3://, gs://, azblob:// with their gocloud.dev drivers linked in) holding them under the job's name (default: a temporary directory on fresh topics, else keyed.DefaultDir of the job's name); shared by every process of the job")
@@ -154,9 +154,6 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("-phase %q: want all, produce, process or verify", o.phase)
 	}
 	if o.processes > 0 || o.instance != "" {
-		if o.keyBy {
-			return errors.New("-processes and -instance key by partition: -keyby across processes needs a repartition topic, not built yet")
-		}
 		if o.atLeastOnce {
 			return errors.New("-processes and -instance run exactly-once only")
 		}

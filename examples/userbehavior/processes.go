@@ -38,6 +38,9 @@ func processes(ctx context.Context, o options, sum *summary) error {
 	if o.properties != "" {
 		args = append(args, "-properties", o.properties)
 	}
+	if o.keyBy {
+		args = append(args, "-keyby")
+	}
 	for _, x := range o.set {
 		args = append(args, "-X", x)
 	}
