@@ -590,28 +590,7 @@ func retain(o Objects, named []CheckpointRef, keep int, del func(string) error) 
 	if err != nil {
 		return false, err
 	}
-	type ckpt struct {
-		meta  string
-		files []string
-	}
-	all := map[CheckpointRef]*ckpt{}
-	for _, name := range names {
-		n, ok := ParseName(name)
-		if !ok || (n.Kind != KindMeta && n.Kind != KindState) {
-			continue
-		}
-		ref := CheckpointRef{Run: n.Run, ID: n.ID}
-		c := all[ref]
-		if c == nil {
-			c = &ckpt{}
-			all[ref] = c
-		}
-		if n.Kind == KindMeta {
-			c.meta = name
-		} else {
-			c.files = append(c.files, name)
-		}
-	}
+	all := checkpointObjects(names, "")
 	keepRef := map[CheckpointRef]bool{}
 	newest := named[0]
 	for _, ref := range named {
@@ -645,16 +624,8 @@ func retain(o Objects, named []CheckpointRef, keep int, del func(string) error) 
 	}
 	slices.SortFunc(doomed, CheckpointRef.compare)
 	for _, ref := range doomed {
-		c := all[ref]
-		if c.meta != "" {
-			if err := o.Delete(c.meta); err != nil {
-				return false, err
-			}
-		}
-		for _, f := range c.files {
-			if err := del(f); err != nil {
-				return false, err
-			}
+		if err := all[ref].delete(o.Delete, del); err != nil {
+			return false, err
 		}
 	}
 	return len(doomed) > 0, nil
@@ -696,28 +667,7 @@ func RetainOthers(o Objects, named []CheckpointRef, run string, before time.Time
 	for _, ref := range named {
 		isNamed[ref] = true
 	}
-	type ckpt struct {
-		meta  string
-		files []string
-	}
-	all := map[CheckpointRef]*ckpt{}
-	for _, name := range names {
-		n, ok := ParseName(name)
-		if !ok || (n.Kind != KindMeta && n.Kind != KindState) || n.Run == run {
-			continue
-		}
-		ref := CheckpointRef{Run: n.Run, ID: n.ID}
-		c := all[ref]
-		if c == nil {
-			c = &ckpt{}
-			all[ref] = c
-		}
-		if n.Kind == KindMeta {
-			c.meta = name
-		} else {
-			c.files = append(c.files, name)
-		}
-	}
+	all := checkpointObjects(names, run)
 	// old[r] is the largest id of run r whose metadata was written before
 	// before; doomed are the dated, unnamed checkpoints.
 	old := map[string]uint64{}
@@ -751,17 +701,57 @@ func RetainOthers(o Objects, named []CheckpointRef, run string, before time.Time
 	}
 	slices.SortFunc(doomed, CheckpointRef.compare)
 	for _, ref := range doomed {
-		c := all[ref]
-		if c.meta != "" {
-			if err := o.Delete(c.meta); err != nil {
-				return nil, err
-			}
-		}
-		for _, f := range c.files {
-			if err := o.Delete(f); err != nil {
-				return nil, err
-			}
+		if err := all[ref].delete(o.Delete, o.Delete); err != nil {
+			return nil, err
 		}
 	}
 	return doomed, nil
+}
+
+// ckptObjects are the objects of one checkpoint: its metadata ("" if none)
+// and its state files.
+type ckptObjects struct {
+	meta  string
+	files []string
+}
+
+// checkpointObjects groups names, the objects of a listing, by checkpoint,
+// leaving out other objects and the checkpoints of run skip.
+func checkpointObjects(names []string, skip string) map[CheckpointRef]*ckptObjects {
+	all := map[CheckpointRef]*ckptObjects{}
+	for _, name := range names {
+		n, ok := ParseName(name)
+		if !ok || (n.Kind != KindMeta && n.Kind != KindState) || (skip != "" && n.Run == skip) {
+			continue
+		}
+		ref := CheckpointRef{Run: n.Run, ID: n.ID}
+		c := all[ref]
+		if c == nil {
+			c = &ckptObjects{}
+			all[ref] = c
+		}
+		if n.Kind == KindMeta {
+			c.meta = name
+		} else {
+			c.files = append(c.files, name)
+		}
+	}
+	return all
+}
+
+// delete deletes the checkpoint's metadata first (delMeta), so that a
+// crash midway leaves files without metadata, which no restore takes, then
+// its files (delFile).
+func (c *ckptObjects) delete(delMeta, delFile func(string) error) error {
+	if c.meta != "" {
+		if err := delMeta(c.meta); err != nil {
+			return err
+		}
+	}
+	for _, f := range c.files {
+		if err := delFile(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }

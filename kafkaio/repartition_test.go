@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
 	"github.com/kordproject/kord/internal/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
@@ -52,15 +51,7 @@ func (f *fixture) startKeyedInstance(id string, log *syncbuf.Buffer, repartParts
 	out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
 	keyed.ToSink(out, "results", keyed.Sink[result](sink))
 	ij.j, ij.sink = j, sink
-	rctx, stop := context.WithCancel(context.Background())
-	ij.stop = stop
-	f.t.Cleanup(stop)
-	rctx = failpoint.WithHook(rctx, func(p string) error {
-		if p == failpoint.AfterCommit {
-			ij.commits.Add(1)
-		}
-		return nil
-	})
+	rctx := ij.runContext(f.t)
 	go func() { ij.done <- keyed.RunAll(rctx, r.Job(), j) }()
 	return ij
 }

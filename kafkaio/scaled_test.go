@@ -46,10 +46,19 @@ func (f *fixture) startInstance(id string, log *syncbuf.Buffer, session time.Dur
 		s.sinkOpts = append(s.sinkOpts, kafkaio.Instance(id), kafkaio.MemberSet("session.timeout.ms", strconv.FormatInt(session.Milliseconds(), 10)))
 		s.opts = append(s.opts, keyed.CheckpointTimeout(10*time.Second))
 	})
+	ctx := ij.runContext(f.t)
+	go func() { ij.done <- ij.j.Run(ctx) }()
+	return ij
+}
+
+// runContext returns the context an instance runs with: stopped by
+// ij.stop (or when t ends), its hook counting the instance's commits and
+// making them slow while ij.slow is set.
+func (ij *instanceJob) runContext(t *testing.T) context.Context {
 	ctx, stop := context.WithCancel(context.Background())
 	ij.stop = stop
-	f.t.Cleanup(stop)
-	ctx = failpoint.WithHook(ctx, func(p string) error {
+	t.Cleanup(stop)
+	return failpoint.WithHook(ctx, func(p string) error {
 		if p == failpoint.AfterCommit {
 			ij.commits.Add(1)
 		}
@@ -58,8 +67,6 @@ func (f *fixture) startInstance(id string, log *syncbuf.Buffer, session time.Dur
 		}
 		return nil
 	})
-	go func() { ij.done <- ij.j.Run(ctx) }()
-	return ij
 }
 
 // end stops the instance gracefully (a final checkpoint) and closes its
