@@ -176,33 +176,16 @@ func TestScaledKill(t *testing.T) {
 	f.fill(2000)
 	prodErr := f.produceInBackground(8000, 400, 3*time.Minute)
 	const session = 6 * time.Second
-	ids := []string{"p0", "p1", "p2"}
-	kids := map[string]*crashtest.Child{}
-	for _, id := range ids {
-		kids[id] = f.startChild(id, session)
-	}
-	logs := func() string {
-		var b strings.Builder
-		for _, id := range ids {
-			fmt.Fprintf(&b, "--- %s stderr:\n%s", id, kids[id].Stderr)
-		}
-		return b.String()
-	}
-	require.Eventually(t, func() bool {
-		for _, id := range ids {
-			if strings.Count(kids[id].Stdout.String(), "committed") < 2 {
-				return false
-			}
-		}
-		return true
-	}, 2*time.Minute, 20*time.Millisecond, "every process commits\n%s", logs)
+	ps := f.procs(session)
+	ps.start("p0", "p1", "p2")
+	ps.waitCommits(2, "every process commits")
+	logs := ps.logs
 
 	// p1 dies holding an open transaction over its partitions, with
 	// records in it: one of its output partitions has a last stable offset
 	// below its high watermark (right after a commit its transaction is
 	// empty, and holds no reader back).
-	victim := kids["p1"]
-	owned := lastAssigned(victim.Stderr.String())
+	owned := lastAssigned(ps.get("p1").Stderr.String())
 	require.NotEmpty(t, owned, "p1's assignment\n%s", logs())
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -220,9 +203,7 @@ func TestScaledKill(t *testing.T) {
 		return false
 	}, time.Minute, 20*time.Millisecond, "p1 writes in a transaction\n%s", logs)
 	killed := time.Now()
-	require.NoError(t, victim.Cmd.Process.Signal(syscall.SIGKILL))
-	signaled, _ := victim.Wait(time.Minute, true)
-	require.True(t, signaled)
+	ps.kill("p1")
 	t.Logf("SIGKILLed p1, which owned partitions %v", owned)
 	// The stall of read_committed readers: until every output partition's
 	// last stable offset passes its high watermark at the kill (the dead
@@ -253,19 +234,12 @@ func TestScaledKill(t *testing.T) {
 
 	require.NoError(t, <-prodErr)
 	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
-	resumed := resumeTime(t, []string{kids["p0"].Stderr.String(), kids["p2"].Stderr.String()}, owned, killed)
+	resumed := resumeTime(t, []string{ps.get("p0").Stderr.String(), ps.get("p2").Stderr.String()}, owned, killed)
 	t.Logf("kill to the first commit covering p1's partitions: %v (session timeout %v)", resumed.Sub(killed).Round(time.Millisecond), session)
 	held := <-stall
 	require.Positive(t, held, "read_committed readers still held back 2 minutes after the kill: p1's transaction never timed out")
 	t.Logf("read_committed stall behind p1's open transaction: %v (transaction timeout %v)", held.Round(time.Millisecond), transactionTimeout(f))
-	for _, id := range []string{"p0", "p2"} {
-		require.NoError(t, kids[id].Cmd.Process.Signal(syscall.SIGTERM))
-	}
-	for _, id := range []string{"p0", "p2"} {
-		signaled, err := kids[id].Wait(time.Minute, true)
-		require.False(t, signaled, "%s did not stop on SIGTERM\n%s", id, logs())
-		require.NoError(t, err, "%s\n%s", id, logs())
-	}
+	ps.stopAll()
 	require.Equal(t, f.expected(), len(recs), "%s", logs())
 	f.verify()
 }
@@ -367,48 +341,24 @@ func TestScaledZombie(t *testing.T) {
 	f.fill(1000)
 	prodErr := f.produceInBackground(6000, 300, 3*time.Minute)
 	const session = 6 * time.Second
-	ids := []string{"p0", "p1"}
-	kids := map[string]*crashtest.Child{}
-	for _, id := range ids {
-		kids[id] = f.startChild(id, session)
-	}
-	logs := func() string {
-		var b strings.Builder
-		for _, id := range ids {
-			fmt.Fprintf(&b, "--- %s stderr:\n%s", id, kids[id].Stderr)
-		}
-		return b.String()
-	}
-	require.Eventually(t, func() bool {
-		for _, id := range ids {
-			if strings.Count(kids[id].Stdout.String(), "committed") < 2 {
-				return false
-			}
-		}
-		return true
-	}, 2*time.Minute, 20*time.Millisecond, "every process commits\n%s", logs)
-	zombie := kids["p1"]
+	ps := f.procs(session)
+	ps.start("p0", "p1")
+	ps.waitCommits(2, "every process commits")
+	logs := ps.logs
+	zombie := ps.get("p1")
 	require.NoError(t, zombie.Cmd.Process.Signal(syscall.SIGSTOP))
 	stopped := time.Now()
 	t.Logf("SIGSTOPped p1")
-	require.Eventually(t, func() bool { return len(lastAssigned(kids["p0"].Stderr.String())) == 4 }, time.Minute, 20*time.Millisecond,
+	require.Eventually(t, func() bool { return len(lastAssigned(ps.get("p0").Stderr.String())) == 4 }, time.Minute, 20*time.Millisecond,
 		"p0 takes every partition\n%s", logs)
 	t.Logf("p0 took p1's partitions after %v", time.Since(stopped).Round(time.Millisecond))
-	before := strings.Count(kids["p0"].Stdout.String(), "committed")
-	require.Eventually(t, func() bool { return strings.Count(kids["p0"].Stdout.String(), "committed") >= before+2 }, time.Minute, 20*time.Millisecond, "%s", logs)
+	ps.waitCommits(2, "p0 goes on", "p0")
 	require.NoError(t, zombie.Cmd.Process.Signal(syscall.SIGCONT))
 	t.Logf("SIGCONTinued p1 after %v", time.Since(stopped).Round(time.Millisecond))
 
 	require.NoError(t, <-prodErr)
 	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
-	for _, id := range ids {
-		require.NoError(t, kids[id].Cmd.Process.Signal(syscall.SIGTERM))
-	}
-	for _, id := range ids {
-		signaled, err := kids[id].Wait(time.Minute, true)
-		require.False(t, signaled, "%s did not stop on SIGTERM\n%s", id, logs())
-		require.NoError(t, err, "%s\n%s", id, logs())
-	}
+	ps.stopAll()
 	require.Equal(t, f.expected(), len(recs), "%s", logs())
 	f.verify()
 	zlog := zombie.Stderr.String()
@@ -443,61 +393,39 @@ func TestScaledScaleAndRoll(t *testing.T) {
 	f.fill(1000)
 	prodErr := f.produceInBackground(10000, 400, 3*time.Minute)
 	const session = 6 * time.Second
-	kids := map[string]*crashtest.Child{}
-	var all []*crashtest.Child // every incarnation, for the logs
-	start := func(id string) {
-		kids[id] = f.startChild(id, session)
-		all = append(all, kids[id])
-	}
-	logs := func() string {
-		var b strings.Builder
-		for i, k := range all {
-			fmt.Fprintf(&b, "--- incarnation %d stderr:\n%s", i, k.Stderr)
-		}
-		return b.String()
-	}
+	ps := f.procs(session)
+	logs := ps.logs
 	commits := func(id string, n int) {
 		t.Helper()
-		before := strings.Count(kids[id].Stdout.String(), "committed")
-		require.Eventually(t, func() bool { return strings.Count(kids[id].Stdout.String(), "committed") >= before+n },
-			2*time.Minute, 20*time.Millisecond, "%s commits\n%s", id, logs)
+		ps.waitCommits(n, id+" commits", id)
 	}
-	stop := func(id string) {
-		t.Helper()
-		require.NoError(t, kids[id].Cmd.Process.Signal(syscall.SIGTERM))
-		signaled, err := kids[id].Wait(time.Minute, true)
-		require.False(t, signaled, "%s did not stop on SIGTERM\n%s", id, logs())
-		require.NoError(t, err, "%s\n%s", id, logs())
-	}
-	start("p0")
+	ps.start("p0")
 	commits("p0", 2)
 	t.Log("1 → 3 processes")
-	start("p1")
-	start("p2")
+	ps.start("p1", "p2")
 	for _, id := range []string{"p0", "p1", "p2"} {
 		commits(id, 2)
 	}
 	t.Log("3 → 2 processes: p2 stops")
-	stop("p2")
+	ps.stop("p2")
 	require.Eventually(t, func() bool {
-		return len(lastAssigned(kids["p0"].Stderr.String()))+len(lastAssigned(kids["p1"].Stderr.String())) == 6
+		return len(lastAssigned(ps.get("p0").Stderr.String()))+len(lastAssigned(ps.get("p1").Stderr.String())) == 6
 	}, time.Minute, 20*time.Millisecond, "p2's partitions move\n%s", logs)
 	for _, id := range []string{"p0", "p1"} {
 		t.Logf("rolling restart: %s", id)
-		owned := lastAssigned(kids[id].Stderr.String())
-		stop(id)
-		start(id)
+		owned := lastAssigned(ps.get(id).Stderr.String())
+		ps.stop(id)
+		ps.start(id)
 		commits(id, 2)
-		require.Equal(t, owned, lastAssigned(kids[id].Stderr.String()), "%s came back to other partitions\n%s", id, logs())
+		require.Equal(t, owned, lastAssigned(ps.get(id).Stderr.String()), "%s came back to other partitions\n%s", id, logs())
 	}
 	require.NoError(t, <-prodErr)
 	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
-	stop("p0")
-	stop("p1")
+	ps.stopAll()
 	require.Equal(t, f.expected(), len(recs), "%s", logs())
 	f.verify()
 	var pauses []time.Duration
-	for _, k := range all {
+	for _, k := range ps.all {
 		pauses = append(pauses, rebalancePauses(k.Stderr.String())...)
 	}
 	t.Logf("rebalance pauses (a process's last commit before its assignment changed to its first commit after): %v", pauses)
@@ -527,87 +455,41 @@ func TestScaledChaos(t *testing.T) {
 	prodErr := f.produceInBackground(cycles*10*rate, rate, time.Duration(cycles)*40*time.Second+2*time.Minute)
 	const session = 6 * time.Second
 	r := rand.New(rand.NewPCG(12, uint64(cycles)))
-	running := map[string]*crashtest.Child{}
-	var all []*crashtest.Child
-	start := func(id string) {
-		running[id] = f.startChild(id, session)
-		all = append(all, running[id])
-	}
-	logs := func() string {
-		var b strings.Builder
-		for i, k := range all[max(0, len(all)-6):] {
-			fmt.Fprintf(&b, "--- incarnation %d stderr:\n%s", len(all)-min(6, len(all))+i, k.Stderr)
-		}
-		return b.String()
-	}
-	ids := func() []string {
-		out := make([]string, 0, len(running))
-		for id := range running {
-			out = append(out, id)
-		}
-		slices.Sort(out)
-		return out
-	}
-	kill := func(id string) {
-		require.NoError(t, running[id].Cmd.Process.Signal(syscall.SIGKILL))
-		signaled, _ := running[id].Wait(time.Minute, true)
-		require.True(t, signaled)
-		delete(running, id)
-	}
-	stop := func(id string) {
-		require.NoError(t, running[id].Cmd.Process.Signal(syscall.SIGTERM))
-		signaled, err := running[id].Wait(time.Minute, true)
-		require.False(t, signaled, "%s did not stop on SIGTERM\n%s", id, logs())
-		require.NoError(t, err, "%s\n%s", id, logs())
-		delete(running, id)
-	}
-	start("p0")
+	ps := f.procs(session)
+	ps.start("p0")
 	for cycle := 0; cycle < cycles; cycle++ {
-		live := ids()
+		live := ps.ids()
 		victim := live[r.IntN(len(live))]
 		var did string
 		switch a := r.IntN(4); {
-		case a == 0 && len(running) < 3:
+		case a == 0 && len(ps.running) < 3:
 			for _, id := range []string{"p0", "p1", "p2"} {
-				if running[id] == nil {
-					start(id)
+				if ps.get(id) == nil {
+					ps.start(id)
 					did = "start " + id
 					break
 				}
 			}
-		case a == 1 && len(running) > 1:
-			stop(victim)
+		case a == 1 && len(ps.running) > 1:
+			ps.stop(victim)
 			did = "SIGTERM " + victim
-		case a == 2 || len(running) == 1:
-			kill(victim)
-			start(victim)
+		case a == 2 || len(ps.running) == 1:
+			ps.kill(victim)
+			ps.start(victim)
 			did = "SIGKILL and restart " + victim
 		default:
-			kill(victim)
+			ps.kill(victim)
 			did = "SIGKILL " + victim
 		}
-		before := map[string]int{}
-		for id, k := range running {
-			before[id] = strings.Count(k.Stdout.String(), "committed")
-		}
-		t.Logf("cycle %d: %s; running %v", cycle, did, ids())
-		require.Eventually(t, func() bool {
-			for id, k := range running {
-				if strings.Count(k.Stdout.String(), "committed") < before[id]+2 {
-					return false
-				}
-			}
-			return true
-		}, 2*time.Minute, 20*time.Millisecond, "cycle %d (%s): every running process commits\n%s", cycle, did, logs)
+		t.Logf("cycle %d: %s; running %v", cycle, did, ps.ids())
+		ps.waitCommits(2, fmt.Sprintf("cycle %d (%s)", cycle, did))
 	}
 	require.NoError(t, <-prodErr)
-	if len(running) == 0 {
-		start("p0")
+	if len(ps.running) == 0 {
+		ps.start("p0")
 	}
 	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
-	for _, id := range ids() {
-		stop(id)
-	}
-	require.Equal(t, f.expected(), len(recs), "%s", logs())
+	ps.stopAll()
+	require.Equal(t, f.expected(), len(recs), "%s", ps.logs())
 	f.verify()
 }
