@@ -40,6 +40,41 @@ type Record struct {
 	Value     []byte
 	Headers   []Header
 	Timestamp time.Time
+	// TimestampType says what Timestamp is: the producer's time
+	// (CreateTime) or the broker's (LogAppendTime), as the topic's
+	// message.timestamp.type sets; TimestampNone when the record has none.
+	TimestampType TimestampType
+}
+
+// TimestampType is the kind of a record's timestamp (Kafka's
+// TimestampType).
+type TimestampType int8
+
+const (
+	TimestampNone      TimestampType = iota // no timestamp (Kafka's -1)
+	TimestampCreate                         // CreateTime: set by the producer
+	TimestampLogAppend                      // LogAppendTime: set by the broker
+)
+
+// String is Kafka's name of the type.
+func (t TimestampType) String() string {
+	switch t {
+	case TimestampCreate:
+		return "CreateTime"
+	case TimestampLogAppend:
+		return "LogAppendTime"
+	}
+	return "NoTimestampType"
+}
+
+func timestampType(t kafka.TimestampType) TimestampType {
+	switch t {
+	case kafka.TimestampCreateTime:
+		return TimestampCreate
+	case kafka.TimestampLogAppendTime:
+		return TimestampLogAppend
+	}
+	return TimestampNone
 }
 
 var (
@@ -480,7 +515,10 @@ func (s *Source) Poll(ctx context.Context, max int, wait time.Duration) ([]Recor
 					hs[i] = Header{Key: h.Key, Value: h.Value}
 				}
 			}
-			out = append(out, Record{Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset), Key: e.Key, Value: e.Value, Headers: hs, Timestamp: e.Timestamp})
+			out = append(out, Record{Topic: *tp.Topic, Partition: tp.Partition, Offset: int64(tp.Offset), Key: e.Key, Value: e.Value, Headers: hs, Timestamp: e.Timestamp, TimestampType: timestampType(e.TimestampType)})
+			if out[len(out)-1].TimestampType == TimestampNone {
+				out[len(out)-1].Timestamp = time.Time{}
+			}
 		case kafka.PartitionEOF:
 			if e.Topic != nil { // its Error is librdkafka's "no more messages"
 				key := TopicPartition{*e.Topic, e.Partition}

@@ -248,7 +248,7 @@ func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]ke
 				Err: &consumer.OffsetError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: fmt.Errorf("decode: %w", err)}}})
 			continue
 		}
-		out = append(out, keyed.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: v})
+		out = append(out, keyed.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: v, Timestamp: rec.Timestamp})
 	}
 	return out, r.bounds != nil && r.c.Reached(r.ends), nil
 }

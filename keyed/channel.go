@@ -2,6 +2,7 @@ package keyed
 
 import (
 	"errors"
+	"math"
 	"time"
 )
 
@@ -14,6 +15,18 @@ type element[T any] struct {
 	v   T
 	key []byte
 	kg  int32
+	ts  int64 // the record's time, Unix milliseconds; noTime if none
+}
+
+// noTime is an element's ts when its record has no time.
+const noTime = math.MinInt64
+
+// timeMillis is t as an element's ts.
+func timeMillis(t time.Time) int64 {
+	if t.IsZero() {
+		return noTime
+	}
+	return t.UnixMilli()
 }
 
 // message is what travels on a channel between two tasks: a batch of
@@ -139,10 +152,14 @@ func (o *outbox[T]) broadcast(barrier uint64) error {
 	return nil
 }
 
-// Collector sends an operator's results downstream.
+// Collector sends an operator's results downstream, and tells it about the
+// record it is processing (its context, as Flink's ProcessFunction.Context
+// and Kafka Streams' ProcessorContext do).
 type Collector[O any] struct {
 	out *outbox[O]
 	err error
+	key []byte
+	ts  int64
 }
 
 // Emit sends v on. It blocks while downstream is backpressured, until the
@@ -153,3 +170,17 @@ func (c *Collector[O]) Emit(v O) {
 	}
 	c.err = c.out.add(0, element[O]{v: v})
 }
+
+// Timestamp is the time of the record being processed, at millisecond
+// precision (Kafka's): its Kafka timestamp, or what Stream.Timestamps
+// extracted; the zero time if it has none.
+func (c *Collector[O]) Timestamp() time.Time {
+	if c.ts == noTime {
+		return time.Time{}
+	}
+	return time.UnixMilli(c.ts)
+}
+
+// Key is the key of the record being processed, as Process gets it:
+// read-only and valid only during the call.
+func (c *Collector[O]) Key() []byte { return c.key }

@@ -172,6 +172,10 @@ type SourceRecord[T any] struct {
 	// Key is the record key: the key used in partition mode (ByPartition).
 	Key   []byte
 	Value T
+	// Timestamp is the record's time (Kafka's record timestamp; zero if it
+	// has none). Stream.Timestamps can take the time from the value
+	// instead. Operators read it with Collector.Timestamp.
+	Timestamp time.Time
 	// Bad, when set, says the record could not be decoded (Value is then
 	// zero): the job hands it to the sink's dead letters, under the
 	// checkpoint that covers its offset, and counts it; with a sink that
@@ -411,6 +415,19 @@ func FromSource[T any](j *Job, name string, parallelism int, s Source[T]) *Strea
 	}
 	j.sources = append(j.sources, n)
 	return &Stream[T]{j: j, node: n}
+}
+
+// Timestamps makes extract give each record of s its time, from the
+// value and the record's own timestamp (Flink's
+// WatermarkStrategy.withTimestampAssigner; Kafka Streams'
+// TimestampExtractor). By default a record's time is its Kafka timestamp.
+// A record for which extract gives the zero time, or a time before 1970,
+// fails the job (Permanent, no restart) with an error naming its topic,
+// partition and offset, as Kafka Streams' default FailOnInvalidTimestamp
+// does: it is never processed without a time nor skipped silently.
+func (s *Stream[T]) Timestamps(extract func(v T, recordTime time.Time) time.Time) *Stream[T] {
+	s.node.extract = extract
+	return s
 }
 
 // KeyBy keys streams by key(record): key group = xxhash64(key) %

@@ -29,9 +29,14 @@ func NewMemorySource[T any](topic string, partitions int, bounded bool) *MemoryS
 
 // Append adds a record to a partition and returns its offset.
 func (s *MemorySource[T]) Append(partition int32, key []byte, v T) int64 {
+	return s.AppendAt(partition, key, v, time.Time{})
+}
+
+// AppendAt is Append of a record whose timestamp is ts.
+func (s *MemorySource[T]) AppendAt(partition int32, key []byte, v T, ts time.Time) int64 {
 	s.mu.Lock()
 	off := int64(len(s.parts[partition]))
-	s.parts[partition] = append(s.parts[partition], SourceRecord[T]{Partition: partition, Offset: off, Key: key, Value: v})
+	s.parts[partition] = append(s.parts[partition], SourceRecord[T]{Partition: partition, Offset: off, Key: key, Value: v, Timestamp: ts})
 	close(s.grew)
 	s.grew = make(chan struct{})
 	s.mu.Unlock()

@@ -16,6 +16,7 @@ type sourceOf[T any] struct {
 	name        string
 	parallelism int
 	src         Source[T]
+	extract     func(v T, recordTime time.Time) time.Time // Stream.Timestamps; nil: the record's timestamp
 }
 
 func (s *sourceOf[T]) sourceName() string { return s.name }
@@ -255,7 +256,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			}
 			trig := make(chan trigger, 1)
 			r.triggers = append(r.triggers, trig)
-			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t],
+			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t], extract: s.extract,
 				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch, name: s.name, instance: t}
 			if d, ok := j.sink.(*sinkOf[O]).sink.(DeadLetterSink); ok && d.TakesDeadLetters() {
 				st.dead = d
@@ -341,6 +342,7 @@ type sourceTask[T any] struct {
 	adds        chan []Position // discovered partitions for this task
 	name        string          // the source's name
 	instance    int             // this task's index among the source's
+	extract     func(v T, recordTime time.Time) time.Time
 }
 
 // discoverer lists a source's partitions every interval and hands new ones
@@ -541,6 +543,16 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 				pos[rec.Partition] = rec.Offset + 1
 				continue
 			}
+			ts := rec.Timestamp
+			if s.extract != nil {
+				ts = s.extract(rec.Value, rec.Timestamp)
+				if ts.IsZero() || ts.Before(time.Unix(0, 0)) {
+					// Kafka Streams' FailOnInvalidTimestamp: the decoded
+					// value has no bytes left to dead-letter.
+					return Permanent(fmt.Errorf("keyed: source %q: %s[%d] offset %d: the timestamp extractor gave %v, not a time from 1970 on (the record's own timestamp: %v)",
+						s.name, s.topic, rec.Partition, rec.Offset, ts, rec.Timestamp))
+				}
+			}
 			var key []byte
 			var kg, d int
 			if s.byPartition {
@@ -550,7 +562,7 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 				kg = KeyGroup(key, s.maxP)
 			}
 			d = OperatorIndex(kg, s.maxP, s.p)
-			if err := s.out.add(d, element[T]{v: rec.Value, key: key, kg: int32(kg)}); err != nil {
+			if err := s.out.add(d, element[T]{v: rec.Value, key: key, kg: int32(kg), ts: timeMillis(ts)}); err != nil {
 				return err
 			}
 			pos[rec.Partition] = rec.Offset + 1
@@ -615,6 +627,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 		for i := range m.elems {
 			e := &m.elems[i]
 			t.b.SetCurrentKey(e.key, int(e.kg))
+			col.key, col.ts = e.key, e.ts
 			if err := t.op.Process(e.key, e.v, col); err != nil {
 				return fmt.Errorf("key %q: %w", e.key, err)
 			}
