@@ -43,7 +43,9 @@ func TestKafkaRecordTimestamps(t *testing.T) {
 		p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(c.Brokers))
 		require.NoError(t, err)
 		base := time.UnixMilli(1_700_000_000_000)
-		stamp := func(u string, seq int64) time.Time { return base.Add(time.Duration(seq)*time.Second + time.Duration(len(u))*time.Millisecond) }
+		stamp := func(u string, seq int64) time.Time {
+			return base.Add(time.Duration(seq)*time.Second + time.Duration(len(u))*time.Millisecond)
+		}
 		const users, per = 20, 15
 		for q := int64(0); q < per; q++ {
 			for i := 0; i < users; i++ {
