@@ -18,8 +18,12 @@ type element[T any] struct {
 	ts  int64 // the record's time, Unix milliseconds; noTime if none
 }
 
-// noTime is an element's ts when its record has no time.
-const noTime = math.MinInt64
+// noTime is an element's ts when its record has no time, and a watermark
+// that is none yet; endOfTime is the watermark after a bounded input's end.
+const (
+	noTime    = math.MinInt64
+	endOfTime = math.MaxInt64
+)
 
 // timeMillis is t as an element's ts.
 func timeMillis(t time.Time) int64 {
@@ -38,6 +42,11 @@ type message[T any] struct {
 	from    int // the upstream task's index among the inbox's upstreams
 	elems   []element[T]
 	barrier uint64
+	// wm is the sender's watermark after elems (Unix milliseconds; noTime
+	// if it has none): no later record of the sender is meant to be older.
+	// It travels in the message after the records, so it never overtakes
+	// one.
+	wm int64
 }
 
 // inbox is a task's one inbound queue. Each upstream holds credits: it may
@@ -89,14 +98,25 @@ type outbox[T any] struct {
 	bufs      [][]element[T]
 	batch     int
 	lastFlush time.Time
+	wm        int64   // this task's watermark (advance)
+	sentWm    []int64 // the watermark each dst last got
 }
 
 func newOutbox[T any](stop <-chan struct{}, dst []*inbox[T], from []int, batch int) *outbox[T] {
-	o := &outbox[T]{stop: stop, dst: dst, from: from, bufs: make([][]element[T], len(dst)), batch: batch, lastFlush: time.Now()}
+	o := &outbox[T]{stop: stop, dst: dst, from: from, bufs: make([][]element[T], len(dst)), batch: batch, lastFlush: time.Now(),
+		wm: noTime, sentWm: make([]int64, len(dst))}
 	for i := range o.bufs {
 		o.bufs[i] = make([]element[T], 0, batch)
+		o.sentWm[i] = noTime
 	}
 	return o
+}
+
+// advance raises the task's watermark to wm (never lowers it); it goes
+// out with the next message to each downstream task, after the records
+// before it.
+func (o *outbox[T]) advance(wm int64) {
+	o.wm = max(o.wm, wm)
 }
 
 func (o *outbox[T]) add(d int, e element[T]) error {
@@ -107,12 +127,20 @@ func (o *outbox[T]) add(d int, e element[T]) error {
 	return nil
 }
 
+// flush sends downstream d its pending records, and the watermark if it
+// advanced since d last got it: a message with no records carries a
+// watermark alone.
 func (o *outbox[T]) flush(d int) error {
-	if len(o.bufs[d]) == 0 {
+	if len(o.bufs[d]) == 0 && o.sentWm[d] >= o.wm {
 		return nil
 	}
-	m := message[T]{elems: o.bufs[d]}
-	o.bufs[d] = make([]element[T], 0, o.batch)
+	m := message[T]{elems: o.bufs[d], wm: o.wm}
+	if len(m.elems) > 0 {
+		o.bufs[d] = make([]element[T], 0, o.batch)
+	} else {
+		m.elems = nil
+	}
+	o.sentWm[d] = o.wm
 	return o.dst[d].send(o.stop, o.from[d], m)
 }
 
@@ -139,7 +167,8 @@ func (o *outbox[T]) flushDue(timeout time.Duration) error {
 func (o *outbox[T]) broadcast(barrier uint64) error {
 	o.lastFlush = time.Now()
 	for d := range o.dst {
-		m := message[T]{elems: o.bufs[d], barrier: barrier}
+		m := message[T]{elems: o.bufs[d], barrier: barrier, wm: o.wm}
+		o.sentWm[d] = o.wm
 		if len(o.bufs[d]) > 0 {
 			o.bufs[d] = make([]element[T], 0, o.batch)
 		} else {
@@ -160,6 +189,7 @@ type Collector[O any] struct {
 	err error
 	key []byte
 	ts  int64
+	wm  int64
 }
 
 // Emit sends v on. It blocks while downstream is backpressured, until the
@@ -179,6 +209,18 @@ func (c *Collector[O]) Timestamp() time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(c.ts)
+}
+
+// Watermark is the operator task's event-time watermark: the minimum of
+// the watermarks its inputs sent (Stream.Watermarks), so that a record
+// older than it is late. The zero time while some input has sent none (or
+// none of the job's sources makes watermarks); far in the future once
+// every bounded input ended. It never goes backwards within a run.
+func (c *Collector[O]) Watermark() time.Time {
+	if c.wm == noTime {
+		return time.Time{}
+	}
+	return time.UnixMilli(c.wm)
 }
 
 // Key is the key of the record being processed, as Process gets it:

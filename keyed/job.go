@@ -430,6 +430,19 @@ func (s *Stream[T]) Timestamps(extract func(v T, recordTime time.Time) time.Time
 	return s
 }
 
+// Watermarks makes s's tasks send event-time watermarks with their
+// records (Flink's WatermarkStrategy.forBoundedOutOfOrderness): per input
+// partition, the newest record time seen less lateness, the out-of-order
+// delay allowed; a task's watermark is the oldest of its partitions', and
+// an operator task's the oldest of its inputs' (Collector.Watermark). A
+// watermark travels after the records before it and never overtakes
+// them. A partition that has had no record holds the watermark back; a
+// bounded input's end releases it. Without Watermarks a source sends none.
+func (s *Stream[T]) Watermarks(lateness time.Duration) *Stream[T] {
+	s.node.watermarks, s.node.lateness = true, lateness
+	return s
+}
+
 // KeyBy keys streams by key(record): key group = xxhash64(key) %
 // maxParallelism, records shuffled to the task owning the key group.
 // Several streams are unioned; their barriers are aligned.

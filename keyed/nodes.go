@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -17,6 +18,10 @@ type sourceOf[T any] struct {
 	parallelism int
 	src         Source[T]
 	extract     func(v T, recordTime time.Time) time.Time // Stream.Timestamps; nil: the record's timestamp
+	// Stream.Watermarks: whether the source makes watermarks, and the
+	// out-of-orderness they allow.
+	watermarks bool
+	lateness   time.Duration
 }
 
 func (s *sourceOf[T]) sourceName() string { return s.name }
@@ -257,6 +262,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			trig := make(chan trigger, 1)
 			r.triggers = append(r.triggers, trig)
 			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t], extract: s.extract,
+				watermarks: s.watermarks, lateness: s.lateness.Milliseconds(), newest: map[int32]int64{},
 				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch, name: s.name, instance: t}
 			if d, ok := j.sink.(*sinkOf[O]).sink.(DeadLetterSink); ok && d.TakesDeadLetters() {
 				st.dead = d
@@ -343,6 +349,30 @@ type sourceTask[T any] struct {
 	name        string          // the source's name
 	instance    int             // this task's index among the source's
 	extract     func(v T, recordTime time.Time) time.Time
+	// Watermarks (Stream.Watermarks): the newest time seen per partition.
+	watermarks bool
+	lateness   int64 // milliseconds
+	newest     map[int32]int64
+}
+
+// watermark is the task's watermark now: the oldest of its partitions'
+// newest times, less the allowed out-of-orderness (Flink's
+// BoundedOutOfOrdernessWatermarks, per partition as its Kafka source
+// does); noTime while a partition has had no record. A task with no
+// partition holds nothing back.
+func (s *sourceTask[T]) watermark() int64 {
+	if len(s.positions) == 0 {
+		return endOfTime
+	}
+	wm := int64(endOfTime)
+	for _, p := range s.positions {
+		t, ok := s.newest[p.Partition]
+		if !ok {
+			return noTime
+		}
+		wm = min(wm, t-s.lateness)
+	}
+	return wm
 }
 
 // discoverer lists a source's partitions every interval and hands new ones
@@ -562,16 +592,28 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 				kg = KeyGroup(key, s.maxP)
 			}
 			d = OperatorIndex(kg, s.maxP, s.p)
-			if err := s.out.add(d, element[T]{v: rec.Value, key: key, kg: int32(kg), ts: timeMillis(ts)}); err != nil {
+			ms := timeMillis(ts)
+			if err := s.out.add(d, element[T]{v: rec.Value, key: key, kg: int32(kg), ts: ms}); err != nil {
 				return err
 			}
 			pos[rec.Partition] = rec.Offset + 1
+			if s.watermarks && ms != noTime {
+				if t, ok := s.newest[rec.Partition]; !ok || ms > t {
+					s.newest[rec.Partition] = ms
+				}
+			}
+		}
+		if s.watermarks {
+			s.out.advance(s.watermark())
 		}
 		if err := s.out.flushDue(timeout); err != nil {
 			return err
 		}
 		if done && !exhausted {
 			exhausted = true
+			if s.watermarks {
+				s.out.advance(endOfTime) // a bounded input's end: every time has passed
+			}
 			if err := s.out.flushAll(); err != nil {
 				return err
 			}
@@ -597,7 +639,13 @@ type opTask[T, O any] struct {
 }
 
 func (t *opTask[T, O]) run(ctx context.Context) error {
-	col := &Collector[O]{out: t.out}
+	col := &Collector[O]{out: t.out, wm: noTime}
+	// The watermark of each input (upstream task): the task's is their
+	// minimum, and never goes backwards.
+	inWm := make([]int64, len(t.in.credits))
+	for u := range inWm {
+		inWm[u] = noTime
+	}
 	stash := newStash[T](len(t.in.credits))
 	timeout := t.r.cfg.BufferTimeout
 	tick := time.NewTicker(timeout)
@@ -634,6 +682,10 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 			if col.err != nil {
 				return col.err
 			}
+		}
+		if m.wm > inWm[m.from] {
+			inWm[m.from] = m.wm
+			col.wm = max(col.wm, slices.Min(inWm))
 		}
 		var effs []checkpoint.AlignEffect
 		if m.barrier > 0 {

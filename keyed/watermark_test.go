@@ -1,0 +1,134 @@
+package keyed_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/partitioner"
+)
+
+// wmSeen is what watcher instances note: per record, its time and the
+// watermark when it was processed.
+type wmSeen struct {
+	mu        sync.Mutex
+	records   int
+	late      []string // records older than the watermark they met
+	tooEarly  []string // in-order input: watermarks past time - lateness
+	backwards []string
+	maxWm     time.Time
+}
+
+// watcher is the counter, checking each record against its task's
+// watermark.
+type watcher struct {
+	counter
+	seen     *wmSeen
+	lateness time.Duration
+	inOrder  bool
+	last     time.Time
+}
+
+func (w *watcher) Process(key []byte, e event, out *keyed.Collector[result]) error {
+	ts, wm := out.Timestamp(), out.Watermark()
+	w.seen.mu.Lock()
+	w.seen.records++
+	id := fmt.Sprintf("%s/%d at %v, watermark %v", e.UUID, e.Seq, ts.UnixMilli(), wm.UnixMilli())
+	if wm.Before(w.last) {
+		w.seen.backwards = append(w.seen.backwards, id)
+	}
+	if !wm.IsZero() && ts.Before(wm) {
+		w.seen.late = append(w.seen.late, id)
+	}
+	if w.inOrder && !wm.IsZero() && wm.After(ts.Add(-w.lateness)) {
+		w.seen.tooEarly = append(w.seen.tooEarly, id)
+	}
+	if wm.After(w.seen.maxWm) {
+		w.seen.maxWm = wm
+	}
+	w.seen.mu.Unlock()
+	w.last = wm
+	return w.counter.Process(key, e, out)
+}
+
+// TestWatermarks: sources make per-partition watermarks with bounded
+// out-of-orderness, and operator tasks see the minimum over their inputs.
+// With each partition's times in order, no record ever meets a watermark
+// past its time less the lateness (a watermark that overtook a record
+// would); with times out of order by less than the lateness, no record is
+// late. Watermarks never go backwards, and they advance.
+func TestWatermarks(t *testing.T) {
+	const lateness = 40 * time.Millisecond
+	for _, keyBy := range []bool{false, true} {
+		for _, inOrder := range []bool{true, false} {
+			t.Run(fmt.Sprintf("keyBy=%v inOrder=%v", keyBy, inOrder), func(t *testing.T) {
+				const parts, n = 4, 20_000
+				r := rand.New(rand.NewPCG(3, 4))
+				src := keyed.NewMemorySource[event]("events", parts, true)
+				seq := map[string]int64{}
+				clock := make([]int64, parts)
+				for i := 0; i < n; i++ {
+					u := fmt.Sprintf("user-%03d", r.IntN(100))
+					p := partitioner.KeyPartition([]byte(u), parts)
+					clock[p] += 1 + int64(r.IntN(3))
+					ms := clock[p]
+					if !inOrder {
+						ms -= int64(r.IntN(int(lateness.Milliseconds()))) // out of order, within the lateness
+					}
+					src.AppendAt(p, []byte(u), event{UUID: u, Seq: seq[u]}, time.UnixMilli(1_700_000_000_000+ms))
+					seq[u]++
+				}
+				seen := &wmSeen{}
+				j := keyed.NewJob("wm", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond), keyed.BatchSize(64))
+				s := keyed.FromSource(j, "events", 2, keyed.Source[event](src)).Watermarks(lateness)
+				k := keyed.ByPartition(s)
+				if keyBy {
+					k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+				}
+				sink := keyed.NewMemorySink[result]()
+				out := keyed.Process(k, "count", 3, func() keyed.Operator[event, result] {
+					return &watcher{seen: seen, lateness: lateness, inOrder: inOrder}
+				})
+				keyed.ToSink(out, "results", keyed.Sink[result](sink))
+				require.NoError(t, j.Run(context.Background()))
+				checkOutput(t, sink.Committed(), seq)
+				require.Equal(t, n, seen.records)
+				require.Empty(t, seen.backwards, "watermarks went backwards")
+				require.Empty(t, seen.late, "records older than the watermark they met")
+				require.Empty(t, seen.tooEarly, "watermarks past a record's time less the lateness: one overtook the record")
+				oldestNewest := slicesMin(clock)
+				t.Logf("highest watermark met: %d ms (partitions' newest times %v)", seen.maxWm.UnixMilli()-1_700_000_000_000, clock)
+				require.Greater(t, seen.maxWm.UnixMilli()-1_700_000_000_000, oldestNewest/2, "watermarks advance with the input")
+			})
+		}
+	}
+}
+
+func slicesMin(xs []int64) int64 {
+	m := xs[0]
+	for _, x := range xs {
+		m = min(m, x)
+	}
+	return m
+}
+
+// TestNoWatermarks: a source without Watermarks sends none.
+func TestNoWatermarks(t *testing.T) {
+	src, want := stampedInput(2, 20, 2_000)
+	seen := &wmSeen{}
+	j := keyed.NewJob("wm", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"))
+	s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
+	sink := keyed.NewMemorySink[result]()
+	out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &watcher{seen: seen} })
+	keyed.ToSink(out, "results", keyed.Sink[result](sink))
+	require.NoError(t, j.Run(context.Background()))
+	checkOutput(t, sink.Committed(), want)
+	require.True(t, seen.maxWm.IsZero(), "a watermark without Watermarks: %v", seen.maxWm)
+}
