@@ -47,6 +47,9 @@ type message[T any] struct {
 	// It travels in the message after the records, so it never overtakes
 	// one.
 	wm int64
+	// idle: every partition of the sender is idle (Stream.Idleness): the
+	// receiver leaves it out of its watermark until it sends otherwise.
+	idle bool
 }
 
 // inbox is a task's one inbound queue. Each upstream holds credits: it may
@@ -100,11 +103,13 @@ type outbox[T any] struct {
 	lastFlush time.Time
 	wm        int64   // this task's watermark (advance)
 	sentWm    []int64 // the watermark each dst last got
+	idle      bool    // this task's idleness (setIdle)
+	sentIdle  []bool  // the idleness each dst last got
 }
 
 func newOutbox[T any](stop <-chan struct{}, dst []*inbox[T], from []int, batch int) *outbox[T] {
 	o := &outbox[T]{stop: stop, dst: dst, from: from, bufs: make([][]element[T], len(dst)), batch: batch, lastFlush: time.Now(),
-		wm: noTime, sentWm: make([]int64, len(dst))}
+		wm: noTime, sentWm: make([]int64, len(dst)), sentIdle: make([]bool, len(dst))}
 	for i := range o.bufs {
 		o.bufs[i] = make([]element[T], 0, batch)
 		o.sentWm[i] = noTime
@@ -119,6 +124,10 @@ func (o *outbox[T]) advance(wm int64) {
 	o.wm = max(o.wm, wm)
 }
 
+// setIdle sets whether every partition of this task is idle; the change
+// goes out with the next message to each downstream task.
+func (o *outbox[T]) setIdle(idle bool) { o.idle = idle }
+
 func (o *outbox[T]) add(d int, e element[T]) error {
 	o.bufs[d] = append(o.bufs[d], e)
 	if len(o.bufs[d]) >= o.batch {
@@ -131,16 +140,16 @@ func (o *outbox[T]) add(d int, e element[T]) error {
 // advanced since d last got it: a message with no records carries a
 // watermark alone.
 func (o *outbox[T]) flush(d int) error {
-	if len(o.bufs[d]) == 0 && o.sentWm[d] >= o.wm {
+	if len(o.bufs[d]) == 0 && o.sentWm[d] >= o.wm && o.sentIdle[d] == o.idle {
 		return nil
 	}
-	m := message[T]{elems: o.bufs[d], wm: o.wm}
+	m := message[T]{elems: o.bufs[d], wm: o.wm, idle: o.idle}
 	if len(m.elems) > 0 {
 		o.bufs[d] = make([]element[T], 0, o.batch)
 	} else {
 		m.elems = nil
 	}
-	o.sentWm[d] = o.wm
+	o.sentWm[d], o.sentIdle[d] = o.wm, o.idle
 	return o.dst[d].send(o.stop, o.from[d], m)
 }
 
@@ -167,8 +176,8 @@ func (o *outbox[T]) flushDue(timeout time.Duration) error {
 func (o *outbox[T]) broadcast(barrier uint64) error {
 	o.lastFlush = time.Now()
 	for d := range o.dst {
-		m := message[T]{elems: o.bufs[d], barrier: barrier, wm: o.wm}
-		o.sentWm[d] = o.wm
+		m := message[T]{elems: o.bufs[d], barrier: barrier, wm: o.wm, idle: o.idle}
+		o.sentWm[d], o.sentIdle[d] = o.wm, o.idle
 		if len(o.bufs[d]) > 0 {
 			o.bufs[d] = make([]element[T], 0, o.batch)
 		} else {

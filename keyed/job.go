@@ -258,6 +258,19 @@ type Reader[T any] interface {
 	Close() error
 }
 
+// BlockedReader is a Reader that tells a partition with nothing to read
+// from one whose records exist but cannot be read yet: a read_committed
+// consumer's position behind the partition's high watermark, held back by
+// an open transaction (kafkaio's reader is one). With Stream.Idleness, a
+// silent partition is idle only if it is not blocked: a blocked one keeps
+// holding the watermark, since its records, once committed, are older
+// than what the others have moved on to.
+type BlockedReader interface {
+	// Blocked reports whether partition has records beyond the reader's
+	// position that it cannot read yet.
+	Blocked(ctx context.Context, partition int32) (bool, error)
+}
+
 // Operator is a keyed operator: Process is called for each record with the
 // keyed state scoped to the record's key. One instance exists per parallel
 // task; it is used by one goroutine.
@@ -440,6 +453,19 @@ func (s *Stream[T]) Timestamps(extract func(v T, recordTime time.Time) time.Time
 // bounded input's end releases it. Without Watermarks a source sends none.
 func (s *Stream[T]) Watermarks(lateness time.Duration) *Stream[T] {
 	s.node.watermarks, s.node.lateness = true, lateness
+	return s
+}
+
+// Idleness makes a partition of s that has had no record for d stop
+// holding the watermark back (Flink's WatermarkStrategy.withIdleness), so
+// that an empty or quiet partition does not stall event time; when all of
+// a task's partitions are idle, the task's inputs downstream wait for the
+// others only. A partition whose reader says it is blocked (BlockedReader:
+// behind an open transaction) is not idle, however long it is silent.
+// Records of a partition that was idle may be late when they come. Needs
+// Watermarks; default: no idleness.
+func (s *Stream[T]) Idleness(d time.Duration) *Stream[T] {
+	s.node.idleness = d
 	return s
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,6 +21,7 @@ type sourceOf[T any] struct {
 	// out-of-orderness they allow.
 	watermarks bool
 	lateness   time.Duration
+	idleness   time.Duration // Stream.Idleness; 0: none
 }
 
 func (s *sourceOf[T]) sourceName() string { return s.name }
@@ -263,6 +263,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			r.triggers = append(r.triggers, trig)
 			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t], extract: s.extract,
 				watermarks: s.watermarks, lateness: s.lateness.Milliseconds(), newest: map[int32]int64{},
+				idleness: s.idleness, heard: map[int32]time.Time{}, asked: map[int32]time.Time{}, blocked: map[int32]bool{},
 				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch, name: s.name, instance: t}
 			if d, ok := j.sink.(*sinkOf[O]).sink.(DeadLetterSink); ok && d.TakesDeadLetters() {
 				st.dead = d
@@ -353,6 +354,44 @@ type sourceTask[T any] struct {
 	watermarks bool
 	lateness   int64 // milliseconds
 	newest     map[int32]int64
+	// Idleness: when each partition last had a record (or was assigned),
+	// and when a silent one was last asked whether it is blocked.
+	idleness time.Duration
+	heard    map[int32]time.Time
+	asked    map[int32]time.Time
+	blocked  map[int32]bool
+}
+
+// idle reports whether partition p has been silent for the idleness time
+// and is not blocked behind records it cannot read yet (BlockedReader,
+// asked at most once per idleness time).
+func (s *sourceTask[T]) idle(ctx context.Context, p int32, now time.Time) bool {
+	if s.idleness <= 0 {
+		return false
+	}
+	heard, ok := s.heard[p]
+	if !ok {
+		s.heard[p] = now
+		return false
+	}
+	if now.Sub(heard) < s.idleness {
+		return false
+	}
+	br, ok := s.reader.(BlockedReader)
+	if !ok {
+		return true
+	}
+	if now.Sub(s.asked[p]) >= s.idleness {
+		s.asked[p] = now
+		blocked, err := br.Blocked(ctx, p)
+		if err != nil {
+			// Unknown: hold the watermark, as a blocked partition does.
+			s.r.log.Warn("keyed: idleness: is the partition blocked?", "topic", s.topic, "partition", p, "err", err)
+			blocked = true
+		}
+		s.blocked[p] = blocked
+	}
+	return !s.blocked[p]
 }
 
 // watermark is the task's watermark now: the oldest of its partitions'
@@ -360,19 +399,30 @@ type sourceTask[T any] struct {
 // BoundedOutOfOrdernessWatermarks, per partition as its Kafka source
 // does); noTime while a partition has had no record. A task with no
 // partition holds nothing back.
-func (s *sourceTask[T]) watermark() int64 {
+//
+// Idle partitions (Stream.Idleness) are left out; idle reports that every
+// partition is: the task then holds nothing back downstream.
+func (s *sourceTask[T]) watermark(ctx context.Context) (wm int64, idle bool) {
 	if len(s.positions) == 0 {
-		return endOfTime
+		return endOfTime, false
 	}
-	wm := int64(endOfTime)
+	wm, idle = endOfTime, true
+	now := time.Now()
 	for _, p := range s.positions {
+		if s.idle(ctx, p.Partition, now) {
+			continue
+		}
+		idle = false
 		t, ok := s.newest[p.Partition]
 		if !ok {
-			return noTime
+			return noTime, false
 		}
 		wm = min(wm, t-s.lateness)
 	}
-	return wm
+	if idle {
+		return noTime, true
+	}
+	return wm, false
 }
 
 // discoverer lists a source's partitions every interval and hands new ones
@@ -602,9 +652,14 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 					s.newest[rec.Partition] = ms
 				}
 			}
+			if s.idleness > 0 {
+				s.heard[rec.Partition] = time.Now()
+			}
 		}
 		if s.watermarks {
-			s.out.advance(s.watermark())
+			wm, idle := s.watermark(ctx)
+			s.out.advance(wm)
+			s.out.setIdle(idle)
 		}
 		if err := s.out.flushDue(timeout); err != nil {
 			return err
@@ -643,6 +698,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 	// The watermark of each input (upstream task): the task's is their
 	// minimum, and never goes backwards.
 	inWm := make([]int64, len(t.in.credits))
+	inIdle := make([]bool, len(t.in.credits))
 	for u := range inWm {
 		inWm[u] = noTime
 	}
@@ -683,9 +739,9 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 				return col.err
 			}
 		}
-		if m.wm > inWm[m.from] {
-			inWm[m.from] = m.wm
-			col.wm = max(col.wm, slices.Min(inWm))
+		if m.wm > inWm[m.from] || m.idle != inIdle[m.from] {
+			inWm[m.from], inIdle[m.from] = max(inWm[m.from], m.wm), m.idle
+			col.wm = max(col.wm, activeMin(inWm, inIdle))
 		}
 		var effs []checkpoint.AlignEffect
 		if m.barrier > 0 {
@@ -911,4 +967,19 @@ func restoreOpState(rs *restoreState, v any, name string) error {
 		return fmt.Errorf("operator state of %s: restore %s: %w", name, rs.meta.Ref(), err)
 	}
 	return nil
+}
+
+// activeMin is the oldest watermark of the inputs that are not idle, and
+// noTime when every input is idle (nothing to go by).
+func activeMin(wms []int64, idle []bool) int64 {
+	m, any := int64(endOfTime), false
+	for u, wm := range wms {
+		if !idle[u] {
+			m, any = min(m, wm), true
+		}
+	}
+	if !any {
+		return noTime
+	}
+	return m
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,4 +135,83 @@ func TestNoWatermarks(t *testing.T) {
 	require.NoError(t, j.Run(context.Background()))
 	checkOutput(t, sink.Committed(), want)
 	require.True(t, seen.maxWm.IsZero(), "a watermark without Watermarks: %v", seen.maxWm)
+}
+
+// blockingSource is a memory source whose reader says partition 2 is
+// blocked (keyed.BlockedReader), as a read_committed reader behind an
+// open transaction does.
+type blockingSource struct {
+	*keyed.MemorySource[event]
+	asked *atomic.Int64
+}
+
+func (s blockingSource) Reader(ctx context.Context) (keyed.Reader[event], error) {
+	r, err := s.MemorySource.Reader(ctx)
+	return blockingReader{Reader: r, asked: s.asked}, err
+}
+
+type blockingReader struct {
+	keyed.Reader[event]
+	asked *atomic.Int64
+}
+
+func (r blockingReader) Blocked(_ context.Context, p int32) (bool, error) {
+	r.asked.Add(1)
+	return p == 2, nil
+}
+
+// TestIdleness: partition 2 of three never has a record. It holds the
+// watermark back, until Idleness lets a silent partition go; unless its
+// reader says it is blocked (records behind an open transaction), when it
+// holds the watermark however long it is silent.
+func TestIdleness(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		idleness       bool
+		blocked        bool
+		wantWatermarks bool
+	}{{"no idleness", false, false, false}, {"idleness", true, false, true}, {"idleness, blocked", true, true, false}} {
+		for _, srcP := range []int{1, 2} { // 2: the silent partition is a task's only one, and the whole task is idle
+			t.Run(fmt.Sprintf("%s, %d source tasks", c.name, srcP), func(t *testing.T) {
+				src := keyed.NewMemorySource[event]("events", 3, false)
+				asked := &atomic.Int64{}
+				var source keyed.Source[event] = src
+				if c.blocked {
+					source = blockingSource{MemorySource: src, asked: asked}
+				}
+				seen := &wmSeen{}
+				j := keyed.NewJob("idle", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(10*time.Millisecond))
+				s := keyed.FromSource(j, "events", srcP, source).Watermarks(10 * time.Millisecond)
+				if c.idleness {
+					s = s.Idleness(50 * time.Millisecond)
+				}
+				out := keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &watcher{seen: seen} })
+				keyed.ToSink(out, "results", keyed.Sink[result](keyed.NewMemorySink[result]()))
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- j.Run(ctx) }()
+				// Records on partitions 0 and 1 only, for 600 ms.
+				seq := map[string]int64{}
+				start := time.Now()
+				for i := 0; time.Since(start) < 600*time.Millisecond; i++ {
+					u := []string{"a", "b", "c", "d"}[i%4]
+					p := int32(i % 2)
+					src.AppendAt(p, []byte(u), event{UUID: u, Seq: seq[u]}, time.UnixMilli(1_700_000_000_000+int64(i)))
+					seq[u]++
+					time.Sleep(time.Millisecond)
+				}
+				time.Sleep(100 * time.Millisecond)
+				cancel()
+				require.NoError(t, <-done)
+				seen.mu.Lock()
+				defer seen.mu.Unlock()
+				t.Logf("records %d, highest watermark %v, blocked asked %d times", seen.records, seen.maxWm, asked.Load())
+				require.Positive(t, seen.records)
+				require.Equal(t, c.wantWatermarks, !seen.maxWm.IsZero(), "watermark %v", seen.maxWm)
+				if c.blocked {
+					require.Positive(t, asked.Load(), "the reader was asked whether the silent partition is blocked")
+				}
+			})
+		}
+	}
 }
