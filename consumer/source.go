@@ -791,3 +791,38 @@ func (s *Source) CreateTopic(ctx context.Context, topic string, partitions int32
 	}
 	return created, nil
 }
+
+// Blocked reports whether tp holds records that a read_committed reader
+// cannot read yet: its last stable offset stands below its high
+// watermark, behind a transaction still open. (Kafka's ListOffsets,
+// latest, at both isolation levels: KIP-98.)
+func (s *Source) Blocked(ctx context.Context, tp TopicPartition) (bool, error) {
+	a, err := kafka.NewAdminClientFromConsumer(s.c)
+	if err != nil {
+		return false, fmt.Errorf("consumer: admin client: %w", err)
+	}
+	defer a.Close()
+	latest := func(level kafka.IsolationLevel) (int64, error) {
+		ktp := kafka.TopicPartition{Topic: &tp.Topic, Partition: tp.Partition}
+		res, err := a.ListOffsets(ctx, map[kafka.TopicPartition]kafka.OffsetSpec{ktp: kafka.LatestOffsetSpec}, kafka.SetAdminIsolationLevel(level))
+		if err != nil {
+			return 0, fmt.Errorf("consumer: latest offset of %s: %w", tp, err)
+		}
+		for _, info := range res.ResultInfos {
+			if info.Error.Code() != kafka.ErrNoError {
+				return 0, fmt.Errorf("consumer: latest offset of %s: %w", tp, info.Error)
+			}
+			return int64(info.Offset), nil
+		}
+		return 0, fmt.Errorf("consumer: latest offset of %s: no answer", tp)
+	}
+	lso, err := latest(kafka.IsolationLevelReadCommitted)
+	if err != nil {
+		return false, err
+	}
+	hw, err := latest(kafka.IsolationLevelReadUncommitted)
+	if err != nil {
+		return false, err
+	}
+	return lso < hw, nil
+}

@@ -253,6 +253,16 @@ func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]ke
 	return out, r.bounds != nil && r.c.Reached(r.ends), nil
 }
 
+// Blocked implements keyed.BlockedReader: the partition's records past
+// its last stable offset wait for a transaction still open
+// (consumer.Source.Blocked), so Stream.Idleness does not count it idle.
+func (r *reader[T]) Blocked(ctx context.Context, p int32) (bool, error) {
+	b, err := r.c.Blocked(ctx, consumer.TopicPartition{Topic: r.k.topic, Partition: p})
+	return b, classify(err)
+}
+
+var _ keyed.BlockedReader = (*reader[int])(nil)
+
 func (r *reader[T]) end(p int32) int64 {
 	for _, e := range r.ends {
 		if e.Partition == p {
