@@ -12,8 +12,9 @@ import (
 
 // FormatVersion is the metadata format version this build writes and the
 // newest it reads. Any change to the payload (a new field included) bumps
-// it; decoding rejects newer versions rather than guess.
-const FormatVersion = 1
+// it; decoding rejects newer versions rather than guess. Version 2 added
+// the watermark; version 1 metadata reads as having none.
+const FormatVersion = 2
 
 // Envelope of every small checksummed object (metadata, the committed
 // marker). The envelope itself never changes across versions:
@@ -128,6 +129,11 @@ type Metadata struct {
 	Offsets        []PartitionOffset `json:"offsets"`        // next offset to read, every assigned partition
 	Files          []FileRef         `json:"files"`          // every state file of this checkpoint
 	Operators      []OperatorRef     `json:"operators"`      // for restore checks; may be empty
+	// Watermark is the job's event-time watermark at the checkpoint (Unix
+	// milliseconds): the oldest of its operator tasks'. Nil when some task
+	// had none. A restore starts every operator task from it, so the
+	// job's watermark never goes backwards.
+	Watermark *int64 `json:"watermark,omitempty"`
 }
 
 // PartitionOffset is the next offset to read from one source partition.
@@ -209,10 +215,10 @@ func (m *Metadata) validate() error {
 }
 
 // encodeMetadata encodes m in the current format version. m.Version must be
-// 0 or FormatVersion. It validates m: a run id, max parallelism, unique
+// at most FormatVersion (an older one is written as FormatVersion). It validates m: a run id, max parallelism, unique
 // offsets, and state files that belong to this checkpoint.
 func encodeMetadata(m *Metadata) ([]byte, error) {
-	if m.Version != 0 && m.Version != FormatVersion {
+	if m.Version > FormatVersion {
 		return nil, fmt.Errorf("checkpoint: encode metadata: version %d, this build writes %d", m.Version, FormatVersion)
 	}
 	if err := m.validate(); err != nil {

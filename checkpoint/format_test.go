@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"fmt"
 	"encoding/binary"
 	"errors"
 	"testing"
@@ -44,8 +45,22 @@ func TestMetadataRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	got, err = DecodeMetadata("x.meta", b)
 	require.NoError(t, err)
-	require.Equal(t, 1, got.Version)
+	require.Equal(t, FormatVersion, got.Version)
 	require.Equal(t, "a", got.Run)
+	require.Nil(t, got.Watermark)
+
+	// The watermark (version 2) round-trips; version 1 metadata has none.
+	wm := int64(1_700_000_000_123)
+	m.Watermark = &wm
+	b, err = encodeMetadata(m)
+	require.NoError(t, err)
+	got, err = DecodeMetadata("x.meta", b)
+	require.NoError(t, err)
+	require.Equal(t, wm, *got.Watermark)
+	got, err = DecodeMetadata("v1.meta", reframe(metaMagic, 1, []byte(`{"run":"a","maxParallelism":3,"created":"2020-01-01T00:00:00Z"}`)))
+	require.NoError(t, err)
+	require.Equal(t, 1, got.Version)
+	require.Nil(t, got.Watermark)
 }
 
 func TestEncodeMetadataInvalid(t *testing.T) {
@@ -55,7 +70,7 @@ func TestEncodeMetadataInvalid(t *testing.T) {
 	}{
 		{"bad run", func(m *Metadata) { m.Run = "XYZ" }},
 		{"zero max parallelism", func(m *Metadata) { m.MaxParallelism = 0 }},
-		{"future version", func(m *Metadata) { m.Version = 2 }},
+		{"future version", func(m *Metadata) { m.Version = FormatVersion + 1 }},
 		{"duplicate offset", func(m *Metadata) { m.Offsets[1].Partition = 0 }},
 		{"negative offset", func(m *Metadata) { m.Offsets[0].Offset = -1 }},
 		{"empty topic", func(m *Metadata) { m.Offsets[0].Topic = "" }},
@@ -123,10 +138,10 @@ func TestDecodeMetadataErrors(t *testing.T) {
 		require.ErrorAs(t, err, &ce)
 	})
 	t.Run("future version", func(t *testing.T) {
-		_, err := DecodeMetadata(path, reframe(metaMagic, 2, payload))
+		_, err := DecodeMetadata(path, reframe(metaMagic, FormatVersion+1, payload))
 		require.ErrorIs(t, err, ErrUnsupportedVersion)
 		require.ErrorContains(t, err, path)
-		require.ErrorContains(t, err, "version 2")
+		require.ErrorContains(t, err, fmt.Sprintf("version %d", FormatVersion+1))
 		var ce *CorruptError
 		require.False(t, errors.As(err, &ce), "a newer version is not corruption")
 	})

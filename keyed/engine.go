@@ -55,6 +55,30 @@ type restoreState struct {
 	scaled    []scaledRestore            // one of several processes: the checkpoints the assigned partitions' records name
 }
 
+// watermark is the watermark the run starts its operator tasks from: the
+// restored checkpoint's, or with several checkpoints restored (one of
+// several processes) the oldest of theirs; noTime if any has none.
+func (rs *restoreState) watermark() int64 {
+	metas := []*checkpoint.Metadata{}
+	for _, sr := range rs.scaled {
+		metas = append(metas, sr.meta)
+	}
+	if len(metas) == 0 && rs.meta != nil && !rs.fresh {
+		metas = append(metas, rs.meta)
+	}
+	if len(metas) == 0 {
+		return noTime
+	}
+	wm := int64(endOfTime)
+	for _, m := range metas {
+		if m.Watermark == nil {
+			return noTime
+		}
+		wm = min(wm, *m.Watermark)
+	}
+	return wm
+}
+
 // ack is a task's report for a checkpoint.
 type ack struct {
 	task    int
@@ -63,6 +87,10 @@ type ack struct {
 	files   []checkpoint.FileRef
 	refs    []checkpoint.OperatorRef
 	err     error
+	// wm is an operator task's watermark at its snapshot (noTime if none);
+	// opTask says the ack is an operator task's.
+	wm     int64
+	opTask bool
 }
 
 type trigger struct {
@@ -594,6 +622,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 		offsets []checkpoint.PartitionOffset
 		files   []checkpoint.FileRef
 		refs    []checkpoint.OperatorRef
+		wm      int64 // the oldest operator task watermark so far
 	}
 	pending := map[uint64]*collected{}
 	interval := r.cfg.Checkpoint.Interval
@@ -611,7 +640,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 		for _, e := range effs {
 			switch e.Kind {
 			case checkpoint.Trigger:
-				pending = map[uint64]*collected{e.ID: {}}
+				pending = map[uint64]*collected{e.ID: {wm: endOfTime}}
 				for _, t := range r.triggers {
 					tr := trigger{id: e.ID, final: e.Final}
 					select {
@@ -648,6 +677,10 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					return c.offsets[a].Partition < c.offsets[b].Partition
 				})
 				m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: maxP, Offsets: c.offsets, Files: c.files, Operators: dedupRefs(append(c.refs, r.opRef))}
+				if c.wm != noTime && c.wm != endOfTime {
+					wm := c.wm
+					m.Watermark = &wm
+				}
 				if err := checkpoint.PutMetadata(r.store, m); err != nil {
 					r.log.Warn("keyed: checkpoint metadata", "checkpoint", e.ID, "err", err)
 					return apply(lc.MetadataFailed(e.ID, time.Now()))
@@ -749,6 +782,9 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				c.offsets = append(c.offsets, a.offsets...)
 				c.files = append(c.files, a.files...)
 				c.refs = append(c.refs, a.refs...)
+				if a.opTask {
+					c.wm = min(c.wm, a.wm)
+				}
 			}
 			effs = lc.Ack(a.id, a.task)
 		case t := <-r.exhausted:

@@ -310,7 +310,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 		cancels := make(chan uint64, 16)
 		r.cancels = append(r.cancels, cancels)
 		out := newOutbox(r.stop, []*inbox[O]{sinkIn}, []int{d}, cfg.BatchSize)
-		ot := &opTask[T, O]{r: r, task: task, in: opIn[d], al: al, cancels: cancels, op: op, b: b, out: out}
+		ot := &opTask[T, O]{r: r, task: task, in: opIn[d], al: al, cancels: cancels, op: op, b: b, out: out, restoredWm: rs.watermark()}
 		r.goTask(rctx, task, ot.run)
 	}
 	{
@@ -691,10 +691,15 @@ type opTask[T, O any] struct {
 	op      Operator[T, O]
 	b       *Backend
 	out     *outbox[O]
+	col     *Collector[O]
+	// restoredWm is the restored checkpoint's watermark (noTime if none):
+	// the task's starts there.
+	restoredWm int64
 }
 
 func (t *opTask[T, O]) run(ctx context.Context) error {
-	col := &Collector[O]{out: t.out, wm: noTime}
+	col := &Collector[O]{out: t.out, wm: t.restoredWm}
+	t.col = col
 	// The watermark of each input (upstream task): the task's is their
 	// minimum, and never goes backwards.
 	inWm := make([]int64, len(t.in.credits))
@@ -767,11 +772,12 @@ func (t *opTask[T, O]) apply(effs []checkpoint.AlignEffect) error {
 			}
 			snap := t.b.Snapshot()
 			refs := t.b.OperatorRefs()
+			wm := t.col.wm
 			t.r.bg.Add(1)
 			go func(id uint64) {
 				defer t.r.bg.Done()
 				files, err := t.writeSnapshot(snap, id)
-				t.r.ack(ack{task: t.task, id: id, files: files, refs: refs, err: err})
+				t.r.ack(ack{task: t.task, id: id, files: files, refs: refs, err: err, wm: wm, opTask: true})
 			}(e.ID)
 		case checkpoint.AlignError:
 			return e.Err()

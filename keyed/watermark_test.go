@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
 )
@@ -25,6 +26,10 @@ type wmSeen struct {
 	tooEarly  []string // in-order input: watermarks past time - lateness
 	backwards []string
 	maxWm     time.Time
+	// firstWm, when set, collects the watermark each operator instance
+	// met at its first record (firstMet).
+	firstWm  map[int]time.Time
+	firstMet []time.Time
 }
 
 // watcher is the counter, checking each record against its task's
@@ -35,6 +40,7 @@ type watcher struct {
 	lateness time.Duration
 	inOrder  bool
 	last     time.Time
+	started  bool
 }
 
 func (w *watcher) Process(key []byte, e event, out *keyed.Collector[result]) error {
@@ -54,6 +60,10 @@ func (w *watcher) Process(key []byte, e event, out *keyed.Collector[result]) err
 	if wm.After(w.seen.maxWm) {
 		w.seen.maxWm = wm
 	}
+	if w.seen.firstWm != nil && !w.started {
+		w.seen.firstMet = append(w.seen.firstMet, wm)
+	}
+	w.started = true
 	w.seen.mu.Unlock()
 	w.last = wm
 	return w.counter.Process(key, e, out)
@@ -214,4 +224,61 @@ func TestIdleness(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestWatermarkAcrossRestore: the checkpoint keeps the job's watermark
+// (the oldest of its operator tasks'), and a restore starts every
+// operator task from it: after a crash, the first records already meet a
+// watermark at least the checkpoint's, never an older one (or none). On
+// in-order input none meets one past its time less the lateness, before
+// the crash or after.
+func TestWatermarkAcrossRestore(t *testing.T) {
+	const lateness = 20 * time.Millisecond
+	const parts, n = 4, 20_000
+	src := keyed.NewMemorySource[event]("events", parts, true)
+	seq := map[string]int64{}
+	clock := make([]int64, parts)
+	for i := 0; i < n; i++ {
+		u := fmt.Sprintf("user-%03d", i%97)
+		p := partitioner.KeyPartition([]byte(u), parts)
+		clock[p] += 2
+		src.AppendAt(p, []byte(u), event{UUID: u, Seq: seq[u]}, time.UnixMilli(1_700_000_000_000+clock[p]))
+		seq[u]++
+	}
+	mem := checkpoint.NewMemFS()
+	sink := keyed.NewMemorySink[result]()
+	build := func(seen *wmSeen) *keyed.Job {
+		j := keyed.NewJob("wm", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(2*time.Millisecond), keyed.BatchSize(32))
+		s := keyed.FromSource(j, "events", 2, keyed.Source[event](src)).Watermarks(lateness)
+		out := keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 3, func() keyed.Operator[event, result] {
+			return &watcher{seen: seen, lateness: lateness, inOrder: true}
+		})
+		keyed.ToSink(out, "results", keyed.Sink[result](sink))
+		return j
+	}
+	before := &wmSeen{}
+	err := build(before).Run(failpoint.WithHook(context.Background(), crashAt(failpoint.AfterMarker, 8)))
+	require.ErrorIs(t, err, failpoint.ErrCrashed)
+	mem = mem.CrashClone()
+	st, err := checkpoint.OpenStore(mem, "/ckpt")
+	require.NoError(t, err)
+	ref, ok, err := checkpoint.ReadCommitted(st)
+	require.NoError(t, err)
+	require.True(t, ok)
+	m, _, err := checkpoint.ReadCheckpoint(st, ref.Run, ref.ID)
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	require.NotNil(t, m.Watermark, "checkpoint %s keeps no watermark", ref)
+	kept := time.UnixMilli(*m.Watermark)
+
+	after := &wmSeen{firstWm: map[int]time.Time{}}
+	require.NoError(t, build(after).Run(context.Background()))
+	checkOutput(t, sink.Committed(), seq)
+	t.Logf("checkpoint %s kept watermark %d ms; after the restore the first records met %v", ref, kept.UnixMilli()-1_700_000_000_000, after.firstMet)
+	require.NotEmpty(t, after.firstMet)
+	for _, wm := range after.firstMet {
+		require.False(t, wm.Before(kept), "a record after the restore met watermark %v, older than the checkpoint's %v", wm, kept)
+	}
+	require.Empty(t, first(before.tooEarly), "before the crash (%d)", len(before.tooEarly))
+	require.Empty(t, first(after.tooEarly), "after the restore: a watermark past a record's time less the lateness (%d)", len(after.tooEarly))
 }
