@@ -2,9 +2,9 @@ package checkpoint
 
 import (
 	"bytes"
-	"fmt"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
