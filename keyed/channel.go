@@ -194,11 +194,12 @@ func (o *outbox[T]) broadcast(barrier uint64) error {
 // record it is processing (its context, as Flink's ProcessFunction.Context
 // and Kafka Streams' ProcessorContext do).
 type Collector[O any] struct {
-	out *outbox[O]
-	err error
-	key []byte
-	ts  int64
-	wm  int64
+	out    *outbox[O]
+	err    error
+	key    []byte
+	ts     int64
+	wm     int64
+	timers *timers // nil unless the operator is a TimerOperator
 }
 
 // Emit sends v on. It blocks while downstream is backpressured, until the

@@ -294,6 +294,12 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 		if err := op.Open(b); err != nil {
 			return fmt.Errorf("keyed: operator %q task %d: open: %w", o.name, d, err)
 		}
+		var tm *timers
+		if _, ok := op.(TimerOperator[T, O]); ok {
+			if tm, err = newTimers(b); err != nil {
+				return fmt.Errorf("keyed: operator %q task %d: %w", o.name, d, err)
+			}
+		}
 		if r.assigned != nil {
 			if err := rs.restoreScaled(b); err != nil {
 				return fmt.Errorf("keyed: operator %q task %d: %w", o.name, d, err)
@@ -310,7 +316,10 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 		cancels := make(chan uint64, 16)
 		r.cancels = append(r.cancels, cancels)
 		out := newOutbox(r.stop, []*inbox[O]{sinkIn}, []int{d}, cfg.BatchSize)
-		ot := &opTask[T, O]{r: r, task: task, in: opIn[d], al: al, cancels: cancels, op: op, b: b, out: out, restoredWm: rs.watermark()}
+		if tm != nil {
+			tm.rebuild()
+		}
+		ot := &opTask[T, O]{r: r, task: task, in: opIn[d], al: al, cancels: cancels, op: op, b: b, out: out, restoredWm: rs.watermark(), timers: tm}
 		r.goTask(rctx, task, ot.run)
 	}
 	{
@@ -695,10 +704,27 @@ type opTask[T, O any] struct {
 	// restoredWm is the restored checkpoint's watermark (noTime if none):
 	// the task's starts there.
 	restoredWm int64
+	timers     *timers // a TimerOperator's; nil otherwise
+}
+
+// fireTimers fires the task's timers on clock kind that are due at now.
+func (t *opTask[T, O]) fireTimers(kind TimerKind, now int64) error {
+	if t.timers == nil || now == noTime {
+		return nil
+	}
+	top := t.op.(TimerOperator[T, O])
+	col := t.col
+	return t.timers.fire(kind, now, func(key []byte, at int64) error {
+		col.key, col.ts = key, at
+		if err := top.OnTimer(key, Timer{Kind: kind, Time: time.UnixMilli(at)}, col); err != nil {
+			return fmt.Errorf("key %q: %v timer at %v: %w", key, kind, time.UnixMilli(at).UTC(), err)
+		}
+		return col.err
+	})
 }
 
 func (t *opTask[T, O]) run(ctx context.Context) error {
-	col := &Collector[O]{out: t.out, wm: t.restoredWm}
+	col := &Collector[O]{out: t.out, wm: t.restoredWm, timers: t.timers}
 	t.col = col
 	// The watermark of each input (upstream task): the task's is their
 	// minimum, and never goes backwards.
@@ -720,6 +746,9 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 					continue
 				}
 			case <-tick.C:
+				if err := t.fireTimers(ProcessingTime, time.Now().UnixMilli()); err != nil {
+					return err
+				}
 				if err := t.out.flushDue(timeout); err != nil {
 					return err
 				}
@@ -746,7 +775,12 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 		}
 		if m.wm > inWm[m.from] || m.idle != inIdle[m.from] {
 			inWm[m.from], inIdle[m.from] = max(inWm[m.from], m.wm), m.idle
-			col.wm = max(col.wm, activeMin(inWm, inIdle))
+			if wm := max(col.wm, activeMin(inWm, inIdle)); wm > col.wm {
+				col.wm = wm
+				if err := t.fireTimers(EventTime, wm); err != nil {
+					return err
+				}
+			}
 		}
 		var effs []checkpoint.AlignEffect
 		if m.barrier > 0 {

@@ -5,6 +5,7 @@ import (
 	"iter"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -259,6 +260,15 @@ type state interface {
 }
 
 func register[T any](b *Backend, name string, kind Kind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
+	if strings.HasPrefix(name, "__") {
+		return nil, fmt.Errorf("keyed: operator %q state %q: names starting with __ are kord's (its timers)", b.operator, name)
+	}
+	return registerState(b, name, kind, fp, enc, dec)
+}
+
+// registerState is register without the user's limits: kord's own states
+// (timers) too.
+func registerState[T any](b *Backend, name string, kind Kind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
 	if err := validateName("state", name); err != nil {
 		return nil, fmt.Errorf("keyed: operator %q: %w", b.operator, err)
 	}
@@ -401,6 +411,18 @@ type store[T any] struct {
 }
 
 func (s *store[T]) info() StateInfo { return s.inf }
+
+// each calls fn for every key of the state with its key group and value.
+func (s *store[T]) each(fn func(kg int, key string, v T)) {
+	for g, t := range s.groups {
+		if t == nil {
+			continue
+		}
+		for key, i := range t.idx {
+			fn(g+s.b.r.Start, key, t.vals[i])
+		}
+	}
+}
 
 func (s *store[T]) noKey() {
 	panic(fmt.Sprintf("keyed: operator %q state %q used with no current key (state is only accessible while the runtime processes a keyed record)", s.inf.Operator, s.inf.Name))
