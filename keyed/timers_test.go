@@ -206,3 +206,13 @@ func TestProcessingTimersExactlyOnce(t *testing.T) {
 		require.Equal(t, int64(3), n, "key %s", k)
 	}
 }
+
+// TestReservedStateNames: state names starting with __ are kord's.
+func TestReservedStateNames(t *testing.T) {
+	b, err := keyed.NewBackend("op", 4, keyed.KeyGroupRange{Start: 0, End: 3})
+	require.NoError(t, err)
+	_, err = keyed.Map(b, "__timers-event", keyed.Int64(), keyed.Int64())
+	require.ErrorContains(t, err, "kord's")
+	_, err = keyed.Value(b, "_one_underscore", keyed.Int64())
+	require.NoError(t, err)
+}
