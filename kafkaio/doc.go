@@ -38,7 +38,19 @@
 // with the member's group metadata (KIP-447), so a process that lost its
 // partitions cannot commit them. The engine restores each assigned
 // partition from the checkpoint its record names, from the checkpoint
-// directory every process shares (DESIGN.md, "Several processes").
+// storage every process shares (a directory, or object storage:
+// keyed.CheckpointStorage with checkpoint/blobstore; DESIGN.md, "Several
+// processes"). Such a job keys by partition; NewRepartition puts a
+// repartition stage before a job keyed by a field, through the topic
+// kord.<job>.<stage>.repartition, and keyed.RunAll runs the two.
+//
+// # Time
+//
+// Every record the source reads carries its Kafka timestamp, and its
+// reader is a keyed.BlockedReader: with keyed watermarks and idleness
+// (Stream.Watermarks, Stream.Idleness), a partition whose last stable
+// offset stands below its high watermark (records behind an open
+// transaction) is blocked, not idle, and keeps holding the watermark.
 //
 // Errors are classified in the engine's terms: a fenced producer and a
 // configuration the broker refuses are keyed.Permanent (a restart would
