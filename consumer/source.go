@@ -367,6 +367,24 @@ func (s *Source) Watermarks(ctx context.Context, tp TopicPartition) (low, end in
 // client's errors (drain): an authentication or TLS failure (ErrAuth) then
 // ends the wait within a second, and a timeout names the client's last
 // error from the cluster. Errors name what.
+// transient reports whether a failed admin or metadata call may succeed
+// when made again: librdkafka's retriable errors, a partition leader or
+// coordinator moving, a timeout, and a dropped connection (__TRANSPORT:
+// the broker restarting, or too slow to answer under load; librdkafka
+// reconnects, but a metadata call made meanwhile returns it unmarked as
+// retriable, which failed a job in CI).
+func transient(err error) bool {
+	var kerr kafka.Error
+	if !errors.As(err, &kerr) {
+		return false
+	}
+	switch kerr.Code() {
+	case kafka.ErrNotLeaderForPartition, kafka.ErrLeaderNotAvailable, kafka.ErrNotCoordinator, kafka.ErrTimedOut, kafka.ErrTransport:
+		return true
+	}
+	return kerr.IsRetriable()
+}
+
 func (s *Source) retry(ctx context.Context, what string, fn func() error) error {
 	if err := s.conn.Failed(); err != nil {
 		return fmt.Errorf("consumer: %s: %w", what, err)
@@ -384,13 +402,10 @@ func (s *Source) retry(ctx context.Context, what string, fn func() error) error 
 		if err := s.conn.Failed(); err != nil {
 			return fmt.Errorf("consumer: %s: %w", what, err)
 		}
-		var kerr kafka.Error
-		transient := errors.As(err, &kerr) && (kerr.IsRetriable() || kerr.Code() == kafka.ErrNotLeaderForPartition ||
-			kerr.Code() == kafka.ErrLeaderNotAvailable || kerr.Code() == kafka.ErrNotCoordinator || kerr.Code() == kafka.ErrTimedOut)
-		if !transient || time.Now().After(deadline) || ctx.Err() != nil {
+		if !transient(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			return fmt.Errorf("consumer: %s: %w", what, s.conn.Explain(err))
 		}
-		if kerr.Code() == kafka.ErrTimedOut {
+		if kerr := (kafka.Error{}); errors.As(err, &kerr) && kerr.Code() == kafka.ErrTimedOut {
 			continue // the slice was the wait
 		}
 		select {
