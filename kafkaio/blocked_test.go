@@ -3,6 +3,7 @@ package kafkaio_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
@@ -77,7 +79,9 @@ func TestBlockedPartitionHoldsWatermark(t *testing.T) {
 				var mu sync.Mutex
 				var maxWm time.Time
 				wm := func() time.Time { mu.Lock(); defer mu.Unlock(); return maxWm }
-				j := keyed.NewJob(strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), keyed.Dir(t.TempDir()), keyed.CheckpointInterval(200*time.Millisecond))
+				var log syncbuf.Buffer
+				j := keyed.NewJob(strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), keyed.Dir(t.TempDir()), keyed.CheckpointInterval(200*time.Millisecond),
+					keyed.Logger(logTo(&log, slog.LevelInfo, nil)))
 				s := keyed.FromSource(j, "events", 1, keyed.Source[event](kafkaio.NewSource(client, in, consumer.JSONValue[event]()))).
 					Watermarks(10 * time.Millisecond).Idleness(300 * time.Millisecond)
 				o := keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &wmProbe{mu: &mu, max: &maxWm} })
@@ -116,7 +120,7 @@ func TestBlockedPartitionHoldsWatermark(t *testing.T) {
 					"the watermark did not move after the transaction's %s", end)
 				t.Logf("after the %s: watermark %v", end, wm())
 				stop()
-				require.NoError(t, <-done)
+				require.NoError(t, <-done, "%s", &log)
 			})
 		})
 	}
