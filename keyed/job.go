@@ -68,6 +68,7 @@ type Job struct {
 	statsMu     sync.Mutex
 	alignments  []time.Duration
 	deadLetters atomic.Int64
+	lateRecords atomic.Int64
 }
 
 // NewJob starts declaring a job named name, configured by opts. The name

@@ -1,0 +1,198 @@
+package keyed
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Windows assigns each record of a keyed stream to event-time windows by
+// its time (Collector.Timestamp): tumbling or sliding, aligned to the Unix
+// epoch (Flink's TumblingEventTimeWindows and SlidingEventTimeWindows;
+// Kafka Streams' TimeWindows). A window [Start, End) fires once the
+// operator task's watermark reaches End - 1 ms, and its state stays until
+// the watermark passes End - 1 ms + the allowed lateness: a record that
+// comes meanwhile updates the window and fires it again; a record all of
+// whose windows are gone is late (WindowAggregate's late function).
+type Windows struct {
+	size, slide time.Duration
+	lateness    time.Duration
+}
+
+// Tumbling is windows of size that do not overlap: every record is in
+// exactly one.
+func Tumbling(size time.Duration) Windows { return Windows{size: size, slide: size} }
+
+// Sliding is windows of size starting every slide: a record is in
+// size/slide of them.
+func Sliding(size, slide time.Duration) Windows { return Windows{size: size, slide: slide} }
+
+// AllowedLateness keeps each window's state for d after it fired, so that
+// a record up to d behind the watermark still counts (Flink's
+// allowedLateness; Kafka Streams' grace period). Default 0.
+func (w Windows) AllowedLateness(d time.Duration) Windows {
+	w.lateness = d
+	return w
+}
+
+func (w Windows) validate() error {
+	switch {
+	case w.size < time.Millisecond || w.slide < time.Millisecond:
+		return fmt.Errorf("window size %v and slide %v: want at least 1 ms", w.size, w.slide)
+	case w.size%time.Millisecond != 0 || w.slide%time.Millisecond != 0:
+		return fmt.Errorf("window size %v and slide %v: want whole milliseconds (record times are Kafka's milliseconds)", w.size, w.slide)
+	case w.slide > w.size:
+		return fmt.Errorf("window slide %v longer than its size %v: records between windows would belong to none", w.slide, w.size)
+	case w.lateness < 0:
+		return fmt.Errorf("allowed lateness %v: want 0 or more", w.lateness)
+	}
+	return nil
+}
+
+// starts returns the start (Unix ms) of every window holding time t (ms).
+func (w Windows) starts(t int64, out []int64) []int64 {
+	size, slide := w.size.Milliseconds(), w.slide.Milliseconds()
+	last := t - mod(t, slide)
+	for s := last; s > t-size; s -= slide {
+		out = append(out, s)
+	}
+	return out
+}
+
+// mod is the modulus of a by b > 0, never negative (times before 1970).
+func mod(a, b int64) int64 {
+	m := a % b
+	if m < 0 {
+		m += b
+	}
+	return m
+}
+
+// Window is one window of event time: [Start, End).
+type Window struct {
+	Start, End time.Time
+}
+
+// Aggregator folds a window's records into an accumulator, one record at
+// a time (Flink's AggregateFunction; Kafka Streams' Initializer and
+// Aggregator): the window keeps only the accumulator, not its records.
+type Aggregator[T, A any] struct {
+	Init func() A
+	Add  func(acc A, v T) A
+}
+
+// WindowAggregate adds a keyed operator stage that aggregates each key's
+// records per event-time window: the accumulator (saved with codec, as
+// keyed state) of every window a record falls in is updated with agg, and
+// when a window fires, result's value goes downstream. Windows and their
+// timers are keyed state, so a crash, a restore and a new parallelism
+// keep them, and each firing is in the committed output once.
+//
+// A record whose windows are all gone (the watermark passed them and
+// their allowed lateness) is late: it is counted (Job.LateRecords) and,
+// if late is not nil and returns true, what late returns goes downstream
+// in its place (a side output: route it with the sink, kafkaio.SideOutput
+// say); none is dropped without being counted. Records without a time (see
+// Stream.Timestamps) fail the job.
+func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec Codec[A], agg Aggregator[T, A],
+	result func(key K, win Window, acc A) O, late func(key K, v T) (O, bool)) *Output[O] {
+	j, keyOf := k.j, k.keyOf
+	if err := w.validate(); err != nil {
+		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: %w", name, err))
+	}
+	if agg.Init == nil || agg.Add == nil || result == nil {
+		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: the aggregator's Init and Add and the result function are required", name))
+	}
+	return Process(k, name, parallelism, func() Operator[T, O] {
+		return &windowOp[K, T, A, O]{w: w, codec: codec, agg: agg, keyOf: keyOf, result: result, late: late, lateCount: &j.lateRecords}
+	})
+}
+
+// LateRecords returns how many times a window operator (WindowAggregate)
+// found a record late since the job was declared, whether or not it went
+// on as side output. It is a count of this process's work, replays after a
+// restart included, not of the committed output.
+func (j *Job) LateRecords() int64 { return j.lateRecords.Load() }
+
+// windowOp is WindowAggregate's operator: per key, the accumulator of each
+// window by its start (Unix ms), and two event-time timers per window:
+// its firing at End - 1 ms and its cleanup at End - 1 ms + lateness (one
+// timer when the lateness is 0).
+type windowOp[K, T, A, O any] struct {
+	w         Windows
+	codec     Codec[A]
+	agg       Aggregator[T, A]
+	keyOf     func([]byte) K
+	result    func(K, Window, A) O
+	late      func(K, T) (O, bool)
+	lateCount *atomic.Int64
+	accs      *MapState[int64, A]
+	starts    []int64
+}
+
+func (o *windowOp[K, T, A, O]) Open(b *Backend) (err error) {
+	o.accs, err = Map(b, "windows", Int64(), o.codec)
+	return err
+}
+
+func (o *windowOp[K, T, A, O]) window(start int64) Window {
+	return Window{Start: time.UnixMilli(start), End: time.UnixMilli(start + o.w.size.Milliseconds())}
+}
+
+func (o *windowOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error {
+	if out.ts == noTime {
+		return fmt.Errorf("a record without a time in a window operator (see Stream.Timestamps)")
+	}
+	wm, size, lateness := out.wm, o.w.size.Milliseconds(), o.w.lateness.Milliseconds()
+	o.starts = o.w.starts(out.ts, o.starts[:0])
+	taken := false
+	for _, s := range o.starts {
+		fire := s + size - 1
+		if wm != noTime && fire+lateness <= wm {
+			continue // gone: fired, and its lateness passed
+		}
+		taken = true
+		acc, ok := o.accs.Get(s)
+		if !ok {
+			acc = o.agg.Init()
+		}
+		acc = o.agg.Add(acc, v)
+		o.accs.Put(s, acc)
+		if wm != noTime && fire <= wm {
+			// Fired already, within its lateness: fire again, updated.
+			out.Emit(o.result(o.keyOf(key), o.window(s), acc))
+		} else {
+			out.RegisterTimer(EventTime, time.UnixMilli(fire))
+		}
+		if lateness > 0 {
+			out.RegisterTimer(EventTime, time.UnixMilli(fire+lateness))
+		}
+	}
+	if !taken {
+		o.lateCount.Add(1)
+		if o.late != nil {
+			if side, ok := o.late(o.keyOf(key), v); ok {
+				out.Emit(side)
+			}
+		}
+	}
+	return out.err
+}
+
+func (o *windowOp[K, T, A, O]) OnTimer(key []byte, t Timer, out *Collector[O]) error {
+	at, size, lateness := t.Time.UnixMilli(), o.w.size.Milliseconds(), o.w.lateness.Milliseconds()
+	var gone []int64
+	for s, acc := range o.accs.All() {
+		fire := s + size - 1
+		if fire == at {
+			out.Emit(o.result(o.keyOf(key), o.window(s), acc))
+		}
+		if fire+lateness == at {
+			gone = append(gone, s)
+		}
+	}
+	for _, s := range gone {
+		o.accs.Delete(s)
+	}
+	return out.err
+}

@@ -1,0 +1,215 @@
+package keyed_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/partitioner"
+)
+
+// windowCount is a window's result in the tests: a key's record count and
+// the sum of their sequence numbers in one window.
+type windowCount struct {
+	Key   string
+	Start int64
+	Count int64
+	Sum   int64
+	Late  bool // a late record's side output
+}
+
+// countSum is the tests' accumulator, kept as two int64s.
+type countSum struct{ N, Sum int64 }
+
+type countSumCodec struct{}
+
+func (countSumCodec) Encode(dst []byte, v countSum) ([]byte, error) {
+	dst, _ = keyed.Int64().Encode(dst, v.N)
+	return keyed.Int64().Encode(dst, v.Sum)
+}
+
+func (countSumCodec) Decode(b []byte) (countSum, error) {
+	if len(b) != 16 {
+		return countSum{}, fmt.Errorf("countSum: %d bytes", len(b))
+	}
+	n, err := keyed.Int64().Decode(b[:8])
+	if err != nil {
+		return countSum{}, err
+	}
+	s, err := keyed.Int64().Decode(b[8:])
+	return countSum{N: n, Sum: s}, err
+}
+
+func (countSumCodec) Fingerprint() string { return "test.countSum" }
+
+var countSumAgg = keyed.Aggregator[event, countSum]{
+	Init: func() countSum { return countSum{} },
+	Add:  func(a countSum, e event) countSum { return countSum{N: a.N + 1, Sum: a.Sum + e.Seq} },
+}
+
+func windowResult(key []byte, w keyed.Window, a countSum) windowCount {
+	return windowCount{Key: string(key), Start: w.Start.UnixMilli(), Count: a.N, Sum: a.Sum}
+}
+
+// TestWindowsModel: tumbling and sliding windows over seeded input whose
+// times are out of order within the watermarks' lateness (so no record is
+// late), with crashes at random checkpoint steps and restores at other
+// parallelisms: the committed results are exactly a model's, each window
+// once.
+func TestWindowsModel(t *testing.T) {
+	seeds := 30
+	if testing.Short() {
+		seeds = 6
+	}
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 11))
+			size := int64(50 + r.IntN(200))
+			slide := size
+			w := keyed.Tumbling(time.Duration(size) * time.Millisecond)
+			if r.IntN(2) == 0 {
+				slide = int64(20 + r.IntN(60))
+				size = slide * int64(1+r.IntN(4))
+				w = keyed.Sliding(time.Duration(size)*time.Millisecond, time.Duration(slide)*time.Millisecond)
+			}
+			const parts = 4
+			disorder := int64(1 + r.IntN(40))
+			src := keyed.NewMemorySource[event]("events", parts, true)
+			model := map[string]countSum{}
+			seq := map[string]int64{}
+			clock := make([]int64, parts)
+			n := 2_000 + r.IntN(4_000)
+			for i := 0; i < n; i++ {
+				u := fmt.Sprintf("user-%02d", r.IntN(25))
+				p := partitioner.KeyPartition([]byte(u), parts)
+				clock[p] += int64(r.IntN(6))
+				ts := 1_700_000_000_000 + clock[p] - int64(r.IntN(int(disorder)))
+				e := event{UUID: u, Seq: seq[u]}
+				src.AppendAt(p, []byte(u), e, time.UnixMilli(ts))
+				seq[u]++
+				for _, s := range windowStarts(size, slide, ts) {
+					k := fmt.Sprintf("%s/%d", u, s)
+					m := model[k]
+					model[k] = countSum{N: m.N + 1, Sum: m.Sum + e.Seq}
+				}
+			}
+			mem := checkpoint.NewMemFS()
+			sink := keyed.NewMemorySink[windowCount]()
+			keyBy := r.IntN(2) == 0
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var late int64
+			for incarnation := 0; ; incarnation++ {
+				require.Less(t, incarnation, 10)
+				j := keyed.NewJob("windows", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
+					keyed.BatchSize(1+r.IntN(64)))
+				s := keyed.FromSource(j, "events", 1+r.IntN(3), keyed.Source[event](src)).Watermarks(time.Duration(disorder) * time.Millisecond)
+				k := keyed.ByPartition(s)
+				if keyBy {
+					k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+				}
+				out := keyed.WindowAggregate(k, "windows", 1+r.IntN(3), w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
+					func(key []byte, win keyed.Window, a countSum) windowCount { return windowResult(key, win, a) }, nil)
+				keyed.ToSink(out, "results", keyed.Sink[windowCount](sink))
+				rctx := ctx
+				if incarnation < 3 {
+					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
+				}
+				err := j.Run(rctx)
+				late += j.LateRecords()
+				if errors.Is(err, failpoint.ErrCrashed) {
+					mem = mem.CrashClone()
+					continue
+				}
+				require.NoError(t, err)
+				break
+			}
+			require.Zero(t, late, "records late although within the watermarks' lateness")
+			got := map[string]countSum{}
+			for _, res := range sink.Committed() {
+				k := fmt.Sprintf("%s/%d", res.Key, res.Start)
+				_, dup := got[k]
+				require.False(t, dup, "window %s fired twice", k)
+				got[k] = countSum{N: res.Count, Sum: res.Sum}
+			}
+			require.Equal(t, model, got)
+		})
+	}
+}
+
+// windowStarts is the model's window assignment, written apart from
+// keyed's: every multiple s of slide with s <= ts < s + size.
+func windowStarts(size, slide, ts int64) []int64 {
+	var out []int64
+	first := (ts - size + 1) / slide * slide
+	for first < ts-size+1 {
+		first += slide
+	}
+	for s := first; s <= ts; s += slide {
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestWindowLateness: one key, one partition, one-second tumbling windows
+// with 500 ms allowed lateness. A record behind the watermark but within
+// the lateness updates its window, which fires again with the new count; a
+// record whose window is gone is late: counted, and sent on by the late
+// function as side output. Nothing is dropped silently.
+func TestWindowLateness(t *testing.T) {
+	src := keyed.NewMemorySource[event]("events", 1, false)
+	sink := keyed.NewMemorySink[windowCount]()
+	j := keyed.NewJob("late", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
+	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src)).Watermarks(0)
+	w := keyed.Tumbling(time.Second).AllowedLateness(500 * time.Millisecond)
+	out := keyed.WindowAggregate(keyed.ByPartition(s), "windows", 1, w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
+		func(key []byte, win keyed.Window, a countSum) windowCount { return windowResult(key, win, a) },
+		func(key []byte, e event) (windowCount, bool) {
+			return windowCount{Key: string(key), Start: -1, Sum: e.Seq, Late: true}, true
+		})
+	keyed.ToSink(out, "results", keyed.Sink[windowCount](sink))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- j.Run(ctx) }()
+	var mu sync.Mutex
+	seq := int64(0)
+	put := func(ms int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		src.AppendAt(0, []byte("k"), event{UUID: "k", Seq: seq}, time.UnixMilli(ms))
+		seq++
+	}
+	committed := func(n int) {
+		require.Eventually(t, func() bool { return len(sink.Committed()) >= n }, 10*time.Second, 5*time.Millisecond)
+	}
+	put(100)  // window [0, 1000)
+	put(900)  // window [0, 1000)
+	put(1200) // window [1000, 2000): the watermark 1199 fires [0, 1000)
+	committed(1)
+	put(950)  // behind the watermark, within the lateness: [0, 1000) fires again, with 3
+	put(1600) // the watermark 1599: [0, 1000) gone (999 + 500 <= 1599)
+	committed(2)
+	put(400) // late: its only window is gone
+	committed(3)
+	put(2500) // fires [1000, 2000) with 2
+	committed(4)
+	cancel()
+	require.NoError(t, <-done)
+	got := sink.Committed()
+	require.Equal(t, []windowCount{
+		{Key: "k", Start: 0, Count: 2, Sum: 0 + 1},
+		{Key: "k", Start: 0, Count: 3, Sum: 0 + 1 + 3},
+		{Key: "k", Start: -1, Sum: 5, Late: true},
+		{Key: "k", Start: 1000, Count: 2, Sum: 2 + 4},
+	}, got[:4])
+	require.Equal(t, int64(1), j.LateRecords())
+}
