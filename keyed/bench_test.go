@@ -73,7 +73,8 @@ func (r *genReader) Poll(_ context.Context, max int, _ time.Duration) ([]keyed.S
 		for p.Offset < r.g.perPart && len(out) < max {
 			x := uint64(p.Offset)*0x9e3779b97f4a7c15 + uint64(p.Partition)*0xbf58476d1ce4e5b9
 			u := r.g.users[x%uint64(len(r.g.users))]
-			out = append(out, keyed.SourceRecord[behavior]{Partition: p.Partition, Offset: p.Offset, Value: behavior{User: u, Action: uint8(x >> 60)}})
+			out = append(out, keyed.SourceRecord[behavior]{Partition: p.Partition, Offset: p.Offset, Value: behavior{User: u, Action: uint8(x >> 60)},
+				Timestamp: time.UnixMilli(1_700_000_000_000 + p.Offset)}) // a millisecond of event time per record and partition
 			p.Offset++
 		}
 		if p.Offset < r.g.perPart {
@@ -160,6 +161,49 @@ func BenchmarkPipeline(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(total), "ns/event")
 			b.ReportMetric(float64(percentile(aligns, 0.5).Microseconds()), "align-p50-µs")
 			b.ReportMetric(float64(percentile(aligns, 0.99).Microseconds()), "align-p99-µs")
+		})
+	}
+}
+
+// BenchmarkWindows: the pipeline's input (4,000,000 events over 100,000
+// users, a millisecond of event time per record and partition: about 17
+// minutes), counted per user two ways in one run: the plain counter (one
+// result per event) and one-minute tumbling windows (WindowAggregate, one
+// result per user and minute), both with watermarks (lateness 1 s) and a
+// checkpoint every second.
+//
+//	go test -run XXX -bench BenchmarkWindows -count 3 ./keyed/
+func BenchmarkWindows(b *testing.B) {
+	const events = 4_000_000
+	for _, windowed := range []bool{false, true} {
+		b.Run(map[bool]string{false: "plain", true: "tumbling-1m"}[windowed], func(b *testing.B) {
+			var total int64
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				g := newGenSource(4, events/4, 100_000)
+				j := keyed.NewJob("bench", keyed.Dir(b.TempDir()), keyed.CheckpointInterval(time.Second))
+				s := keyed.FromSource(j, "behavior", 2, keyed.Source[behavior](g)).Watermarks(time.Second)
+				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
+				var out *keyed.Output[int64]
+				if windowed {
+					out = keyed.WindowAggregate(k, "count", 2, keyed.Tumbling(time.Minute), keyed.Int64(),
+						keyed.Aggregator[behavior, int64]{Init: func() int64 { return 0 }, Add: func(n int64, _ behavior) int64 { return n + 1 }},
+						func(_ string, _ keyed.Window, n int64) int64 { return n }, nil)
+				} else {
+					out = keyed.Process(k, "count", 2, func() keyed.Operator[behavior, int64] { return &countOp{} })
+				}
+				sink := &discard{}
+				keyed.ToSink(out, "sink", keyed.Sink[int64](sink))
+				if err := j.Run(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				if j.LateRecords() != 0 {
+					b.Fatalf("%d late records", j.LateRecords())
+				}
+				total += events
+			}
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(total), "cpu-ns/event")
+			b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "events/s")
 		})
 	}
 }
