@@ -152,8 +152,8 @@ func (o *windowOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error
 			continue // gone: fired, and its lateness passed
 		}
 		taken = true
-		acc, ok := o.accs.Get(s)
-		if !ok {
+		acc, existed := o.accs.Get(s)
+		if !existed {
 			acc = o.agg.Init()
 		}
 		acc = o.agg.Add(acc, v)
@@ -161,10 +161,12 @@ func (o *windowOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error
 		if wm != noTime && fire <= wm {
 			// Fired already, within its lateness: fire again, updated.
 			out.Emit(o.result(o.keyOf(key), o.window(s), acc))
-		} else {
+		} else if !existed {
 			out.RegisterTimer(EventTime, time.UnixMilli(fire))
 		}
-		if lateness > 0 {
+		if lateness > 0 && !existed {
+			// A window's timers are registered with its accumulator: an
+			// accumulator that exists has them.
 			out.RegisterTimer(EventTime, time.UnixMilli(fire+lateness))
 		}
 	}
