@@ -89,7 +89,7 @@ func TestZombieIsFenced(t *testing.T) {
 
 		zombie := f.start("", f.dir, 2)
 		require.Eventually(t, func() bool { return strings.Count(zombie.Stdout.String(), "committed") >= 3 }, 60*time.Second, 20*time.Millisecond, "stderr:\n%s", zombie.Stderr)
-		require.NoError(t, zombie.Cmd.Process.Signal(syscall.SIGSTOP))
+		zombie.Stop(t)
 		// The survivor gets the zombie's checkpoints, as from shared storage.
 		survivorDir := t.TempDir()
 		testdir.Copy(t, f.dir, survivorDir)

@@ -346,7 +346,7 @@ func TestScaledZombie(t *testing.T) {
 	ps.waitCommits(2, "every process commits")
 	logs := ps.logs
 	zombie := ps.get("p1")
-	require.NoError(t, zombie.Cmd.Process.Signal(syscall.SIGSTOP))
+	zombie.Stop(t)
 	stopped := time.Now()
 	t.Logf("SIGSTOPped p1")
 	require.Eventually(t, func() bool { return len(lastAssigned(ps.get("p0").Stderr.String())) == 4 }, time.Minute, 20*time.Millisecond,

@@ -6,7 +6,9 @@
 package crashtest
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"syscall"
@@ -57,4 +59,31 @@ func (c *Child) Wait(d time.Duration, kill bool) (signaled bool, err error) {
 		return true, nil
 	}
 	return false, err
+}
+
+// Stop pauses the child with SIGSTOP and returns once the kernel reports
+// it stopped (state T in /proc/<pid>/stat): the signal is asynchronous,
+// and a thread in the middle of a system call (a retention unlink, say)
+// finishes it first. Copying the child's files before then races with it.
+func (c *Child) Stop(t testing.TB) {
+	t.Helper()
+	if err := c.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("crashtest: SIGSTOP: %v", err)
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", c.Cmd.Process.Pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			t.Fatalf("crashtest: %v", err)
+		}
+		// pid (comm) state ...: the comm may hold spaces and parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("crashtest: the child is not stopped 10 s after SIGSTOP: %s", b)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
