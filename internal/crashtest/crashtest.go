@@ -38,6 +38,9 @@ func Start(t testing.TB, env ...string) *Child {
 		t.Fatalf("crashtest: start the child: %v", err)
 	}
 	go func() { c.Done <- cmd.Wait() }()
+	// A test that fails while the child is paused (SIGSTOP) or running
+	// must not leave it behind.
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	return c
 }
 
