@@ -112,24 +112,24 @@ func TestRunProcesses(t *testing.T) {
 // topic, keyed by uuid) and the job proper (that topic by partition), and
 // one is SIGKILLed part-way and started again. The independent
 // read_committed verification finds every result exactly once, in
-// per-user order, with the right counts. On kfake: the same stages are
-// proven on the real broker by kafkaio's TestScaledRepartition.
+// per-user order, with the right counts. On kfake and the real broker.
 func TestRunProcessesKeyBy(t *testing.T) {
-	c := kafkatest.Fake(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: 40_000, users: 5_000, partitions: 12, seed: 9,
-		phase: "all", crash: true, processes: 3, keyBy: true, session: 6 * time.Second, interval: 500 * time.Millisecond, quiet: true, dir: dir}
-	var out bytes.Buffer
-	o.stdout = &out
-	require.NoError(t, run(ctx, o))
-	t.Log(strings.TrimSpace(out.String()))
-	require.Contains(t, out.String(), "events_in=40000 results_out=40000 duplicates=0 order_violations=0 wrong_counts=0 missing=0")
-	require.Contains(t, out.String(), "processes=3 processes_killed=1")
-	metas, err := filepath.Glob(filepath.Join(dir, repartitionStage, "ckpt-*.meta"))
-	require.NoError(t, err)
-	require.NotEmpty(t, metas, "the repartition stage keeps its checkpoints beside the job's")
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		dir := t.TempDir()
+		o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: 40_000, users: 5_000, partitions: 12, seed: 9,
+			phase: "all", crash: true, processes: 3, keyBy: true, session: 6 * time.Second, interval: 500 * time.Millisecond, quiet: true, dir: dir}
+		var out bytes.Buffer
+		o.stdout = &out
+		require.NoError(t, run(ctx, o))
+		t.Log(strings.TrimSpace(out.String()))
+		require.Contains(t, out.String(), "events_in=40000 results_out=40000 duplicates=0 order_violations=0 wrong_counts=0 missing=0")
+		require.Contains(t, out.String(), "processes=3 processes_killed=1")
+		metas, err := filepath.Glob(filepath.Join(dir, repartitionStage, "ckpt-*.meta"))
+		require.NoError(t, err)
+		require.NotEmpty(t, metas, "the repartition stage keeps its checkpoints beside the job's")
+	})
 }
 
 func TestRunRejectsBadFlags(t *testing.T) {
