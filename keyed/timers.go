@@ -128,13 +128,14 @@ func (t *timers) fire(kind TimerKind, now int64, fn func(key []byte, at int64) e
 	q := t.queue[kind]
 	for q.Len() > 0 && (*q)[0].at <= now {
 		e := heap.Pop(q).(timerEntry)
-		t.b.SetCurrentKey([]byte(e.key), e.kg)
+		key := []byte(e.key)
+		t.b.SetCurrentKey(key, e.kg)
 		st := t.state[kind]
 		if !st.Contains(e.at) {
 			continue // deleted, or a duplicate entry of one that fired
 		}
 		st.Delete(e.at)
-		if err := fn([]byte(e.key), e.at); err != nil {
+		if err := fn(key, e.at); err != nil {
 			return err
 		}
 	}
