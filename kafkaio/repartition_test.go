@@ -32,7 +32,7 @@ func (f *fixture) startKeyedInstance(id string, log *syncbuf.Buffer, repartParts
 	ij := &instanceJob{id: id, done: make(chan error, 1)}
 	client := mustClient(kafkaio.Brokers(strings.Split(f.c.Brokers, ",")...))
 	logger := logTo(log, slog.LevelInfo, nil).With("instance", id)
-	member := []kafkaio.SinkOpt{kafkaio.Instance(id), kafkaio.MemberSet("session.timeout.ms", "6000")}
+	member := []kafkaio.SinkOpt{kafkaio.Instance(id), kafkaio.MemberSet("session.timeout.ms", "10000")}
 	r := kafkaio.NewRepartition(client, f.name, repartitionStage, kafkaio.NewSource(client, f.in, consumer.JSONValue[event]()),
 		func(e event) []byte { return []byte(e.UUID) }, func(e event) ([]byte, error) { return json.Marshal(e) },
 		kafkaio.RepartitionPartitions(repartParts),
