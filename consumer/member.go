@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,6 +27,13 @@ const (
 	ProtocolConsumer = "consumer"
 )
 
+// ErrInstanceFenced is a static member's fatal error when the group has
+// given its InstanceID to a newer member (Kafka's FENCED_INSTANCE_ID): its
+// session expired and it came back too late, or another running process
+// uses the same id. The Member is out of the group for good; a new one
+// joined with the same id takes the id back.
+var ErrInstanceFenced = errors.New("consumer: static member fenced: its group.instance.id was taken by a newer member")
+
 // Hooks tell a Member's owner which partitions it owns. Both run on the
 // Member's goroutine, one at a time, in the order Kafka's rebalances
 // happen.
@@ -42,6 +50,11 @@ type Hooks struct {
 	// another member may own them already, and nothing of theirs may be
 	// committed.
 	Revoked func(ctx context.Context, ps []TopicPartition, lost bool)
+	// Failed receives the error that put the member out of the group for
+	// good (Err), once. What it owned is lost: another member may own it
+	// already, and nothing of it may be committed. A Member cannot rejoin;
+	// its owner closes it and joins anew (ErrInstanceFenced), or stops.
+	Failed func(err error)
 }
 
 // Member is one process's membership of a consumer group: Kafka assigns
@@ -65,8 +78,10 @@ type Member struct {
 	mu       sync.Mutex
 	assigned map[TopicPartition]bool
 	err      error // a fatal client error: the member is out of the group
+	fatal    bool  // err is librdkafka's fatal error: the client cannot be closed (Close)
 
 	runDone  chan struct{}  // closed when run returns
+	logStop  chan struct{}  // closed by Close when it abandons a fatally failed client
 	wg       sync.WaitGroup // the log goroutine, ended by the consumer's Close
 	closeMu  sync.Mutex
 	closed   bool
@@ -164,7 +179,7 @@ func Join(ctx context.Context, topics []string, hooks Hooks, opts ...Opt) (*Memb
 	}
 	hctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	m := &Member{group: c.group, c: kc, log: c.log, conn: kafkaconf.NewConn(settings), hooks: hooks, ctx: hctx, stop: stop,
-		assigned: map[TopicPartition]bool{}, runDone: make(chan struct{})}
+		assigned: map[TopicPartition]bool{}, runDone: make(chan struct{}), logStop: make(chan struct{})}
 	m.wg.Add(1)
 	go m.logs()
 	if err := kc.SubscribeTopics(topics, m.rebalance); err != nil {
@@ -299,20 +314,28 @@ func (m *Member) clientError(e kafka.Error) {
 }
 
 func (m *Member) fail(err error) {
+	var ke kafka.Error
+	fatal := errors.As(err, &ke) && ke.IsFatal()
+	if fatal && ke.Code() == kafka.ErrFencedInstanceID {
+		err = fmt.Errorf("%w: %w", ErrInstanceFenced, err)
+	}
 	m.mu.Lock()
 	first := m.err == nil
 	if first {
-		m.err = err
+		m.err, m.fatal = err, fatal
 	}
 	m.mu.Unlock()
 	if first {
 		m.log.Error("kord member: out of the group", "err", err)
+		if m.hooks.Failed != nil {
+			m.hooks.Failed(err)
+		}
 	}
 }
 
 func (m *Member) logs() {
 	defer m.wg.Done()
-	forwardLogs(m.c.Logs(), m.conn, m.log)
+	forwardLogs(m.c.Logs(), m.logStop, m.conn, m.log)
 }
 
 // Close ends the membership: the polling goroutine stops (a hook running
@@ -322,6 +345,14 @@ func (m *Member) logs() {
 // (InstanceID) does not: Kafka keeps its partitions for the session
 // timeout, for it to come back. The owner commits what it owns before
 // Close (a planned stop). Calls after the first return the first's error.
+//
+// A member that librdkafka failed fatally (Err: fenced, say) is
+// abandoned, not closed: confluent-kafka-go v2.11.1's Close waits forever
+// for a consumer close that librdkafka refuses to start after a fatal error
+// (rd_kafka_consumer_close_queue returns the fatal error, and its Close
+// drops it; fixed by confluent-kafka-go pull request 1588, in no release
+// this project can use yet). kord's goroutines of the member end; the
+// librdkafka client stays, idle, until the process exits.
 func (m *Member) Close() error {
 	m.closeMu.Lock()
 	defer m.closeMu.Unlock()
@@ -331,6 +362,15 @@ func (m *Member) Close() error {
 	m.closed = true
 	m.stop()
 	<-m.runDone
+	m.mu.Lock()
+	fatal := m.fatal
+	m.mu.Unlock()
+	if fatal {
+		m.log.Warn("kord member: the fatally failed client is abandoned, not closed (confluent-kafka-go v2.11.1 cannot close it); it stays idle until the process exits", "group", m.group)
+		close(m.logStop)
+		m.wg.Wait()
+		return nil
+	}
 	if err := m.c.Close(); err != nil {
 		m.closeErr = fmt.Errorf("consumer: member of group %q: close: %w", m.group, err)
 	}

@@ -267,14 +267,23 @@ func New(opts ...Opt) (*Source, error) {
 
 func (s *Source) logs() {
 	defer s.wg.Done()
-	forwardLogs(s.c.Logs(), s.conn, s.log)
+	forwardLogs(s.c.Logs(), nil, s.conn, s.log)
 }
 
 // forwardLogs hands librdkafka's log to conn (which explains failures
 // from it) and to log, at slog levels for syslog's, until the channel
-// closes (the consumer's Close).
-func forwardLogs(logs chan kafka.LogEvent, conn *kafkaconf.Conn, log *slog.Logger) {
-	for l := range logs {
+// closes (the consumer's Close) or stop does.
+func forwardLogs(logs chan kafka.LogEvent, stop <-chan struct{}, conn *kafkaconf.Conn, log *slog.Logger) {
+	for {
+		var l kafka.LogEvent
+		var ok bool
+		select {
+		case l, ok = <-logs:
+		case <-stop:
+		}
+		if !ok {
+			return
+		}
 		lvl := slog.LevelDebug
 		switch {
 		case l.Level <= 3:

@@ -2,6 +2,7 @@ package kafkaio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -49,27 +50,66 @@ func InstanceTransactionalID(job, instance string) string {
 
 var _ keyed.Membership = (*Sink[int])(nil)
 
-// membership is an Instance sink's view of its member's assignment.
+// membership is an Instance sink's view of one member's assignment.
 type membership struct {
 	mu       sync.Mutex
 	owned    map[consumer.TopicPartition]bool
 	changed  chan struct{} // closed when owned changes
 	running  bool          // a run holds owned (Assignment until Released)
 	released chan struct{} // closed by Released
+	failed   error         // the member is out of the group (consumer.Hooks.Failed)
 }
+
+// Fencings of this instance's member allowed within fenceWindow: one more
+// fails the job (see join).
+const (
+	maxFencings = 3
+	fenceWindow = 10 * time.Minute
+)
 
 // Scaled implements keyed.Membership: with Instance.
 func (s *Sink[T]) Scaled() bool { return s.cfg.instance != "" }
 
-// join makes the member at the first Reset; it lives until Close.
+// join makes the member at the first Reset; it lives until Close, unless
+// it falls out of the group for good (consumer.Member.Err): a later Reset
+// then closes it and joins a new one. The usual cause is a static member
+// whose session expired (a process too loaded to heartbeat, or paused):
+// the group gave its instance id to a newer member
+// (consumer.ErrInstanceFenced). The new producer's InitTransactions has
+// fenced whatever the old member's run left open, and the new member gets
+// its assignment afresh. Being fenced maxFencings times within fenceWindow
+// fails the job: two running processes share the instance id.
 func (s *Sink[T]) join(ctx context.Context, info keyed.SinkInfo) error {
 	if s.member != nil {
-		return nil
+		merr := s.member.Err()
+		if merr == nil {
+			return nil
+		}
+		if err := s.member.Close(); err != nil {
+			s.log.Warn("kafkaio: sink: closing the member that fell out of the group", "instance", s.cfg.instance, "err", err)
+		}
+		s.member, s.ms = nil, nil
+		if err := classify(merr); errors.Is(err, keyed.ErrPermanent) {
+			return err
+		}
+		now := time.Now()
+		recent := s.fencings[:0]
+		for _, t := range s.fencings {
+			if now.Sub(t) < fenceWindow {
+				recent = append(recent, t)
+			}
+		}
+		s.fencings = append(recent, now)
+		if len(s.fencings) >= maxFencings {
+			return keyed.Permanent(fmt.Errorf("kafkaio: sink %s: instance %q fell out of group %s %d times within %v, last: %w; another running process may use the same instance id (kafkaio.Instance: give each process its own), or this one cannot heartbeat within session.timeout.ms (kafkaio.MemberSet)",
+				s.topic, s.cfg.instance, CommitGroup(info.Job), len(s.fencings), fenceWindow, merr))
+		}
+		s.log.Warn("kafkaio: sink: the group member fell out of the group; joining again", "instance", s.cfg.instance, "group", CommitGroup(info.Job), "err", merr)
 	}
 	if !s.exactlyOnce() {
 		return keyed.Permanent(fmt.Errorf("kafkaio: sink %s: Instance (several processes) runs exactly-once jobs only", s.topic))
 	}
-	s.ms = &membership{owned: map[consumer.TopicPartition]bool{}, changed: make(chan struct{})}
+	ms := &membership{owned: map[consumer.TopicPartition]bool{}, changed: make(chan struct{})}
 	opts := []consumer.Opt{consumer.Logger(s.log), consumer.Group(CommitGroup(info.Job)), consumer.InstanceID(s.cfg.instance)}
 	for k, v := range s.c.Settings() {
 		opts = append(opts, consumer.Set(k, v))
@@ -77,42 +117,51 @@ func (s *Sink[T]) join(ctx context.Context, info keyed.SinkInfo) error {
 	for k, v := range s.cfg.memberSettings {
 		opts = append(opts, consumer.Set(k, v))
 	}
-	m, err := consumer.Join(ctx, info.Inputs, consumer.Hooks{Assigned: s.assigned, Revoked: s.revoked}, opts...)
+	hooks := consumer.Hooks{
+		Assigned: func(_ context.Context, ps []consumer.TopicPartition) { ms.assigned(ps) },
+		Revoked: func(ctx context.Context, ps []consumer.TopicPartition, lost bool) {
+			if ms.revoked(ctx, ps) && lost {
+				s.log.Warn("kafkaio: sink: partitions lost (the session expired): the run over them ends, and its commit will be refused", "partitions", ps)
+			}
+		},
+		Failed: ms.fail,
+	}
+	m, err := consumer.Join(ctx, info.Inputs, hooks, opts...)
 	if err != nil {
 		return classify(err)
 	}
-	s.member = m
+	s.member, s.ms = m, ms
 	return nil
 }
 
-func (s *Sink[T]) assigned(_ context.Context, ps []consumer.TopicPartition) {
-	ms := s.ms
+// change closes changed and makes a new one; called with ms.mu held.
+func (ms *membership) change() {
+	close(ms.changed)
+	ms.changed = make(chan struct{})
+}
+
+func (ms *membership) assigned(ps []consumer.TopicPartition) {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	for _, p := range ps {
 		ms.owned[p] = true
 	}
-	close(ms.changed)
-	ms.changed = make(chan struct{})
+	ms.change()
 }
 
 // revoked takes ps out of what the next run covers, ends the run holding
-// them (it commits a final checkpoint) and waits until it has.
-func (s *Sink[T]) revoked(ctx context.Context, ps []consumer.TopicPartition, lost bool) {
-	ms := s.ms
+// them (it commits a final checkpoint) and waits until it has. It reports
+// whether a run held them.
+func (ms *membership) revoked(ctx context.Context, ps []consumer.TopicPartition) bool {
 	ms.mu.Lock()
 	for _, p := range ps {
 		delete(ms.owned, p)
 	}
-	close(ms.changed)
-	ms.changed = make(chan struct{})
+	ms.change()
 	running, released := ms.running, ms.released
 	ms.mu.Unlock()
 	if !running {
-		return
-	}
-	if lost {
-		s.log.Warn("kafkaio: sink: partitions lost (the session expired): the run over them ends, and its commit will be refused", "partitions", ps)
+		return false
 	}
 	// Kafka removes a member that holds a revocation longer than
 	// max.poll.interval.ms (5 min by default).
@@ -120,8 +169,40 @@ func (s *Sink[T]) revoked(ctx context.Context, ps []consumer.TopicPartition, los
 	case <-released:
 	case <-ctx.Done():
 	case <-time.After(4 * time.Minute):
-		s.log.Error("kafkaio: sink: the run over revoked partitions did not end within 4 minutes; releasing them", "partitions", ps)
 	}
+	return true
+}
+
+// fail is the member's Failed hook: everything it owned is lost, and the
+// run over it ends; its commit is refused (Commit).
+func (ms *membership) fail(err error) {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	clear(ms.owned)
+	ms.failed = err
+	ms.change()
+}
+
+// memberErr is why the member is out of the group, or nil; called with
+// s.mu held.
+func (s *Sink[T]) memberErr() error {
+	if s.ms == nil {
+		return nil
+	}
+	s.ms.mu.Lock()
+	defer s.ms.mu.Unlock()
+	return s.ms.failed
+}
+
+// outOfGroup classifies the error of a member out of the group: permanent
+// when no new member could mend it (refused credentials), else an unknown
+// outcome, which the engine recovers from at once with a new sink
+// incarnation (Reset joins a new member).
+func outOfGroup(err error) error {
+	if c := classify(err); errors.Is(c, keyed.ErrPermanent) {
+		return c
+	}
+	return keyed.OutcomeUnknown(err)
 }
 
 // Assignment implements keyed.Membership.
@@ -134,7 +215,7 @@ func (s *Sink[T]) Assignment(ctx context.Context) (map[string][]int32, <-chan st
 	}
 	for {
 		ms.mu.Lock()
-		if len(ms.owned) > 0 {
+		if len(ms.owned) > 0 && ms.failed == nil {
 			out := map[string][]int32{}
 			for tp := range ms.owned {
 				out[tp.Topic] = append(out[tp.Topic], tp.Partition)
@@ -147,10 +228,10 @@ func (s *Sink[T]) Assignment(ctx context.Context) (map[string][]int32, <-chan st
 			ms.mu.Unlock()
 			return out, changed, nil
 		}
-		wait := ms.changed
+		wait, failed := ms.changed, ms.failed
 		ms.mu.Unlock()
-		if err := m.Err(); err != nil {
-			return nil, nil, keyed.Permanent(err)
+		if failed != nil {
+			return nil, nil, outOfGroup(fmt.Errorf("kafkaio: sink %s: instance %q: %w", s.topic, s.cfg.instance, failed))
 		}
 		select {
 		case <-wait:

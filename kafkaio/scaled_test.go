@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/crashtest"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
@@ -492,4 +493,81 @@ func TestScaledChaos(t *testing.T) {
 	ps.stopAll()
 	require.Equal(t, f.expected(), len(recs), "%s", ps.logs())
 	f.verify()
+}
+
+// intruder joins the job's commit group as a static member with instance
+// id: the group gives it id, and the member that held id is fenced
+// (FENCED_INSTANCE_ID, fatal to it).
+func (f *fixture) intruder(t *testing.T, id string) *consumer.Member {
+	t.Helper()
+	m, err := consumer.Join(context.Background(), []string{f.in}, consumer.Hooks{},
+		consumer.Brokers(strings.Split(f.c.Brokers, ",")...), consumer.Group(kafkaio.CommitGroup(f.name)),
+		consumer.InstanceID(id), consumer.Set("session.timeout.ms", "10000"))
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestScaledInstanceFenced: a running instance's member is fenced by a
+// newer member with its instance id (what a session that expired under
+// load and came back too late meets). The instance must not stall: its run
+// over the lost partitions ends uncommitted, it joins again, and goes on
+// committing. The output is every result exactly once, in order.
+func TestScaledInstanceFenced(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 4, 100)
+		f.fill(1000)
+		prodErr := f.produceInBackground(3000, 300, 3*time.Minute)
+		var log syncbuf.Buffer
+		a := f.startInstance("a", &log, 10*time.Second)
+		require.Eventually(t, func() bool { return a.commits.Load() >= 3 }, time.Minute, 10*time.Millisecond, "%s", &log)
+		in := f.intruder(t, "a")
+		require.Eventually(t, func() bool { return strings.Contains(log.String(), "kord member: out of the group") }, time.Minute, 20*time.Millisecond,
+			"a's member is fenced by the intruder\n%s", &log)
+		require.NoError(t, in.Close())
+		before := a.commits.Load()
+		require.Eventually(t, func() bool { return a.commits.Load() >= before+3 }, 2*time.Minute, 20*time.Millisecond,
+			"a goes on committing after it was fenced\n%s", &log)
+		require.Contains(t, log.String(), "joining again")
+		require.NoError(t, <-prodErr)
+		recs := f.c.ReadAll(t, f.out, f.expected(), true, 2*time.Minute)
+		a.end(t, &log)
+		require.Equal(t, f.expected(), len(recs), "%s", &log)
+		f.verify()
+	})
+}
+
+// TestScaledDuplicateInstance: another running member keeps taking the
+// instance id back (two processes started with one id). The job must not
+// fence its way round forever: it fails, naming the instance id.
+func TestScaledDuplicateInstance(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 4, 100)
+		f.fill(500)
+		var log syncbuf.Buffer
+		a := f.startInstance("a", &log, 10*time.Second)
+		require.Eventually(t, func() bool { return a.commits.Load() >= 2 }, time.Minute, 10*time.Millisecond, "%s", &log)
+		in := f.intruder(t, "a")
+		var err error
+		deadline := time.After(3 * time.Minute)
+	wait:
+		for {
+			select {
+			case err = <-a.done:
+				break wait
+			case <-deadline:
+				t.Fatalf("the job went on with a duplicate instance id\n%s", &log)
+			case <-time.After(100 * time.Millisecond):
+				if in.Err() != nil {
+					in.Close()
+					in = f.intruder(t, "a")
+				}
+			}
+		}
+		require.ErrorIs(t, err, keyed.ErrPermanent, "%s", &log)
+		require.ErrorIs(t, err, consumer.ErrInstanceFenced, "%s", &log)
+		require.ErrorContains(t, err, `instance "a" fell out of group`)
+		require.NoError(t, a.sink.Close())
+		f.verify()
+	})
 }

@@ -53,8 +53,9 @@ type Sink[T any] struct {
 	commits        *consumer.Source // at-least-once: commits to the commit group
 	// Instance: the group member, from the first Reset to Close, and its
 	// assignment.
-	member *consumer.Member
-	ms     *membership
+	member   *consumer.Member
+	ms       *membership
+	fencings []time.Time // when members fell out of the group (join)
 }
 
 type sinkConfig struct {
@@ -703,6 +704,13 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 		}
 		s.committed = ref.ID
 		return nil
+	}
+	if err := s.memberErr(); err != nil {
+		// The group may have given the partitions to another member: this
+		// transaction must not commit; the next producer aborts it.
+		s.err, s.unknown = fmt.Errorf("kafkaio: sink %s: checkpoint %s not committed: instance %q: %w", s.topic, ref, s.cfg.instance, outOfGroup(err)), true
+		s.wake()
+		return s.err
 	}
 	fp := failpoint.HookOf(ctx)
 	// The transaction carries the output of every epoch ≤ ref.ID. After an
