@@ -381,14 +381,18 @@ func (s *Source) Watermarks(ctx context.Context, tp TopicPartition) (low, end in
 // coordinator moving, a timeout, and a dropped connection (__TRANSPORT:
 // the broker restarting, or too slow to answer under load; librdkafka
 // reconnects, but a metadata call made meanwhile returns it unmarked as
-// retriable, which failed a job in CI).
+// retriable, which failed a job in CI), and the errors Kafka's Java
+// client retries that admin results carry unmarked: no controller (a
+// broker just started; NotControllerException is a RetriableException in
+// kafka-clients) and a request timed out on the broker.
 func transient(err error) bool {
 	var kerr kafka.Error
 	if !errors.As(err, &kerr) {
 		return false
 	}
 	switch kerr.Code() {
-	case kafka.ErrNotLeaderForPartition, kafka.ErrLeaderNotAvailable, kafka.ErrNotCoordinator, kafka.ErrTimedOut, kafka.ErrTransport:
+	case kafka.ErrNotLeaderForPartition, kafka.ErrLeaderNotAvailable, kafka.ErrNotCoordinator, kafka.ErrTimedOut, kafka.ErrTransport,
+		kafka.ErrNotController, kafka.ErrRequestTimedOut:
 		return true
 	}
 	return kerr.IsRetriable()
@@ -799,19 +803,28 @@ func (s *Source) CreateTopic(ctx context.Context, topic string, partitions int32
 		return false, fmt.Errorf("consumer: admin client: %w", err)
 	}
 	defer a.Close()
-	// -1: the broker's default.replication.factor (KIP-464).
-	res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: topic, NumPartitions: int(partitions), ReplicationFactor: -1, Config: configs}})
-	if err != nil {
-		return false, fmt.Errorf("consumer: create topic %q: %w", topic, err)
-	}
-	for _, r := range res {
-		switch r.Error.Code() {
-		case kafka.ErrNoError:
-			created = true
-		case kafka.ErrTopicAlreadyExists:
-		default:
-			return false, fmt.Errorf("consumer: create topic %q with %d partitions: %w", topic, partitions, r.Error)
+	// -1: the broker's default.replication.factor (KIP-464). A transient
+	// error (no controller yet on a broker just started, a timeout) is
+	// retried within the client's timeout; a retry after a create that
+	// did succeed finds the topic there.
+	err = s.retry(ctx, fmt.Sprintf("create topic %q with %d partitions", topic, partitions), func() error {
+		res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: topic, NumPartitions: int(partitions), ReplicationFactor: -1, Config: configs}})
+		if err != nil {
+			return err
 		}
+		for _, r := range res {
+			switch r.Error.Code() {
+			case kafka.ErrNoError:
+				created = true
+			case kafka.ErrTopicAlreadyExists:
+			default:
+				return r.Error
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
 	}
 	return created, nil
 }
