@@ -1,7 +1,9 @@
 package keyed
 
 import (
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -9,13 +11,15 @@ import (
 // Windows assigns each record of a keyed stream to event-time windows by
 // its time (Collector.Timestamp): tumbling or sliding, aligned to the Unix
 // epoch (Flink's TumblingEventTimeWindows and SlidingEventTimeWindows;
-// Kafka Streams' TimeWindows). A window [Start, End) fires once the
-// operator task's watermark reaches End - 1 ms, and its state stays until
-// the watermark passes End - 1 ms + the allowed lateness: a record that
-// comes meanwhile updates the window and fires it again; a record all of
-// whose windows are gone is late (WindowAggregate's late function).
+// Kafka Streams' TimeWindows), or sessions (Session). A window
+// [Start, End) fires once the operator task's watermark reaches End - 1 ms,
+// and its state stays until the watermark passes End - 1 ms + the allowed
+// lateness: a record that comes meanwhile updates the window and fires it
+// again; a record all of whose windows are gone is late (WindowAggregate's
+// late function).
 type Windows struct {
 	size, slide time.Duration
+	gap         time.Duration // Session
 	lateness    time.Duration
 }
 
@@ -27,6 +31,14 @@ func Tumbling(size time.Duration) Windows { return Windows{size: size, slide: si
 // size/slide of them.
 func Sliding(size, slide time.Duration) Windows { return Windows{size: size, slide: slide} }
 
+// Session is per-key session windows with an inactivity gap (Flink's
+// EventTimeSessionWindows; Kafka Streams' SessionWindows): a record at t
+// opens the window [t, t + gap), and windows of a key that overlap or
+// touch merge into one, their accumulators merged with the Aggregator's
+// Merge (required). A session fires when the watermark passes its end, so
+// a key quiet for gap closes it.
+func Session(gap time.Duration) Windows { return Windows{gap: gap} }
+
 // AllowedLateness keeps each window's state for d after it fired, so that
 // a record up to d behind the watermark still counts (Flink's
 // allowedLateness; Kafka Streams' grace period). Default 0.
@@ -36,6 +48,15 @@ func (w Windows) AllowedLateness(d time.Duration) Windows {
 }
 
 func (w Windows) validate() error {
+	if w.gap != 0 || w.size == 0 {
+		switch {
+		case w.gap < time.Millisecond || w.gap%time.Millisecond != 0:
+			return fmt.Errorf("session gap %v: want whole milliseconds, at least 1 ms", w.gap)
+		case w.lateness < 0:
+			return fmt.Errorf("allowed lateness %v: want 0 or more", w.lateness)
+		}
+		return nil
+	}
 	switch {
 	case w.size < time.Millisecond || w.slide < time.Millisecond:
 		return fmt.Errorf("window size %v and slide %v: want at least 1 ms", w.size, w.slide)
@@ -48,6 +69,8 @@ func (w Windows) validate() error {
 	}
 	return nil
 }
+
+func (w Windows) session() bool { return w.size == 0 }
 
 // starts returns the start (Unix ms) of every window holding time t (ms).
 func (w Windows) starts(t int64, out []int64) []int64 {
@@ -76,9 +99,12 @@ type Window struct {
 // Aggregator folds a window's records into an accumulator, one record at
 // a time (Flink's AggregateFunction; Kafka Streams' Initializer and
 // Aggregator): the window keeps only the accumulator, not its records.
+// Merge combines the accumulators of two session windows that merge (a's
+// window is the earlier); only Session windows need it.
 type Aggregator[T, A any] struct {
-	Init func() A
-	Add  func(acc A, v T) A
+	Init  func() A
+	Add   func(acc A, v T) A
+	Merge func(a, b A) A
 }
 
 // WindowAggregate adds a keyed operator stage that aggregates each key's
@@ -103,10 +129,51 @@ func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallel
 	if agg.Init == nil || agg.Add == nil || result == nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: the aggregator's Init and Add and the result function are required", name))
 	}
+	if w.session() {
+		if agg.Merge == nil {
+			j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: session windows merge: the aggregator's Merge is required", name))
+		}
+		return Process(k, name, parallelism, func() Operator[T, O] {
+			return &sessionOp[K, T, A, O]{w: w, codec: codec, agg: agg, keyOf: keyOf, result: result, late: late, lateCount: &j.lateRecords}
+		})
+	}
 	return Process(k, name, parallelism, func() Operator[T, O] {
 		return &windowOp[K, T, A, O]{w: w, codec: codec, agg: agg, keyOf: keyOf, result: result, late: late, lateCount: &j.lateRecords}
 	})
 }
+
+// WindowApply adds a keyed operator stage that hands each window's
+// records, in the order they came, to fn when the window fires (Flink's
+// ProcessWindowFunction): for what needs them all, an exact percentile
+// say. The records are keyed state (saved with codec) until the window is
+// gone, so it costs memory by records, where WindowAggregate keeps one
+// accumulator per window. Lateness and late records as WindowAggregate.
+func WindowApply[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec Codec[T],
+	fn func(key K, win Window, records []T) O, late func(key K, v T) (O, bool)) *Output[O] {
+	agg := Aggregator[T, []T]{
+		Init: func() []T { return nil },
+		// Appending never writes below a slice's length, which is all a
+		// snapshot's copy of the state sees (as ListState.Add).
+		Add:   func(acc []T, v T) []T { return append(acc, v) },
+		Merge: func(a, b []T) []T { return append(a, b...) },
+	}
+	var result func(K, Window, []T) O
+	if fn != nil {
+		result = func(key K, win Window, records []T) O { return fn(key, win, slices.Clip(records)) }
+	}
+	return WindowAggregate(k, name, parallelism, w, Codec[[]T](listCodec[T]{c: codec}), agg, result, late)
+}
+
+// listCodec saves a list with its elements' codec.
+type listCodec[T any] struct{ c Codec[T] }
+
+func (l listCodec[T]) Encode(dst []byte, v []T) ([]byte, error) {
+	out, _, err := appendList(dst, nil, l.c, v)
+	return out, err
+}
+
+func (l listCodec[T]) Decode(b []byte) ([]T, error) { return decodeList(b, l.c) }
+func (l listCodec[T]) Fingerprint() string          { return "list(" + l.c.Fingerprint() + ")" }
 
 // LateRecords returns how many times a window operator (WindowAggregate)
 // found a record late since the job was declared, whether or not it went
@@ -195,6 +262,145 @@ func (o *windowOp[K, T, A, O]) OnTimer(key []byte, t Timer, out *Collector[O]) e
 	}
 	for _, s := range gone {
 		o.accs.Delete(s)
+	}
+	return out.err
+}
+
+// session is one session window's state: its end (Unix ms, exclusive)
+// and accumulator, kept by its start.
+type session[A any] struct {
+	End int64
+	Acc A
+}
+
+// sessionCodec saves a session: its end, then the accumulator.
+type sessionCodec[A any] struct{ c Codec[A] }
+
+func (s sessionCodec[A]) Encode(dst []byte, v session[A]) ([]byte, error) {
+	return s.c.Encode(binary.BigEndian.AppendUint64(dst, uint64(v.End)), v.Acc)
+}
+
+func (s sessionCodec[A]) Decode(b []byte) (session[A], error) {
+	if len(b) < 8 {
+		return session[A]{}, fmt.Errorf("session window: %d bytes, want at least 8", len(b))
+	}
+	acc, err := s.c.Decode(b[8:])
+	return session[A]{End: int64(binary.BigEndian.Uint64(b)), Acc: acc}, err
+}
+
+func (s sessionCodec[A]) Fingerprint() string { return "session(" + s.c.Fingerprint() + ")" }
+
+// sessionOp is WindowAggregate's operator for Session windows: per key,
+// its sessions by start, which never overlap or touch (they would have
+// merged), and per session a firing timer at End - 1 ms and a cleanup
+// timer at End - 1 ms + lateness. When sessions merge, the timers of the
+// ones that are gone are deleted, unless a remaining session needs the
+// same time.
+type sessionOp[K, T, A, O any] struct {
+	w         Windows
+	codec     Codec[A]
+	agg       Aggregator[T, A]
+	keyOf     func([]byte) K
+	result    func(K, Window, A) O
+	late      func(K, T) (O, bool)
+	lateCount *atomic.Int64
+	sessions  *MapState[int64, session[A]]
+	merged    []int64 // scratch: the starts of the sessions a record merges
+	ends      []int64 // scratch: their ends
+}
+
+func (o *sessionOp[K, T, A, O]) Open(b *Backend) (err error) {
+	o.sessions, err = Map(b, "sessions", Int64(), Codec[session[A]](sessionCodec[A]{c: o.codec}))
+	return err
+}
+
+func (o *sessionOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error {
+	if out.ts == noTime {
+		return fmt.Errorf("a record without a time in a window operator (see Stream.Timestamps)")
+	}
+	wm, lateness := out.wm, o.w.lateness.Milliseconds()
+	start, end := out.ts, out.ts+o.w.gap.Milliseconds()
+	// Every session that overlaps or touches [start, end) merges with it
+	// (Flink's TimeWindow.intersects: start <= other end, end >= other
+	// start).
+	o.merged = o.merged[:0]
+	for s, ss := range o.sessions.All() {
+		if s <= end && ss.End >= start {
+			o.merged = append(o.merged, s)
+			start, end = min(start, s), max(end, ss.End)
+		}
+	}
+	fire := end - 1
+	if wm != noTime && fire+lateness <= wm {
+		// Gone even merged: late (nothing merged: a merged session would
+		// still be kept, its cleanup ahead of the watermark).
+		o.lateCount.Add(1)
+		if o.late != nil {
+			if side, ok := o.late(o.keyOf(key), v); ok {
+				out.Emit(side)
+			}
+		}
+		return out.err
+	}
+	slices.Sort(o.merged)
+	acc := o.agg.Init()
+	o.ends = o.ends[:0]
+	for i, s := range o.merged {
+		ss, _ := o.sessions.Get(s)
+		if i == 0 {
+			acc = ss.Acc
+		} else {
+			acc = o.agg.Merge(acc, ss.Acc)
+		}
+		o.ends = append(o.ends, ss.End)
+		o.sessions.Delete(s)
+	}
+	acc = o.agg.Add(acc, v)
+	o.sessions.Put(start, session[A]{End: end, Acc: acc})
+	// The timers of merged sessions that no session needs any more.
+	for _, e := range o.ends {
+		for _, t := range []int64{e - 1, e - 1 + lateness} {
+			if !o.needed(t, lateness) {
+				out.DeleteTimer(EventTime, time.UnixMilli(t))
+			}
+		}
+	}
+	if wm != noTime && fire <= wm {
+		// Fired already, within its lateness: fire again, updated.
+		out.Emit(o.result(o.keyOf(key), Window{Start: time.UnixMilli(start), End: time.UnixMilli(end)}, acc))
+	} else {
+		out.RegisterTimer(EventTime, time.UnixMilli(fire))
+	}
+	if lateness > 0 {
+		out.RegisterTimer(EventTime, time.UnixMilli(fire+lateness))
+	}
+	return out.err
+}
+
+// needed reports whether a session of the current key fires or is cleaned
+// up at t.
+func (o *sessionOp[K, T, A, O]) needed(t, lateness int64) bool {
+	for _, ss := range o.sessions.All() {
+		if ss.End-1 == t || ss.End-1+lateness == t {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *sessionOp[K, T, A, O]) OnTimer(key []byte, t Timer, out *Collector[O]) error {
+	at, lateness := t.Time.UnixMilli(), o.w.lateness.Milliseconds()
+	var gone []int64
+	for s, ss := range o.sessions.All() {
+		if ss.End-1 == at {
+			out.Emit(o.result(o.keyOf(key), Window{Start: time.UnixMilli(s), End: time.UnixMilli(ss.End)}, ss.Acc))
+		}
+		if ss.End-1+lateness == at {
+			gone = append(gone, s)
+		}
+	}
+	for _, s := range gone {
+		o.sessions.Delete(s)
 	}
 	return out.err
 }
