@@ -275,3 +275,56 @@ func TestWindowLateness(t *testing.T) {
 	}, got[:4])
 	require.Equal(t, int64(1), j.LateRecords())
 }
+
+// TestSessionLateness: one key, sessions with a 100 ms gap and 150 ms
+// allowed lateness. Sessions merge when a record bridges them; a session
+// merged after it fired, within its lateness, fires again; a merge keeps
+// the timers other sessions still need (here the merged session's old
+// firing time is another session's cleanup time); a record whose session
+// would be gone is late, counted and sent on.
+func TestSessionLateness(t *testing.T) {
+	src := keyed.NewMemorySource[event]("events", 1, false)
+	sink := keyed.NewMemorySink[windowCount]()
+	j := keyed.NewJob("sessions", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
+	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src)).Watermarks(0)
+	w := keyed.Session(100 * time.Millisecond).AllowedLateness(150 * time.Millisecond)
+	out := keyed.WindowAggregate(keyed.ByPartition(s), "sessions", 1, w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
+		func(key []byte, win keyed.Window, a countSum) windowCount { return windowResult(key, win, a) },
+		func(key []byte, e event) (windowCount, bool) {
+			return windowCount{Key: string(key), Start: -1, Sum: e.Seq, Late: true}, true
+		})
+	keyed.ToSink(out, "results", keyed.Sink[windowCount](sink))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- j.Run(ctx) }()
+	seq := int64(0)
+	put := func(ms int64) {
+		src.AppendAt(0, []byte("k"), event{UUID: "k", Seq: seq}, time.UnixMilli(ms))
+		seq++
+	}
+	committed := func(n int) {
+		require.Eventually(t, func() bool { return len(sink.Committed()) >= n }, 10*time.Second, 5*time.Millisecond)
+	}
+	put(0)   // B [0, 100): fires at 99, gone at 249
+	put(150) // A [150, 250); the watermark 149 fires B
+	committed(1)
+	put(160) // A becomes [150, 260): its old firing time 249 is B's cleanup, still needed
+	put(301) // C [301, 401); the watermark 300 fires A and removes B
+	committed(2)
+	put(100) // [100, 200) merges with A (fired, kept until 409): fires again; B is gone
+	committed(3)
+	put(700) // the watermark 699 fires C and removes A
+	committed(4)
+	put(200) // [200, 300) would be gone at 449: late
+	committed(5)
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, []windowCount{
+		{Key: "k", Start: 0, Count: 1, Sum: 0},
+		{Key: "k", Start: 150, Count: 2, Sum: 1 + 2},
+		{Key: "k", Start: 100, Count: 3, Sum: 1 + 2 + 4},
+		{Key: "k", Start: 301, Count: 1, Sum: 3},
+		{Key: "k", Start: -1, Sum: 6, Late: true},
+	}, sink.Committed()[:5])
+	require.Equal(t, int64(1), j.LateRecords())
+}
