@@ -104,14 +104,21 @@ func (f *frozen[T]) entries(g int, w *workspace) ([]checkpoint.Entry, error) {
 		if use != nil && !use[i] {
 			continue
 		}
+		start := len(buf)
 		offs = append(offs, len(buf))
 		buf = append(buf, k...)
 		offs = append(offs, len(buf))
 		if buf, scratch, err = f.enc(buf, scratch, t.vals[i]); err != nil {
+			if err == errExpired {
+				// A TTL state's entry that expired: left out.
+				buf, offs = buf[:start], offs[:len(offs)-2]
+				continue
+			}
 			return nil, fmt.Errorf("keyed: operator %q state %q key group %d: key %x: %w", f.inf.Operator, f.inf.Name, g+f.start, k, err)
 		}
 		offs = append(offs, len(buf))
 	}
+	n = len(offs) / 3
 	entries := slices.Grow(w.entries[:0], n)[:n]
 	for j := range entries {
 		a, b, c := offs[3*j], offs[3*j+1], offs[3*j+2]

@@ -162,6 +162,8 @@ type Backend struct {
 
 	encMu   sync.Mutex
 	encFree []*encoder // kept between snapshots; see Snapshot.Encode
+
+	clock func() int64 // TTL states' processing time (Unix ms); nil: the wall clock
 }
 
 // NewBackend returns an empty backend for instance r of operator, out of
@@ -400,6 +402,9 @@ type store[T any] struct {
 	groups []*table[T] // index: key group - r.Start; nil: no entries yet
 	enc    encodeFunc[T]
 	dec    func([]byte) (T, error)
+	// encAt, for a TTL state, makes the encoder of a snapshot taken at
+	// now (Unix ms), which leaves expired entries out; it replaces enc.
+	encAt func(now int64) encodeFunc[T]
 
 	// The current key's slot, looked up at Backend.gen == gen: a
 	// read-modify-write of the current key (Get then Set) looks the key up
@@ -517,7 +522,11 @@ func (s *store[T]) reset() {
 }
 
 func (s *store[T]) freeze() frozenState {
-	return &frozen[T]{inf: s.inf, start: s.b.r.Start, groups: slices.Clone(s.groups), enc: s.enc}
+	enc := s.enc
+	if s.encAt != nil {
+		enc = s.encAt(s.b.nowMs())
+	}
+	return &frozen[T]{inf: s.inf, start: s.b.r.Start, groups: slices.Clone(s.groups), enc: enc}
 }
 
 func (s *store[T]) restoreGroup(g int, file string, entries []checkpoint.Entry) error {
@@ -557,11 +566,29 @@ func (s *store[T]) restoreGroup(g int, file string, entries []checkpoint.Entry) 
 }
 
 // ValueState is one value per key.
-type ValueState[V any] struct{ s *store[V] }
+type ValueState[V any] struct {
+	s   *store[V]
+	ts  *store[stamped[V]] // instead of s with TTL
+	ttl ttl
+}
 
 // Value registers a value state named name (1 or more characters of
 // [a-zA-Z0-9_-], unique in the backend) whose values snapshot with c.
-func Value[V any](b *Backend, name string, c Codec[V]) (*ValueState[V], error) {
+func Value[V any](b *Backend, name string, c Codec[V], opts ...StateOpt) (*ValueState[V], error) {
+	cfg, err := stateConfigOf(b, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ttl > 0 {
+		t := ttl{b: b, d: cfg.ttl.Milliseconds()}
+		sc := stampedCodec[V]{c: c}
+		ts, err := register(b, name, KindValue, sc.Fingerprint(), nil, sc.Decode)
+		if err != nil {
+			return nil, err
+		}
+		ts.encAt = ttlValueEnc(c, t)
+		return &ValueState[V]{ts: ts, ttl: t}, nil
+	}
 	enc := func(dst, scratch []byte, v V) ([]byte, []byte, error) {
 		out, err := c.Encode(dst, v)
 		return out, scratch, err
@@ -575,33 +602,83 @@ func Value[V any](b *Backend, name string, c Codec[V]) (*ValueState[V], error) {
 
 // Get returns the current key's value and whether it has one.
 func (v *ValueState[V]) Get() (V, bool) {
-	if t, i, ok := v.s.lookup(); ok {
-		return t.vals[i], true
-	}
 	var zero V
-	return zero, false
+	if v.ts != nil {
+		e, ok := valueGet(v.ts)
+		if !ok {
+			return zero, false
+		}
+		if !v.ttl.live(e.At, v.ttl.b.nowMs()) {
+			v.ts.remove()
+			return zero, false
+		}
+		return e.V, true
+	}
+	return valueGet(v.s)
 }
 
 // Set sets the current key's value.
 func (v *ValueState[V]) Set(x V) {
-	t, i, ok := v.s.forWrite()
+	if v.ts != nil {
+		valueSet(v.ts, stamped[V]{V: x, At: v.ttl.b.nowMs()})
+		return
+	}
+	valueSet(v.s, x)
+}
+
+// Clear removes the current key's value.
+func (v *ValueState[V]) Clear() {
+	if v.ts != nil {
+		v.ts.remove()
+		return
+	}
+	v.s.remove()
+}
+
+func valueGet[E any](s *store[E]) (E, bool) {
+	if t, i, ok := s.lookup(); ok {
+		return t.vals[i], true
+	}
+	var zero E
+	return zero, false
+}
+
+func valueSet[E any](s *store[E], x E) {
+	t, i, ok := s.forWrite()
 	if ok {
 		t.vals[i] = x
 		return
 	}
-	v.s.add(t, x)
+	s.add(t, x)
 }
-
-// Clear removes the current key's value.
-func (v *ValueState[V]) Clear() { v.s.remove() }
 
 // ListState is a list of values per key. An empty list is no state: Get
 // returns nil and nothing is snapshotted.
-type ListState[V any] struct{ s *store[[]V] }
+type ListState[V any] struct {
+	s   *store[[]V]
+	ts  *store[[]stamped[V]] // instead of s with TTL
+	ttl ttl
+}
 
 // List registers a list state named name (1 or more characters of
 // [a-zA-Z0-9_-], unique in the backend) whose elements snapshot with c.
-func List[V any](b *Backend, name string, c Codec[V]) (*ListState[V], error) {
+// With TTL each element expires on its own.
+func List[V any](b *Backend, name string, c Codec[V], opts ...StateOpt) (*ListState[V], error) {
+	cfg, err := stateConfigOf(b, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ttl > 0 {
+		t := ttl{b: b, d: cfg.ttl.Milliseconds()}
+		sc := Codec[stamped[V]](stampedCodec[V]{c: c})
+		dec := func(b []byte) ([]stamped[V], error) { return decodeList(b, sc) }
+		ts, err := register(b, name, KindList, sc.Fingerprint(), nil, dec)
+		if err != nil {
+			return nil, err
+		}
+		ts.encAt = ttlListEnc(c, t)
+		return &ListState[V]{ts: ts, ttl: t}, nil
+	}
 	enc := func(dst, scratch []byte, list []V) ([]byte, []byte, error) {
 		return appendList(dst, scratch, c, list)
 	}
@@ -615,8 +692,29 @@ func List[V any](b *Backend, name string, c Codec[V]) (*ListState[V], error) {
 
 // Get returns the current key's list, or nil. The slice is a read-only
 // view: do not modify its elements. Later writes to the list do not change
-// it, and appending to it is safe (its capacity is its length).
+// it, and appending to it is safe (its capacity is its length). With TTL
+// it is a new slice of the live elements.
 func (l *ListState[V]) Get() []V {
+	if l.ts != nil {
+		t, i, ok := l.ts.lookup()
+		if !ok {
+			return nil
+		}
+		list := t.vals[i]
+		live := liveList(list, l.ttl, l.ttl.b.nowMs())
+		if len(live) == 0 {
+			l.ts.remove()
+			return nil
+		}
+		if len(live) < len(list) {
+			listSet(l.ts, live) // a new slice already
+		}
+		out := make([]V, len(live))
+		for i, e := range live {
+			out[i] = e.V
+		}
+		return out
+	}
 	if t, i, ok := l.s.lookup(); ok {
 		return slices.Clip(t.vals[i])
 	}
@@ -625,16 +723,11 @@ func (l *ListState[V]) Get() []V {
 
 // Add appends x to the current key's list.
 func (l *ListState[V]) Add(x V) {
-	t, i, ok := l.s.forWrite()
-	if ok {
-		// Appending is safe even when the slice is shared with a
-		// snapshot's table: only the live table ever appends to a list,
-		// writing past the length every other holder sees, and elements
-		// below the length are never written.
-		t.vals[i] = append(t.vals[i], x)
+	if l.ts != nil {
+		listAdd(l.ts, stamped[V]{V: x, At: l.ttl.b.nowMs()})
 		return
 	}
-	l.s.add(t, []V{x})
+	listAdd(l.s, x)
 }
 
 // Update replaces the current key's list with a copy of list; an empty
@@ -644,26 +737,78 @@ func (l *ListState[V]) Update(list []V) {
 		l.Clear()
 		return
 	}
-	list = slices.Clone(list)
-	t, i, ok := l.s.forWrite()
+	if l.ts != nil {
+		now := l.ttl.b.nowMs()
+		sl := make([]stamped[V], len(list))
+		for i, x := range list {
+			sl[i] = stamped[V]{V: x, At: now}
+		}
+		listSet(l.ts, sl)
+		return
+	}
+	listSet(l.s, slices.Clone(list))
+}
+
+// Clear removes the current key's list.
+func (l *ListState[V]) Clear() {
+	if l.ts != nil {
+		l.ts.remove()
+		return
+	}
+	l.s.remove()
+}
+
+func listAdd[E any](s *store[[]E], x E) {
+	t, i, ok := s.forWrite()
+	if ok {
+		// Appending is safe even when the slice is shared with a
+		// snapshot's table: only the live table ever appends to a list,
+		// writing past the length every other holder sees, and elements
+		// below the length are never written.
+		t.vals[i] = append(t.vals[i], x)
+		return
+	}
+	s.add(t, []E{x})
+}
+
+// listSet makes list, which the caller gives up, the current key's list.
+func listSet[E any](s *store[[]E], list []E) {
+	t, i, ok := s.forWrite()
 	if ok {
 		t.vals[i] = list
 		return
 	}
-	l.s.add(t, list)
+	s.add(t, list)
 }
-
-// Clear removes the current key's list.
-func (l *ListState[V]) Clear() { l.s.remove() }
 
 // MapState is a map from user keys to values per key. An empty map is no
 // state.
-type MapState[K comparable, V any] struct{ s *store[map[K]V] }
+type MapState[K comparable, V any] struct {
+	s   *store[map[K]V]
+	ts  *store[map[K]stamped[V]] // instead of s with TTL
+	ttl ttl
+}
 
 // Map registers a map state named name (1 or more characters of
 // [a-zA-Z0-9_-], unique in the backend) whose user keys snapshot with kc
-// and values with vc.
-func Map[K comparable, V any](b *Backend, name string, kc Codec[K], vc Codec[V]) (*MapState[K, V], error) {
+// and values with vc. With TTL each entry expires on its own.
+func Map[K comparable, V any](b *Backend, name string, kc Codec[K], vc Codec[V], opts ...StateOpt) (*MapState[K, V], error) {
+	cfg, err := stateConfigOf(b, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ttl > 0 {
+		t := ttl{b: b, d: cfg.ttl.Milliseconds()}
+		sc := Codec[stamped[V]](stampedCodec[V]{c: vc})
+		dec := func(b []byte) (map[K]stamped[V], error) { return decodeMap(b, kc, sc) }
+		fp := "key=" + kc.Fingerprint() + ";value=" + sc.Fingerprint()
+		ts, err := register(b, name, KindMap, fp, nil, dec)
+		if err != nil {
+			return nil, err
+		}
+		ts.encAt = ttlMapEnc(kc, vc, t)
+		return &MapState[K, V]{ts: ts, ttl: t}, nil
+	}
 	enc := func(dst, scratch []byte, m map[K]V) ([]byte, []byte, error) {
 		return appendMap(dst, scratch, kc, vc, m)
 	}
@@ -678,12 +823,15 @@ func Map[K comparable, V any](b *Backend, name string, kc Codec[K], vc Codec[V])
 
 // Get returns the value of user key k in the current key's map.
 func (m *MapState[K, V]) Get(k K) (V, bool) {
-	if t, i, ok := m.s.lookup(); ok {
-		v, ok := t.vals[i][k]
-		return v, ok
+	if m.ts != nil {
+		e, ok := mapGet(m.ts, k)
+		if ok && !m.ttl.live(e.At, m.ttl.b.nowMs()) {
+			mapDelete(m.ts, k)
+			ok = false
+		}
+		return e.V, ok
 	}
-	var zero V
-	return zero, false
+	return mapGet(m.s, k)
 }
 
 // Contains reports whether the current key's map has user key k.
@@ -694,52 +842,53 @@ func (m *MapState[K, V]) Contains(k K) bool {
 
 // Put sets user key k to v in the current key's map.
 func (m *MapState[K, V]) Put(k K, v V) {
-	t, i, ok := m.s.forWrite()
-	if ok {
-		if !t.isOwned(i) {
-			t.vals[i] = maps.Clone(t.vals[i]) // shared with a snapshot's table
-			t.setOwned(i)
-		}
-		t.vals[i][k] = v
+	if m.ts != nil {
+		mapPut(m.ts, k, stamped[V]{V: v, At: m.ttl.b.nowMs()})
 		return
 	}
-	t.setOwned(m.s.add(t, map[K]V{k: v}))
+	mapPut(m.s, k, v)
 }
 
 // Delete removes user key k from the current key's map; the key's state is
 // gone when its map is empty.
 func (m *MapState[K, V]) Delete(k K) {
-	t, i, ok := m.s.lookup()
-	if !ok {
+	if m.ts != nil {
+		mapDelete(m.ts, k)
 		return
 	}
-	if _, ok := t.vals[i][k]; !ok {
-		return
-	}
-	if len(t.vals[i]) == 1 {
-		m.s.remove()
-		return
-	}
-	t = m.s.writable() // may be a clone: slots are the same
-	if !t.isOwned(i) {
-		t.vals[i] = maps.Clone(t.vals[i])
-		t.setOwned(i)
-	}
-	delete(t.vals[i], k)
+	mapDelete(m.s, k)
 }
 
-// Len returns the number of user keys in the current key's map.
+// Len returns the number of user keys in the current key's map (the live
+// ones, with TTL).
 func (m *MapState[K, V]) Len() int {
+	if m.ts != nil {
+		n := 0
+		m.Range(func(K, V) bool { n++; return true })
+		return n
+	}
 	if t, i, ok := m.s.lookup(); ok {
 		return len(t.vals[i])
 	}
 	return 0
 }
 
-// Range calls f for each user key and value of the current key's map, in
-// no particular order, until f returns false. f may Put and Delete: Range
-// then sees the map as it was or as it is, as with a Go map.
+// Range calls f for each user key and value of the current key's map (the
+// live ones, with TTL), in no particular order, until f returns false. f
+// may Put and Delete: Range then sees the map as it was or as it is, as
+// with a Go map.
 func (m *MapState[K, V]) Range(f func(k K, v V) bool) {
+	if m.ts != nil {
+		if t, i, ok := m.ts.lookup(); ok {
+			now := m.ttl.b.nowMs()
+			for k, e := range t.vals[i] {
+				if m.ttl.live(e.At, now) && !f(k, e.V) {
+					return
+				}
+			}
+		}
+		return
+	}
 	if t, i, ok := m.s.lookup(); ok {
 		for k, v := range t.vals[i] {
 			if !f(k, v) {
@@ -753,4 +902,52 @@ func (m *MapState[K, V]) Range(f func(k K, v V) bool) {
 func (m *MapState[K, V]) All() iter.Seq2[K, V] { return m.Range }
 
 // Clear removes the current key's map.
-func (m *MapState[K, V]) Clear() { m.s.remove() }
+func (m *MapState[K, V]) Clear() {
+	if m.ts != nil {
+		m.ts.remove()
+		return
+	}
+	m.s.remove()
+}
+
+func mapGet[K comparable, E any](s *store[map[K]E], k K) (E, bool) {
+	if t, i, ok := s.lookup(); ok {
+		v, ok := t.vals[i][k]
+		return v, ok
+	}
+	var zero E
+	return zero, false
+}
+
+func mapPut[K comparable, E any](s *store[map[K]E], k K, v E) {
+	t, i, ok := s.forWrite()
+	if ok {
+		if !t.isOwned(i) {
+			t.vals[i] = maps.Clone(t.vals[i]) // shared with a snapshot's table
+			t.setOwned(i)
+		}
+		t.vals[i][k] = v
+		return
+	}
+	t.setOwned(s.add(t, map[K]E{k: v}))
+}
+
+func mapDelete[K comparable, E any](s *store[map[K]E], k K) {
+	t, i, ok := s.lookup()
+	if !ok {
+		return
+	}
+	if _, ok := t.vals[i][k]; !ok {
+		return
+	}
+	if len(t.vals[i]) == 1 {
+		s.remove()
+		return
+	}
+	t = s.writable() // may be a clone: slots are the same
+	if !t.isOwned(i) {
+		t.vals[i] = maps.Clone(t.vals[i])
+		t.setOwned(i)
+	}
+	delete(t.vals[i], k)
+}
