@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -288,4 +289,85 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 	b.ReportMetric(float64(stall.Microseconds())/n, "stall-µs")
 	b.ReportMetric(float64(durable.Milliseconds())/n, "barrier-to-durable-ms")
 	b.ReportMetric(float64(restore.Milliseconds())/n, "restore-ms")
+}
+
+// BenchmarkWatermarkLag: how far the watermark an operator sees stands
+// behind the wall clock, for input stamped with the wall clock as it is
+// appended (4 partitions, 20,000 records/s, 2 source and 2 operator tasks,
+// Watermarks(100 ms), a checkpoint every second). The watermark is
+// max time - 100 ms - 1 ms by construction (Flink's
+// BoundedOutOfOrdernessWatermarks); what exceeds that bound is the
+// engine's: the slowest partition's latest record still on its way, the
+// batches and channels between the tasks. "idle-partition" leaves one
+// partition without records, with Idleness(200 ms): the other three drive
+// the watermark once it is declared idle.
+//
+//	go test -run XXX -bench BenchmarkWatermarkLag -benchtime 3x -count 3 ./keyed/
+func BenchmarkWatermarkLag(b *testing.B) {
+	const (
+		rate     = 20_000
+		span     = 2 * time.Second
+		lateness = 100 * time.Millisecond
+	)
+	for _, idle := range []bool{false, true} {
+		b.Run(map[bool]string{false: "all-active", true: "idle-partition"}[idle], func(b *testing.B) {
+			var mu sync.Mutex
+			var lags, firsts []time.Duration
+			for b.Loop() {
+				var first time.Time
+				src := keyed.NewMemorySource[behavior]("behavior", 4, false)
+				j := keyed.NewJob("bench", keyed.Dir(b.TempDir()), keyed.CheckpointInterval(time.Second))
+				s := keyed.FromSource(j, "behavior", 2, keyed.Source[behavior](src)).Watermarks(lateness)
+				if idle {
+					s = s.Idleness(200 * time.Millisecond)
+				}
+				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
+				out := keyed.ProcessFunc(k, "lag", 2, func(_ string, _ behavior, out *keyed.Collector[int64]) error {
+					if wm := out.Watermark(); !wm.IsZero() {
+						lag := time.Since(wm)
+						mu.Lock()
+						lags = append(lags, lag)
+						if first.IsZero() {
+							first = time.Now()
+						}
+						mu.Unlock()
+					}
+					return nil
+				})
+				keyed.ToSink(out, "sink", keyed.Sink[int64](&discard{}))
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- j.Run(ctx) }()
+				parts := int32(4)
+				if idle {
+					parts = 3
+				}
+				start := time.Now()
+				for i := 0; time.Since(start) < span; i++ {
+					if ahead := time.Duration(i)*time.Second/rate - time.Since(start); ahead > 0 {
+						time.Sleep(ahead)
+					}
+					u := fmt.Sprintf("user-%d", i%1000)
+					src.AppendAt(int32(i)%parts, []byte(u), behavior{User: u}, time.Now())
+				}
+				cancel()
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+				if first.IsZero() {
+					b.Fatal("no watermark reached the operator")
+				}
+				firsts = append(firsts, first.Sub(start))
+			}
+			if len(lags) == 0 {
+				b.Fatal("no watermark reached the operator")
+			}
+			b.ReportMetric(float64(percentile(lags, 0.5).Microseconds())/1000, "lag-p50-ms")
+			b.ReportMetric(float64(percentile(lags, 0.99).Microseconds())/1000, "lag-p99-ms")
+			b.ReportMetric(float64((percentile(lags, 0.5)-lateness-time.Millisecond).Microseconds())/1000, "beyond-bound-p50-ms")
+			// From the first record appended to the first watermark at the
+			// operator: with an idle partition, its idleness timeout.
+			b.ReportMetric(float64(percentile(firsts, 0.5).Microseconds())/1000, "first-wm-ms")
+		})
+	}
 }
