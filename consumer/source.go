@@ -829,11 +829,18 @@ func (s *Source) CreateTopic(ctx context.Context, topic string, partitions int32
 	return created, nil
 }
 
-// Blocked reports whether tp holds records that a read_committed reader
-// cannot read yet: its last stable offset stands below its high
-// watermark, behind a transaction still open. (Kafka's ListOffsets,
-// latest, at both isolation levels: KIP-98.)
-func (s *Source) Blocked(ctx context.Context, tp TopicPartition) (bool, error) {
+// Behind reports whether tp, assigned to this Source, has records past
+// what Poll has delivered: readable ones not fetched yet (neither the
+// next offset to read nor the partition's end the consumer last reached
+// stands at its last stable offset), or ones a read_committed reader cannot
+// read yet (the last stable offset stands below the high watermark, behind
+// a transaction still open). Kafka's ListOffsets, latest, at both
+// isolation levels (KIP-98). A partition not assigned has none.
+func (s *Source) Behind(ctx context.Context, tp TopicPartition) (bool, error) {
+	pos, ok := s.pos[tp]
+	if !ok {
+		return false, nil
+	}
 	a, err := kafka.NewAdminClientFromConsumer(s.c)
 	if err != nil {
 		return false, fmt.Errorf("consumer: admin client: %w", err)
@@ -856,6 +863,9 @@ func (s *Source) Blocked(ctx context.Context, tp TopicPartition) (bool, error) {
 	lso, err := latest(kafka.IsolationLevelReadCommitted)
 	if err != nil {
 		return false, err
+	}
+	if at, ok := s.eof[tp]; pos < lso && (!ok || at < lso) {
+		return true, nil
 	}
 	hw, err := latest(kafka.IsolationLevelReadUncommitted)
 	if err != nil {

@@ -77,7 +77,9 @@ func TestSourcePositionsAndRanges(t *testing.T) {
 // in commit markers, offsets no record carries. A reader bounded by Ends
 // (the last stable offset) must still learn it reached the end: its own
 // position stops at the marker, the consumer's end-of-partition event does
-// not. Headers arrive as kord's own type.
+// not. Headers arrive as kord's own type. Behind says a partition has a
+// backlog before it is read, none once it is read to the end (markers
+// after the position), and one again behind an open transaction.
 func TestReachedPastTransactionMarkers(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		topic := c.CreateTopic(t, 2, nil)
@@ -103,6 +105,12 @@ func TestReachedPastTransactionMarkers(t *testing.T) {
 		require.NoError(t, s.Assign(ctx, start))
 		ends, err := s.Ends(ctx)
 		require.NoError(t, err)
+		// Before any Poll, a partition with records has a backlog.
+		for i, e := range ends {
+			behind, err := s.Behind(ctx, consumer.TopicPartition{Topic: topic, Partition: e.Partition})
+			require.NoError(t, err)
+			require.Equal(t, e.Offset > start[i].Offset, behind, "partition %d, start %d, end %d", e.Partition, start[i].Offset, e.Offset)
+		}
 		n := 0
 		for !s.Reached(ends) {
 			recs, err := s.Poll(ctx, 100, 100*time.Millisecond)
@@ -121,5 +129,25 @@ func TestReachedPastTransactionMarkers(t *testing.T) {
 			behind = behind || pos.Offset < ends[i].Offset
 		}
 		require.True(t, behind, "the test did not put a marker after the last record: it proves nothing (positions %v, ends %v)", s.Positions(), ends)
+		// Read to the end, markers after the position: no backlog.
+		for _, e := range ends {
+			behind, err := s.Behind(ctx, consumer.TopicPartition{Topic: topic, Partition: e.Partition})
+			require.NoError(t, err)
+			require.False(t, behind, "partition %d read to its end (positions %v, ends %v)", e.Partition, s.Positions(), ends)
+		}
+		// A transaction left open: its records wait, unreadable.
+		require.NoError(t, p.BeginTransaction())
+		require.NoError(t, p.Produce(ctx, producer.Record[string, string]{Topic: topic, Key: "open", Value: "v"}, nil))
+		require.NoError(t, p.Flush(ctx))
+		open := consumer.TopicPartition{Topic: topic, Partition: partitioner.KeyPartition([]byte("open"), 2)}
+		require.Eventually(t, func() bool {
+			behind, err := s.Behind(ctx, open)
+			require.NoError(t, err)
+			return behind
+		}, 10*time.Second, 50*time.Millisecond, "records behind an open transaction are a backlog")
+		recs, err := s.Poll(ctx, 100, 200*time.Millisecond)
+		require.NoError(t, err)
+		require.Empty(t, recs, "read_committed read an open transaction's record")
+		require.NoError(t, p.AbortTransaction(ctx))
 	})
 }

@@ -47,10 +47,11 @@
 // # Time
 //
 // Every record the source reads carries its Kafka timestamp, and its
-// reader is a keyed.BlockedReader: with keyed watermarks and idleness
-// (Stream.Watermarks, Stream.Idleness), a partition whose last stable
-// offset stands below its high watermark (records behind an open
-// transaction) is blocked, not idle, and keeps holding the watermark.
+// reader is a keyed.BacklogReader: with keyed watermarks and idleness
+// (Stream.Watermarks, Stream.Idleness), a silent partition with records
+// waiting past the reader's position, not fetched yet or behind an open
+// transaction (its last stable offset below its high watermark), is not
+// idle and keeps holding the watermark.
 //
 // Errors are classified in the engine's terms: a fenced producer and a
 // configuration the broker refuses are keyed.Permanent (a restart would

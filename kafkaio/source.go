@@ -253,15 +253,23 @@ func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]ke
 	return out, r.bounds != nil && r.c.Reached(r.ends), nil
 }
 
-// Blocked implements keyed.BlockedReader: the partition's records past
-// its last stable offset wait for a transaction still open
-// (consumer.Source.Blocked), so Stream.Idleness does not count it idle.
-func (r *reader[T]) Blocked(ctx context.Context, p int32) (bool, error) {
-	b, err := r.c.Blocked(ctx, consumer.TopicPartition{Topic: r.k.topic, Partition: p})
+// Behind implements keyed.BacklogReader (consumer.Source.Behind): records
+// wait past the reader's position, not fetched yet or behind a transaction
+// still open, so Stream.Idleness does not count the partition idle. A
+// bounded reader at its partition's bound has nothing more to deliver.
+func (r *reader[T]) Behind(ctx context.Context, p int32) (bool, error) {
+	if r.bounds != nil {
+		for _, pos := range r.c.Positions() {
+			if pos.Partition == p && pos.Offset >= r.end(p) {
+				return false, nil
+			}
+		}
+	}
+	b, err := r.c.Behind(ctx, consumer.TopicPartition{Topic: r.k.topic, Partition: p})
 	return b, classify(err)
 }
 
-var _ keyed.BlockedReader = (*reader[int])(nil)
+var _ keyed.BacklogReader = (*reader[int])(nil)
 
 func (r *reader[T]) end(p int32) int64 {
 	for _, e := range r.ends {

@@ -259,17 +259,20 @@ type Reader[T any] interface {
 	Close() error
 }
 
-// BlockedReader is a Reader that tells a partition with nothing to read
-// from one whose records exist but cannot be read yet: a read_committed
-// consumer's position behind the partition's high watermark, held back by
-// an open transaction (kafkaio's reader is one). With Stream.Idleness, a
-// silent partition is idle only if it is not blocked: a blocked one keeps
-// holding the watermark, since its records, once committed, are older
-// than what the others have moved on to.
-type BlockedReader interface {
-	// Blocked reports whether partition has records beyond the reader's
-	// position that it cannot read yet.
-	Blocked(ctx context.Context, partition int32) (bool, error)
+// BacklogReader is a Reader that tells a partition with nothing more to
+// read from one that is silent while records wait past what the reader
+// has delivered: records it has not fetched yet (a reader that fell behind,
+// busy with other partitions), or records it cannot read yet (a
+// read_committed consumer held behind an open transaction: its last stable
+// offset stands below the high watermark). kafkaio's reader and
+// MemorySource's are ones. With Stream.Idleness, a silent partition is
+// idle only if it has no backlog: one with a backlog keeps holding the
+// watermark, since its records, once read, are older than what the others
+// have moved on to.
+type BacklogReader interface {
+	// Behind reports whether partition has records past the reader's
+	// position that it has not delivered.
+	Behind(ctx context.Context, partition int32) (bool, error)
 }
 
 // Operator is a keyed operator: Process is called for each record with the
@@ -461,8 +464,9 @@ func (s *Stream[T]) Watermarks(lateness time.Duration) *Stream[T] {
 // holding the watermark back (Flink's WatermarkStrategy.withIdleness), so
 // that an empty or quiet partition does not stall event time; when all of
 // a task's partitions are idle, the task's inputs downstream wait for the
-// others only. A partition whose reader says it is blocked (BlockedReader:
-// behind an open transaction) is not idle, however long it is silent.
+// others only. A partition whose reader says records wait past its
+// position (BacklogReader: not fetched yet, or behind an open transaction)
+// is not idle, however long it is silent.
 // Records of a partition that was idle may be late when they come. Needs
 // Watermarks; default: no idleness.
 func (s *Stream[T]) Idleness(d time.Duration) *Stream[T] {

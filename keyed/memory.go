@@ -144,6 +144,20 @@ func (r *memoryReader[T]) Poll(ctx context.Context, max int, wait time.Duration)
 	}
 }
 
+// Behind implements BacklogReader: records past the reader's position.
+func (r *memoryReader[T]) Behind(_ context.Context, partition int32) (bool, error) {
+	r.s.mu.RLock()
+	defer r.s.mu.RUnlock()
+	for _, p := range r.pos {
+		if p.Partition == partition {
+			return p.Offset < int64(len(r.s.parts[partition])), nil
+		}
+	}
+	return false, nil
+}
+
+var _ BacklogReader = (*memoryReader[int])(nil)
+
 func (r *memoryReader[T]) Close() error { return nil }
 
 // MemorySink keeps output in memory and makes it visible only when the

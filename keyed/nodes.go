@@ -263,7 +263,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			r.triggers = append(r.triggers, trig)
 			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t], extract: s.extract,
 				watermarks: s.watermarks, lateness: s.lateness.Milliseconds(), newest: map[int32]int64{},
-				idleness: s.idleness, heard: map[int32]time.Time{}, asked: map[int32]time.Time{}, blocked: map[int32]bool{},
+				idleness: s.idleness, heard: map[int32]time.Time{}, asked: map[int32]time.Time{}, behind: map[int32]bool{},
 				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch, name: s.name, instance: t}
 			if d, ok := j.sink.(*sinkOf[O]).sink.(DeadLetterSink); ok && d.TakesDeadLetters() {
 				st.dead = d
@@ -364,15 +364,16 @@ type sourceTask[T any] struct {
 	lateness   int64 // milliseconds
 	newest     map[int32]int64
 	// Idleness: when each partition last had a record (or was assigned),
-	// and when a silent one was last asked whether it is blocked.
+	// and when a silent one was last asked whether records wait past its
+	// position, and the answer.
 	idleness time.Duration
 	heard    map[int32]time.Time
 	asked    map[int32]time.Time
-	blocked  map[int32]bool
+	behind   map[int32]bool
 }
 
 // idle reports whether partition p has been silent for the idleness time
-// and is not blocked behind records it cannot read yet (BlockedReader,
+// and has no records waiting past the reader's position (BacklogReader,
 // asked at most once per idleness time).
 func (s *sourceTask[T]) idle(ctx context.Context, p int32, now time.Time) bool {
 	if s.idleness <= 0 {
@@ -386,21 +387,22 @@ func (s *sourceTask[T]) idle(ctx context.Context, p int32, now time.Time) bool {
 	if now.Sub(heard) < s.idleness {
 		return false
 	}
-	br, ok := s.reader.(BlockedReader)
+	br, ok := s.reader.(BacklogReader)
 	if !ok {
 		return true
 	}
 	if now.Sub(s.asked[p]) >= s.idleness {
 		s.asked[p] = now
-		blocked, err := br.Blocked(ctx, p)
+		behind, err := br.Behind(ctx, p)
 		if err != nil {
-			// Unknown: hold the watermark, as a blocked partition does.
-			s.r.log.Warn("keyed: idleness: is the partition blocked?", "topic", s.topic, "partition", p, "err", err)
-			blocked = true
+			// Unknown: hold the watermark, as a partition with a backlog
+			// does.
+			s.r.log.Warn("keyed: idleness: has the partition records waiting?", "topic", s.topic, "partition", p, "err", err)
+			behind = true
 		}
-		s.blocked[p] = blocked
+		s.behind[p] = behind
 	}
-	return !s.blocked[p]
+	return !s.behind[p]
 }
 
 // watermark is the task's watermark now: the oldest of its partitions'

@@ -147,9 +147,9 @@ func TestNoWatermarks(t *testing.T) {
 	require.True(t, seen.maxWm.IsZero(), "a watermark without Watermarks: %v", seen.maxWm)
 }
 
-// blockingSource is a memory source whose reader says partition 2 is
-// blocked (keyed.BlockedReader), as a read_committed reader behind an
-// open transaction does.
+// blockingSource is a memory source whose reader says partition 2 has
+// records waiting (keyed.BacklogReader), as a read_committed reader behind
+// an open transaction does.
 type blockingSource struct {
 	*keyed.MemorySource[event]
 	asked *atomic.Int64
@@ -165,7 +165,7 @@ type blockingReader struct {
 	asked *atomic.Int64
 }
 
-func (r blockingReader) Blocked(_ context.Context, p int32) (bool, error) {
+func (r blockingReader) Behind(_ context.Context, p int32) (bool, error) {
 	r.asked.Add(1)
 	return p == 2, nil
 }
@@ -281,4 +281,31 @@ func TestWatermarkAcrossRestore(t *testing.T) {
 	}
 	require.Empty(t, first(before.tooEarly), "before the crash (%d)", len(before.tooEarly))
 	require.Empty(t, first(after.tooEarly), "after the restore: a watermark past a record's time less the lateness (%d)", len(after.tooEarly))
+}
+
+// TestMemoryBacklog: MemorySource's reader is a keyed.BacklogReader:
+// records past its position are a backlog until it delivers them.
+func TestMemoryBacklog(t *testing.T) {
+	src := keyed.NewMemorySource[event]("events", 2, false)
+	src.Append(1, []byte("k"), event{UUID: "k"})
+	ctx := context.Background()
+	r, err := src.Reader(ctx)
+	require.NoError(t, err)
+	defer r.Close()
+	br, ok := r.(keyed.BacklogReader)
+	require.True(t, ok)
+	require.NoError(t, r.Assign(ctx, []keyed.Position{{Partition: 0}, {Partition: 1}}))
+	behind := func(p int32) bool {
+		b, err := br.Behind(ctx, p)
+		require.NoError(t, err)
+		return b
+	}
+	require.False(t, behind(0))
+	require.True(t, behind(1))
+	recs, _, err := r.Poll(ctx, 10, 0)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	require.False(t, behind(1))
+	src.Append(0, []byte("k"), event{UUID: "k"})
+	require.True(t, behind(0))
 }

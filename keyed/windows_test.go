@@ -328,3 +328,132 @@ func TestSessionLateness(t *testing.T) {
 	}, sink.Committed()[:5])
 	require.Equal(t, int64(1), j.LateRecords())
 }
+
+// TestWindowsLateModel: tumbling windows, aggregated or applied, with an
+// allowed lateness of 0 to 2 windows, over seeded input of which about 3 %
+// is stamped far behind its partition's clock, and idleness declared on the
+// stream, with crashes and restores at other parallelisms. Whether a
+// far-behind record is late depends on how far the other partitions had
+// been read when it came (the watermark is their minimum), so the model
+// takes the late records from the committed side output; with that, it is
+// exact: every record is counted in its window or reported late, exactly
+// once; each window's last firing equals the model's count and sum over the
+// records not reported late; firings of a window only grow; and no record
+// within the watermarks' bound is ever late.
+func TestWindowsLateModel(t *testing.T) {
+	seeds := 30
+	if testing.Short() {
+		seeds = 6
+	}
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 23))
+			size := int64(40 + r.IntN(120))
+			lateness := size * int64(r.IntN(3))
+			w := keyed.Tumbling(time.Duration(size) * time.Millisecond).AllowedLateness(time.Duration(lateness) * time.Millisecond)
+			const parts = 4
+			disorder := int64(1 + r.IntN(20))
+			src := keyed.NewMemorySource[event]("events", parts, true)
+			type rec struct {
+				key   string
+				start int64
+				seq   int64
+				far   bool
+			}
+			var recs []rec
+			seq := map[string]int64{}
+			clock := make([]int64, parts)
+			n := 2_000 + r.IntN(3_000)
+			for i := 0; i < n; i++ {
+				u := fmt.Sprintf("user-%02d", r.IntN(20))
+				p := partitioner.KeyPartition([]byte(u), parts)
+				clock[p] += int64(r.IntN(5))
+				ts := 1_700_000_000_000 + clock[p] - int64(r.IntN(int(disorder)))
+				far := r.IntN(100) < 3
+				if far {
+					ts -= disorder + size*int64(2+r.IntN(6))
+				}
+				e := event{UUID: u, Seq: seq[u]}
+				src.AppendAt(p, []byte(u), e, time.UnixMilli(ts))
+				seq[u]++
+				recs = append(recs, rec{key: u, start: windowStarts(size, size, ts)[0], seq: e.Seq, far: far})
+			}
+			mem := checkpoint.NewMemFS()
+			sink := keyed.NewMemorySink[windowCount]()
+			apply := r.IntN(2) == 0
+			idle := time.Duration(1+r.IntN(20)) * time.Millisecond
+			t.Logf("window %d ms, lateness %d ms, disorder %d ms, apply %v, idleness %v, %d records", size, lateness, disorder, apply, idle, n)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			lateSide := func(key []byte, e event) (windowCount, bool) {
+				return windowCount{Key: string(key), Start: -1, Sum: e.Seq, Late: true}, true
+			}
+			for incarnation := 0; ; incarnation++ {
+				require.Less(t, incarnation, 10)
+				j := keyed.NewJob("late", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
+					keyed.BatchSize(1+r.IntN(64)))
+				s := keyed.FromSource(j, "events", 1+r.IntN(3), keyed.Source[event](src)).Watermarks(time.Duration(disorder) * time.Millisecond).Idleness(idle)
+				k := keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+				var out *keyed.Output[windowCount]
+				if apply {
+					out = keyed.WindowApply(k, "windows", 1+r.IntN(3), w, keyed.JSON[event](),
+						func(key []byte, win keyed.Window, es []event) windowCount {
+							var a countSum
+							for _, e := range es {
+								a = countSumAgg.Add(a, e)
+							}
+							return windowResult(key, win, a)
+						}, lateSide)
+				} else {
+					out = keyed.WindowAggregate(k, "windows", 1+r.IntN(3), w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
+						func(key []byte, win keyed.Window, a countSum) windowCount { return windowResult(key, win, a) }, lateSide)
+				}
+				keyed.ToSink(out, "results", keyed.Sink[windowCount](sink))
+				rctx := ctx
+				if incarnation < 3 {
+					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
+				}
+				err := j.Run(rctx)
+				if errors.Is(err, failpoint.ErrCrashed) {
+					mem = mem.CrashClone()
+					continue
+				}
+				require.NoError(t, err)
+				break
+			}
+			late := map[string]bool{}
+			last := map[string]countSum{}
+			for _, res := range sink.Committed() {
+				if res.Late {
+					k := fmt.Sprintf("%s#%d", res.Key, res.Sum)
+					require.False(t, late[k], "record %s reported late twice", k)
+					late[k] = true
+					continue
+				}
+				k := fmt.Sprintf("%s/%d", res.Key, res.Start)
+				if prev, ok := last[k]; ok {
+					require.Greater(t, res.Count, prev.N, "window %s fired again without a new record", k)
+				}
+				last[k] = countSum{N: res.Count, Sum: res.Sum}
+			}
+			model := map[string]countSum{}
+			nLate, nFar := 0, 0
+			for _, x := range recs {
+				if x.far {
+					nFar++
+				}
+				if late[fmt.Sprintf("%s#%d", x.key, x.seq)] {
+					require.True(t, x.far, "record %s#%d within the watermarks' bound reported late", x.key, x.seq)
+					nLate++
+					continue
+				}
+				k := fmt.Sprintf("%s/%d", x.key, x.start)
+				m := model[k]
+				model[k] = countSum{N: m.N + 1, Sum: m.Sum + x.seq}
+			}
+			require.Len(t, late, nLate, "late records that are not in the input")
+			require.Equal(t, model, last)
+			t.Logf("%d records far behind, %d of them late", nFar, nLate)
+		})
+	}
+}
