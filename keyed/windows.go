@@ -249,22 +249,26 @@ func (o *windowOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error
 }
 
 func (o *windowOp[K, T, A, O]) OnTimer(key []byte, t Timer, out *Collector[O]) error {
+	// A timer is a window's firing (End - 1 ms) or its cleanup (End - 1 ms
+	// + lateness), or both: the window's start follows from the time,
+	// with no need to look through the key's windows.
 	at, size, lateness := t.Time.UnixMilli(), o.w.size.Milliseconds(), o.w.lateness.Milliseconds()
-	var gone []int64
-	for s, acc := range o.accs.All() {
-		fire := s + size - 1
-		if fire == at {
+	if s := at - size + 1; o.aligned(s) {
+		if acc, ok := o.accs.Get(s); ok {
 			out.Emit(o.result(o.keyOf(key), o.window(s), acc))
-		}
-		if fire+lateness == at {
-			gone = append(gone, s)
+			if lateness == 0 {
+				o.accs.Delete(s)
+			}
 		}
 	}
-	for _, s := range gone {
+	if s := at - size + 1 - lateness; lateness > 0 && o.aligned(s) {
 		o.accs.Delete(s)
 	}
 	return out.err
 }
+
+// aligned reports whether s (Unix ms) is a window start.
+func (o *windowOp[K, T, A, O]) aligned(s int64) bool { return mod(s, o.w.slide.Milliseconds()) == 0 }
 
 // session is one session window's state: its end (Unix ms, exclusive)
 // and accumulator, kept by its start.

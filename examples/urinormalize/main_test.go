@@ -46,10 +46,15 @@ func TestRunEndToEnd(t *testing.T) {
 		defer cancel()
 		var out bytes.Buffer
 		o := testOptions(t, c, &out)
-		o.events, o.seed, o.quiet = 20_000, 3, true
-		// Commits every 100 ms: the job reads 20,000 events in about a
-		// second on kfake, and must commit twice before it ends to crash.
-		o.interval = 100 * time.Millisecond
+		// 3 minutes of event time, for many events a minute: the
+		// partitions' reads interleave in event time closely enough that
+		// most events stamped far in the past come late, and some within
+		// the allowed lateness fire their window again.
+		o.events, o.minutes, o.lateFraction, o.seed, o.quiet = 20_000, 3, 0.005, 3, true
+		// A checkpoint every 20 ms: the job reads the input in about a
+		// second on kfake, and crashes only if it commits twice before
+		// its final checkpoint.
+		o.interval = 20 * time.Millisecond
 		require.NoError(t, run(ctx, o))
 		line := strings.TrimSpace(out.String())
 		t.Log(line)
