@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/kafkaio"
+	"github.com/kordproject/kord/keyed"
+)
+
+// event and result are the benchmark job's input and output
+// (bench/peers/CONTRACT.md). ts stays the string it came as.
+type event struct {
+	UUID string          `json:"uuid"`
+	Seq  int64           `json:"seq"`
+	TS   json.RawMessage `json:"ts"`
+}
+
+type result struct {
+	UUID  string          `json:"uuid"`
+	Seq   int64           `json:"seq"`
+	Count int64           `json:"count"`
+	TS    json.RawMessage `json:"ts"`
+}
+
+// kordPeer is kord's side of the suite, behind the peers' contract:
+// `suite kord-peer --brokers --input --output --id --parallelism
+// --commit-ms [--keyby]`. Exactly-once; --keyby keys by the uuid parsed
+// from the event (xxhash key groups), else by partition (the input is
+// keyed by uuid with Java placement, so a partition's users are its own).
+func kordPeer(args []string) int {
+	fs := flag.NewFlagSet("kord-peer", flag.ContinueOnError)
+	brokers := fs.String("brokers", "", "bootstrap servers")
+	input := fs.String("input", "", "input topic")
+	output := fs.String("output", "", "output topic")
+	id := fs.String("id", "", "the job's name: transactional.id, commit group, checkpoint directory")
+	par := fs.Int("parallelism", 2, "tasks per stage")
+	commit := fs.Int("commit-ms", 1000, "checkpoint interval in ms")
+	keyBy := fs.Bool("keyby", false, "key by the event's uuid instead of by partition")
+	dir := fs.String("checkpoint-dir", "", "checkpoint directory (default /tmp/kord-bench-kord/<id>)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *brokers == "" || *input == "" || *output == "" || *id == "" {
+		fmt.Fprintln(os.Stderr, "kord-peer: --brokers, --input, --output and --id are required")
+		return 2
+	}
+	if *dir == "" {
+		*dir = filepath.Join(os.TempDir(), "kord-bench-kord", *id)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	client, err := kafkaio.NewClient(kafkaio.Brokers(strings.Split(*brokers, ",")...))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kord-peer:", err)
+		return 2
+	}
+	j := keyed.NewJob(*id, keyed.Dir(*dir), keyed.CheckpointInterval(time.Duration(*commit)*time.Millisecond))
+	src := kafkaio.NewSource(client, *input, consumer.JSONValue[event]())
+	sink := kafkaio.NewSink(client, *output, kafkaio.JSON(func(r result) string { return r.UUID }))
+	s := keyed.FromSource(j, "events", *par, keyed.Source[event](src))
+	k := keyed.ByPartition(s)
+	if *keyBy {
+		k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+	}
+	out := keyed.ProcessValue(k, "count", *par, keyed.Int64(), func(_ []byte, e event, n *keyed.ValueState[int64], out *keyed.Collector[result]) error {
+		c, _ := n.Get()
+		c++
+		n.Set(c)
+		out.Emit(result{UUID: e.UUID, Seq: e.Seq, Count: c, TS: e.TS})
+		return nil
+	})
+	keyed.ToSink(out, "results", keyed.Sink[result](sink))
+	var once sync.Once
+	hook := failpoint.WithHook(ctx, func(p string) error {
+		if p == failpoint.AfterCommit {
+			once.Do(func() { fmt.Println("ready") })
+		}
+		return nil
+	})
+	err = j.Run(hook)
+	if cerr := sink.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kord-peer:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,181 @@
+// Command suite runs the benchmark suite of issue #14: the main example's
+// job (bench/peers/CONTRACT.md) on kord and on each peer, one after
+// another on the same input, alternated over rounds, every output checked
+// by the same independent read_committed reader.
+//
+//	cd bench/suite && go run . -brokers 127.0.0.1:9092 -quick
+//
+// This first version measures throughput runs only (a backlog of -events
+// processed from the start): events/s over the whole run and at steady
+// state (10 % to 90 % of the output visible), time to first output, the
+// process's CPU seconds and peak RSS, the broker's CPU seconds (when
+// -kafka-dir names the broker's state directory), and the output's
+// exactly-once checks. Still to come (issue #14): the paced latency runs,
+// SIGKILL recovery, plots and bench/RESULTS.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// system is one contestant: how to start it, given the run's topics.
+type system struct {
+	name string
+	argv func(self string, root string) []string // the command before the contract's flags
+	eos  bool                                    // exactly-once: a duplicate fails the run
+}
+
+func systems() []system {
+	peer := func(dir string, extra ...string) func(string, string) []string {
+		return func(_ string, root string) []string {
+			return append([]string{filepath.Join(root, "bench", "peers", dir, "run.sh")}, extra...)
+		}
+	}
+	return []system{
+		{name: "kord-partition", eos: true, argv: func(self, _ string) []string { return []string{self, "kord-peer"} }},
+		{name: "kord-keyby", eos: true, argv: func(self, _ string) []string { return []string{self, "kord-peer", "--keyby"} }},
+		{name: "flink", eos: true, argv: peer("flink")},
+		{name: "kstreams-rocksdb", eos: true, argv: peer("kstreams", "--store", "rocksdb")},
+		{name: "kstreams-memory", eos: true, argv: peer("kstreams", "--store", "memory")},
+		{name: "franz", eos: true, argv: peer("franz")},
+		{name: "goka", eos: false, argv: peer("goka")},
+	}
+}
+
+// figures is one run of one system.
+type figures struct {
+	System, Round      string
+	Events             int
+	EventsPerSec       float64 // over the whole run: start to the last result visible
+	SteadyEventsPerSec float64 // 10 % to 90 % of the results visible
+	FirstOutputSec     float64 // start to the first result visible
+	CPUSec             float64
+	PeakRSSMiB         float64
+	BrokerCPUSec       float64 // -1: unknown
+	LatencyP50Ms       float64 // backlog runs: how long results waited, not a latency figure
+	Duplicates         int
+	Disorder           int
+	WrongCounts        int
+	Missing            int
+	Err                string `json:",omitempty"`
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "kord-peer" {
+		os.Exit(kordPeer(os.Args[2:]))
+	}
+	os.Exit(cli(os.Args[1:]))
+}
+
+func cli(args []string) int {
+	fs := flag.NewFlagSet("suite", flag.ContinueOnError)
+	brokers := fs.String("brokers", "", "bootstrap servers of the broker to run on")
+	kafkaDir := fs.String("kafka-dir", os.Getenv("KORD_KAFKA_DIR"), "scripts/kafka.sh's state directory of that broker, for its CPU time")
+	quick := fs.Bool("quick", false, "a first look: 200,000 events, one round")
+	events := fs.Int("events", 1_000_000, "events per run")
+	users := fs.Int("users", 10_000, "distinct users")
+	rounds := fs.Int("rounds", 3, "rounds; each runs every system once, in an order that rotates")
+	only := fs.String("systems", "", "comma-separated systems to run (default: all): "+names())
+	par := fs.Int("parallelism", 2, "tasks or threads per system")
+	out := fs.String("out", "", "write every figure as JSON to this file")
+	timeout := fs.Duration("timeout", 15*time.Minute, "longest run of one system")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *brokers == "" {
+		fmt.Fprintln(os.Stderr, "suite: -brokers is required (start one with scripts/kafka.sh start)")
+		return 2
+	}
+	if *quick {
+		*events, *rounds = 200_000, 1
+	}
+	var run []system
+	for _, s := range systems() {
+		if *only == "" || slices.Contains(strings.Split(*only, ","), s.name) {
+			run = append(run, s)
+		}
+	}
+	if len(run) == 0 {
+		fmt.Fprintf(os.Stderr, "suite: -systems %q names none of %s\n", *only, names())
+		return 2
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "suite:", err)
+		return 1
+	}
+	root, err := repoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "suite:", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var all []figures
+	stamp := time.Now().Unix()
+	for r := 0; r < *rounds; r++ {
+		// Rotate the order, so that no system always runs first (a cold
+		// broker) or last.
+		order := append(slices.Clone(run[r%len(run):]), run[:r%len(run)]...)
+		for _, s := range order {
+			if ctx.Err() != nil {
+				return 1
+			}
+			f := runOne(ctx, s, s.argv(self, root), runSpec{brokers: *brokers, kafkaDir: *kafkaDir, events: *events, users: *users,
+				par: *par, round: r + 1, stamp: stamp, timeout: *timeout})
+			all = append(all, f)
+			fmt.Printf("%-17s round %d: %9.0f events/s (steady %9.0f), first output %5.2f s, CPU %6.1f s, peak RSS %6.0f MiB, broker CPU %6.1f s, dup %d, missing %d, wrong %d %s\n",
+				f.System, r+1, f.EventsPerSec, f.SteadyEventsPerSec, f.FirstOutputSec, f.CPUSec, f.PeakRSSMiB, f.BrokerCPUSec, f.Duplicates, f.Missing, f.WrongCounts, f.Err)
+		}
+	}
+	if *out != "" {
+		b, _ := json.MarshalIndent(all, "", "  ")
+		if err := os.WriteFile(*out, b, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "suite:", err)
+			return 1
+		}
+	}
+	for _, f := range all {
+		if f.Err != "" {
+			return 1
+		}
+	}
+	return 0
+}
+
+func names() string {
+	var n []string
+	for _, s := range systems() {
+		n = append(n, s.name)
+	}
+	return strings.Join(n, ",")
+}
+
+// repoRoot finds kord's repository root from the working directory.
+func repoRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(d, "bench", "peers", "CONTRACT.md")); err == nil {
+			return d, nil
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", errors.New("run the suite inside kord's repository (bench/peers/CONTRACT.md not found above the working directory)")
+		}
+		d = up
+	}
+}

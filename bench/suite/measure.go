@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/producer"
+)
+
+// input is the benchmark's input event as produced (CONTRACT.md).
+type input struct {
+	UUID   string    `json:"uuid"`
+	Seq    int64     `json:"seq"`
+	Action string    `json:"action"`
+	Page   string    `json:"page"`
+	TS     time.Time `json:"ts"`
+}
+
+// createTopics creates topics with parts partitions each.
+func createTopics(ctx context.Context, brokers string, parts int32, topics ...string) error {
+	s, err := consumer.New(consumer.Brokers(strings.Split(brokers, ",")...))
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for _, t := range topics {
+		if _, err := s.CreateTopic(ctx, t, parts, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// produceInput writes n events over users users to topic, keyed by uuid
+// with Java placement, seeded: every system gets the same input. rate > 0
+// paces it (events/s); each event's ts is when it was produced.
+func produceInput(ctx context.Context, brokers, topic string, n, users int, seed uint64, rate int) error {
+	p, err := producer.New(producer.String(), producer.JSON[input](), producer.Brokers(strings.Split(brokers, ",")...), producer.Set("linger.ms", "5"))
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	r := rand.New(rand.NewPCG(seed, seed^0x5bd1e995))
+	ids := make([]string, users)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", r.Uint32(), r.Uint32()&0xffff, r.Uint32()&0xfff, r.Uint32()&0xfff, r.Uint64()&0xffffffffffff)
+	}
+	seq := make([]int64, users)
+	actions := []string{"view", "click", "add_to_cart", "purchase"}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		u := r.IntN(users)
+		ev := input{UUID: ids[u], Seq: seq[u], Action: actions[r.IntN(len(actions))], Page: "/item/" + strconv.Itoa(r.IntN(1000)), TS: time.Now()}
+		seq[u]++
+		if err := p.Produce(ctx, producer.Record[string, input]{Topic: topic, Key: ev.UUID, Value: ev}, nil); err != nil {
+			return err
+		}
+		if rate > 0 && i%50 == 49 {
+			if ahead := time.Duration(i+1)*time.Second/time.Duration(rate) - time.Since(start); ahead > 0 {
+				time.Sleep(ahead)
+			}
+		}
+	}
+	return p.Flush(ctx)
+}
+
+// seen is what the independent read_committed reader found in a run's
+// output.
+type seen struct {
+	mu         sync.Mutex
+	distinct   int             // results counted once (per user, seq 0, 1, ...)
+	total      int             // every result read
+	dups       int             // a (uuid, seq) read again
+	disorder   int             // a user's seq ahead of the next expected
+	wrong      int             // count != seq + 1
+	first      time.Time       // when the first result became visible
+	at         []time.Time     // at[i]: when the i+1-th distinct result became visible
+	latency    []time.Duration // visible minus the event's ts, per distinct result
+	badRecords int             // results that did not parse
+}
+
+// verify reads topic from its start with read_committed until want
+// distinct results were seen, ctx ends, or stop closes.
+func verify(ctx context.Context, brokers, topic string, parts int32, want int, stop <-chan struct{}, s *seen) error {
+	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": brokers, "group.id": "kord-suite-verify", "enable.auto.commit": false,
+		"isolation.level": "read_committed", "log_level": 3, "fetch.wait.max.ms": 10})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var tps []kafka.TopicPartition
+	for p := int32(0); p < parts; p++ {
+		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.OffsetBeginning})
+	}
+	if err := c.Assign(tps); err != nil {
+		return err
+	}
+	next := map[string]int64{}
+	for {
+		s.mu.Lock()
+		done := s.distinct >= want
+		s.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-stop:
+			return nil
+		default:
+		}
+		m, ok := c.Poll(50).(*kafka.Message)
+		if !ok || m.TopicPartition.Error != nil {
+			continue
+		}
+		now := time.Now()
+		var res struct {
+			UUID  string    `json:"uuid"`
+			Seq   int64     `json:"seq"`
+			Count int64     `json:"count"`
+			TS    time.Time `json:"ts"`
+		}
+		s.mu.Lock()
+		s.total++
+		if s.first.IsZero() {
+			s.first = now
+		}
+		if err := json.Unmarshal(m.Value, &res); err != nil {
+			s.badRecords++
+			s.mu.Unlock()
+			continue
+		}
+		switch want := next[res.UUID]; {
+		case res.Seq < want:
+			s.dups++
+		case res.Seq > want:
+			s.disorder++
+		}
+		if res.Count != res.Seq+1 {
+			s.wrong++
+		}
+		if res.Seq >= next[res.UUID] {
+			next[res.UUID] = res.Seq + 1
+			s.distinct++
+			s.at = append(s.at, now)
+			s.latency = append(s.latency, now.Sub(res.TS))
+		}
+		s.mu.Unlock()
+	}
+}
+
+// proc samples a process's CPU time and resident memory from /proc.
+type proc struct {
+	pid     int
+	cpu     time.Duration // user + system, at the last sample
+	peakRSS int64         // bytes
+}
+
+// clockTick is the kernel's USER_HZ: /proc's CPU times are in its ticks.
+const clockTick = 100
+
+func (p *proc) sample() {
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid)); err == nil {
+		// Fields after the command name, which is in parentheses and may
+		// hold spaces: utime and stime are the 14th and 15th fields.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 {
+			f := strings.Fields(string(b)[i+1:])
+			if len(f) > 13 {
+				ut, _ := strconv.ParseInt(f[11], 10, 64)
+				st, _ := strconv.ParseInt(f[12], 10, 64)
+				p.cpu = time.Duration(ut+st) * time.Second / clockTick
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.pid)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				p.peakRSS = max(p.peakRSS, kb*1024)
+			}
+		}
+	}
+}
+
+// brokerPid is the pid of the broker scripts/kafka.sh started in dir, or 0.
+func brokerPid(dir string) int {
+	if dir == "" {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "broker.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+// peerCmd starts a peer process in its own process group, its stdout
+// watched for "ready".
+func peerCmd(argv []string, stderr *os.File) (*exec.Cmd, <-chan struct{}, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	ready := make(chan struct{})
+	go func() {
+		buf := make([]byte, 4096)
+		var line []byte
+		closed := false
+		for {
+			n, err := out.Read(buf)
+			line = append(line, buf[:n]...)
+			if !closed && strings.Contains(string(line), "ready") {
+				close(ready)
+				closed = true
+				line = nil
+			}
+			if len(line) > 1<<16 {
+				line = line[len(line)-1024:]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return cmd, ready, nil
+}
