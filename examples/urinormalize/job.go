@@ -228,7 +228,7 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 	sum.checkpoints = int(commits.Load())
 	sum.recovery = time.Duration(recovered.Load())
 	sum.elapsed = time.Since(start)
-	o.say("\nprocessed in %v\n", sum.elapsed.Round(time.Millisecond))
+	o.say("processed in %v\n", sum.elapsed.Round(time.Millisecond))
 	return nil
 }
 
@@ -290,4 +290,5 @@ func watch(ctx context.Context, o options) {
 		}
 	}
 	line()
+	fmt.Fprintln(o.out())
 }

@@ -112,6 +112,7 @@ func TestGenerate(t *testing.T) {
 	var first []input
 	ids := map[string]bool{}
 	bad, far := 0, 0
+	badValues := map[string]bool{}
 	decode := decodeAccess()
 	for in := range generate(g) {
 		first = append(first, in)
@@ -119,6 +120,8 @@ func TestGenerate(t *testing.T) {
 		if in.event == nil {
 			bad++
 			require.Error(t, err, "%s", in.value)
+			require.False(t, badValues[string(in.value)], "the check tells malformed records apart by value: %s", in.value)
+			badValues[string(in.value)] = true
 			continue
 		}
 		require.NoError(t, err)
@@ -191,4 +194,28 @@ func TestWindowResult(t *testing.T) {
 	b, err := json.Marshal(got)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"kind":"window","pattern":"p/{}","windowStart":"2026-01-01T00:00:00Z","windowEnd":"2026-01-01T00:01:00Z","count":4,"errors":2,"p99LatencyMs":50}`, string(b))
+}
+
+// What the job cannot window goes to the dead letters (the decoder
+// refuses it), not to keyed's timestamp check, which would fail the job.
+func TestDecodeAccess(t *testing.T) {
+	decode := decodeAccess()
+	for value, want := range map[string]string{
+		`{"id":"a","identityUri":"x","status":200,"latencyMs":1,"time":"2026-01-01T00:00:00Z"}`: "",
+		`{"id":"a","identityUri":"x","status":200,"latencyMs":1}`:                               `access event "a": no time`,
+		`{"id":"a","identityUri":"x","time":"1969-12-31T23:59:59Z"}`:                            `access event "a": no time (or one before 1970)`,
+		`{"id":"a","time":"2026-01-01T00:00:00Z"}`:                                              `access event "a": no identityUri`,
+		`{}`:     "no time",
+		`null`:   "no time",
+		`[1]`:    "json: cannot unmarshal array",
+		`{"id":`: "json: unexpected end of JSON input",
+		`GET x`:  "json: invalid character 'G'",
+	} {
+		_, err := decode(consumer.Record{Topic: "in", Value: []byte(value)})
+		if want == "" {
+			require.NoError(t, err, value)
+		} else {
+			require.ErrorContains(t, err, want, value)
+		}
+	}
 }
