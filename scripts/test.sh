@@ -3,8 +3,9 @@
 #   gofmt and go vet;
 #   go test -race ./... in kord's module, where each Kafka test runs on the
 #   in-process kfake cluster and on a real Apache Kafka broker;
-#   the engine's 1,000 seeded failure runs without the race detector;
-#   the tests of the separate bench/peers module.
+#   the engine's 1,000 seeded failure runs and the window model tests' 300
+#   seeds each, without the race detector;
+#   the tests of the separate bench/peers and bench/suite modules.
 # The real broker is the one named by KORD_KAFKA_BROKERS when set; otherwise
 # this script starts one with scripts/kafka.sh (fetched with Maven) and stops
 # it afterwards. KORD_REQUIRE_KAFKA=1 is always set, so the run fails, not
@@ -32,8 +33,11 @@ go vet ./...
 # go test's default 10-minute timeout per package.
 go test -race -count=1 -timeout 25m "$@" ./...
 # The race detector slows the engine tenfold, so under -race the seeded
-# failure test runs 150 seeds; here it runs its full 1,000 without it.
-go test -count=1 -run 'TestSeededFailures' ./keyed/
-if [ -f bench/peers/go.mod ]; then
-	(cd bench/peers && go vet ./... && go test -count=1 ./...)
-fi
+# failure test runs 150 seeds and the window model tests 45 and 30; here
+# they run 1,000 and 300 each without it.
+go test -count=1 -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/
+for m in bench/peers bench/suite; do
+	if [ -f $m/go.mod ]; then
+		(cd $m && go vet ./... && go test -count=1 ./...)
+	fi
+done
