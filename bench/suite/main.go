@@ -3,7 +3,10 @@
 // another on the same input, alternated over rounds, every output checked
 // by the same independent read_committed reader.
 //
-//	cd bench/suite && go run . -brokers 127.0.0.1:9092 -quick
+//	cd bench/suite && go run . -quick
+//
+// starts the project's broker (scripts/kafka.sh) for the run, unless
+// -brokers names one.
 //
 // This first version measures throughput runs only (a backlog of -events
 // processed from the start): events/s over the whole run and at steady
@@ -21,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -80,7 +84,7 @@ func main() {
 
 func cli(args []string) int {
 	fs := flag.NewFlagSet("suite", flag.ContinueOnError)
-	brokers := fs.String("brokers", "", "bootstrap servers of the broker to run on")
+	brokers := fs.String("brokers", "", "bootstrap servers of the broker to run on (default: start one with scripts/kafka.sh, and stop it at the end)")
 	kafkaDir := fs.String("kafka-dir", os.Getenv("KORD_KAFKA_DIR"), "scripts/kafka.sh's state directory of that broker, for its CPU time")
 	quick := fs.Bool("quick", false, "a first look: 200,000 events, one round")
 	events := fs.Int("events", 1_000_000, "events per run")
@@ -91,10 +95,6 @@ func cli(args []string) int {
 	out := fs.String("out", "", "write every figure as JSON to this file")
 	timeout := fs.Duration("timeout", 15*time.Minute, "longest run of one system")
 	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *brokers == "" {
-		fmt.Fprintln(os.Stderr, "suite: -brokers is required (start one with scripts/kafka.sh start)")
 		return 2
 	}
 	if *quick {
@@ -122,6 +122,31 @@ func cli(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *brokers == "" {
+		// The project's broker, started for this run and stopped after it.
+		dir, err := os.MkdirTemp("", "kord-suite-kafka-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "suite:", err)
+			return 1
+		}
+		script := filepath.Join(root, "scripts", "kafka.sh")
+		start := exec.CommandContext(ctx, script, "start")
+		start.Env = append(os.Environ(), "KORD_KAFKA_DIR="+dir)
+		start.Stderr = os.Stderr
+		b, err := start.Output()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "suite: starting the broker with scripts/kafka.sh:", err)
+			return 1
+		}
+		defer func() {
+			stop := exec.Command(script, "stop")
+			stop.Env = append(os.Environ(), "KORD_KAFKA_DIR="+dir)
+			_ = stop.Run()
+		}()
+		lines := strings.Fields(string(b))
+		*brokers, *kafkaDir = lines[len(lines)-1], dir
+		fmt.Printf("broker %s (scripts/kafka.sh, state in %s)\n", *brokers, dir)
+	}
 	var all []figures
 	stamp := time.Now().Unix()
 	for r := 0; r < *rounds; r++ {

@@ -41,6 +41,21 @@ func createTopics(ctx context.Context, brokers string, parts int32, topics ...st
 			return err
 		}
 	}
+	// A topic just created is known to its controller before the broker
+	// answers metadata for it: wait until it does.
+	for _, t := range topics {
+		for {
+			ps, err := s.Partitions(ctx, t)
+			if err == nil && len(ps) == int(parts) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("topic %s: not in the metadata after it was created: %v", t, err)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
 	return nil
 }
 
