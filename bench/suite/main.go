@@ -8,13 +8,18 @@
 // starts the project's broker (scripts/kafka.sh) for the run, unless
 // -brokers names one.
 //
-// This first version measures throughput runs only (a backlog of -events
-// processed from the start): events/s over the whole run and at steady
-// state (10 % to 90 % of the output visible), time to first output, the
-// process's CPU seconds and peak RSS, the broker's CPU seconds (when
-// -kafka-dir names the broker's state directory), and the output's
-// exactly-once checks. Still to come (issue #14): the paced latency runs,
-// SIGKILL recovery, plots and bench/RESULTS.md.
+// Throughput runs (a backlog of -events processed from the start)
+// measure events/s over the whole run and at steady state (10 % to 90 % of
+// the output visible), time to first output, the process's CPU seconds and
+// peak RSS, and the broker's CPU seconds (when -kafka-dir names the
+// broker's state directory). Latency runs produce at a fixed rate (half
+// the slowest system's steady events/s, the same for all) while the system
+// runs, and measure each result's time from its event's production to its
+// visibility to the read_committed reader. Recovery runs SIGKILL the
+// system half-way and start it again at once, and measure from the kill to
+// the first result the new process commits. Every output is checked:
+// every event's result once, in per-user order, with the right count.
+// Still to come (issue #14): plots and bench/RESULTS.md.
 package main
 
 import (
@@ -93,12 +98,15 @@ func cli(args []string) int {
 	only := fs.String("systems", "", "comma-separated systems to run (default: all): "+names())
 	par := fs.Int("parallelism", 2, "tasks or threads per system")
 	out := fs.String("out", "", "write every figure as JSON to this file")
+	latRate := fs.Int("latency-rate", 0, "events/s of the latency and recovery runs (default: half the slowest system's steady events/s in this invocation's throughput runs)")
+	latDur := fs.Duration("latency-duration", time.Minute, "input duration of each latency run")
+	recDur := fs.Duration("recovery-duration", 30*time.Second, "input duration of each recovery run (SIGKILL half-way)")
 	timeout := fs.Duration("timeout", 15*time.Minute, "longest run of one system")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *quick {
-		*events, *rounds = 200_000, 1
+		*events, *rounds, *latDur, *recDur = 200_000, 1, 15*time.Second, 16*time.Second
 	}
 	var run []system
 	for _, s := range systems() {
@@ -164,10 +172,44 @@ func cli(args []string) int {
 				f.System, r+1, f.EventsPerSec, f.SteadyEventsPerSec, f.FirstOutputSec, f.CPUSec, f.PeakRSSMiB, f.BrokerCPUSec, f.Duplicates, f.Missing, f.WrongCounts, f.Err)
 		}
 	}
+	rate := *latRate
+	if rate <= 0 {
+		rate = halfSlowest(all)
+	}
+	var paced []pacedFigures
+	for _, kill := range []bool{false, true} {
+		for r := 0; r < *rounds && rate > 0; r++ {
+			order := append(slices.Clone(run[r%len(run):]), run[:r%len(run)]...)
+			for _, s := range order {
+				if ctx.Err() != nil {
+					return 1
+				}
+				d := *latDur
+				if kill {
+					d = *recDur
+				}
+				p := runPaced(ctx, s, s.argv(self, root), runSpec{brokers: *brokers, kafkaDir: *kafkaDir, users: *users,
+					par: *par, round: r + 1, stamp: stamp, timeout: *timeout}, rate, d, kill)
+				paced = append(paced, p)
+				if kill {
+					fmt.Printf("%-17s round %d: SIGKILL to the first new result %6.2f s at %d events/s, dup %d, missing %d %s\n",
+						p.System, r+1, p.RecoverySec, p.Rate, p.Duplicates, p.Missing, p.Err)
+				} else {
+					fmt.Printf("%-17s round %d: latency p50 %7.1f ms, p99 %7.1f ms at %d events/s, dup %d, missing %d %s\n",
+						p.System, r+1, p.LatencyP50Ms, p.LatencyP99Ms, p.Rate, p.Duplicates, p.Missing, p.Err)
+				}
+			}
+		}
+	}
 	if *out != "" {
-		b, _ := json.MarshalIndent(all, "", "  ")
+		b, _ := json.MarshalIndent(map[string]any{"throughput": all, "paced": paced}, "", "  ")
 		if err := os.WriteFile(*out, b, 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "suite:", err)
+			return 1
+		}
+	}
+	for _, p := range paced {
+		if p.Err != "" {
 			return 1
 		}
 	}
@@ -203,4 +245,24 @@ func repoRoot() (string, error) {
 		}
 		d = up
 	}
+}
+
+// halfSlowest is half the steady events/s of the slowest system (its
+// median over rounds), over the runs that passed: the rate every system
+// gets in the latency runs, so that none is overloaded.
+func halfSlowest(all []figures) int {
+	by := map[string][]float64{}
+	for _, f := range all {
+		if f.Err == "" && f.SteadyEventsPerSec > 0 {
+			by[f.System] = append(by[f.System], f.SteadyEventsPerSec)
+		}
+	}
+	slowest := 0.0
+	for _, v := range by {
+		slices.Sort(v)
+		if m := v[len(v)/2]; slowest == 0 || m < slowest {
+			slowest = m
+		}
+	}
+	return int(slowest / 2)
 }

@@ -105,6 +105,14 @@ type seen struct {
 	at         []time.Time     // at[i]: when the i+1-th distinct result became visible
 	latency    []time.Duration // visible minus the event's ts, per distinct result
 	badRecords int             // results that did not parse
+	// reads are every result read: its partition, offset and when.
+	reads []read
+}
+
+type read struct {
+	partition int32
+	offset    int64
+	at        time.Time
 }
 
 // verify reads topic from its start with read_committed until want
@@ -151,6 +159,7 @@ func verify(ctx context.Context, brokers, topic string, parts int32, want int, s
 		}
 		s.mu.Lock()
 		s.total++
+		s.reads = append(s.reads, read{m.TopicPartition.Partition, int64(m.TopicPartition.Offset), now})
 		if s.first.IsZero() {
 			s.first = now
 		}
@@ -259,4 +268,23 @@ func peerCmd(argv []string, stderr *os.File) (*exec.Cmd, <-chan struct{}, error)
 		}
 	}()
 	return cmd, ready, nil
+}
+
+// stableEnds returns the last stable offset of each partition of topic
+// (what read_committed readers can read up to now).
+func stableEnds(ctx context.Context, brokers, topic string, parts int32) ([]int64, error) {
+	c, err := consumer.New(consumer.Brokers(strings.Split(brokers, ",")...))
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	out := make([]int64, parts)
+	for p := int32(0); p < parts; p++ {
+		_, end, err := c.Watermarks(ctx, consumer.TopicPartition{Topic: topic, Partition: p})
+		if err != nil {
+			return nil, err
+		}
+		out[p] = end
+	}
+	return out, nil
 }
