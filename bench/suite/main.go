@@ -77,7 +77,11 @@ type figures struct {
 	Disorder           int
 	WrongCounts        int
 	Missing            int
-	Err                string `json:",omitempty"`
+	// Series is the output's rate over the run: results visible per
+	// second, in buckets of SeriesStepSec from the system's start.
+	Series        []float64
+	SeriesStepSec float64
+	Err           string `json:",omitempty"`
 }
 
 func main() {
@@ -98,6 +102,7 @@ func cli(args []string) int {
 	only := fs.String("systems", "", "comma-separated systems to run (default: all): "+names())
 	par := fs.Int("parallelism", 2, "tasks or threads per system")
 	out := fs.String("out", "", "write every figure as JSON to this file")
+	plots := fs.String("plots", "", "write the plots as PNG files into this directory: throughput-round<N>.png, latency.png")
 	latRate := fs.Int("latency-rate", 0, "events/s of the latency and recovery runs (default: half the slowest system's steady events/s in this invocation's throughput runs)")
 	latDur := fs.Duration("latency-duration", time.Minute, "input duration of each latency run")
 	recDur := fs.Duration("recovery-duration", 30*time.Second, "input duration of each recovery run (SIGKILL half-way)")
@@ -205,6 +210,22 @@ func cli(args []string) int {
 		b, _ := json.MarshalIndent(map[string]any{"throughput": all, "paced": paced}, "", "  ")
 		if err := os.WriteFile(*out, b, 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "suite:", err)
+			return 1
+		}
+	}
+	if *plots != "" {
+		if err := os.MkdirAll(*plots, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "suite:", err)
+			return 1
+		}
+		for r := 1; r <= *rounds; r++ {
+			if err := plotThroughput(all, fmt.Sprint(r), filepath.Join(*plots, fmt.Sprintf("throughput-round%d.png", r))); err != nil {
+				fmt.Fprintln(os.Stderr, "suite: plot:", err)
+				return 1
+			}
+		}
+		if err := plotLatency(paced, filepath.Join(*plots, "latency.png")); err != nil {
+			fmt.Fprintln(os.Stderr, "suite: plot:", err)
 			return 1
 		}
 	}

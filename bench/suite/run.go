@@ -113,6 +113,12 @@ wait:
 		if hi > lo && hi < n {
 			f.SteadyEventsPerSec = float64(hi-lo) / sn.at[hi].Sub(sn.at[lo]).Seconds()
 		}
+		const step = 250 * time.Millisecond
+		f.SeriesStepSec = step.Seconds()
+		f.Series = make([]float64, int(sn.at[n-1].Sub(start)/step)+1)
+		for _, at := range sn.at {
+			f.Series[int(at.Sub(start)/step)] += 1 / step.Seconds()
+		}
 		lat := slices.Clone(sn.latency)
 		slices.Sort(lat)
 		f.LatencyP50Ms = float64(lat[len(lat)/2].Microseconds()) / 1000

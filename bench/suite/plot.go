@@ -1,0 +1,95 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// plotThroughput draws the output rate over time of each system's run in
+// round, one line per system, to file (PNG). The output of an
+// exactly-once system comes in steps, one per committed checkpoint or
+// transaction: each peak is a commit.
+func plotThroughput(all []figures, round, file string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Output visible to a read_committed reader, round %s", round)
+	p.X.Label.Text = "seconds since the system started"
+	p.Y.Label.Text = "results/s (250 ms buckets)"
+	var lines []any
+	for _, f := range all {
+		if f.Round != round || len(f.Series) == 0 {
+			continue
+		}
+		pts := make(plotter.XYs, len(f.Series))
+		for i, v := range f.Series {
+			pts[i].X, pts[i].Y = float64(i)*f.SeriesStepSec, v
+		}
+		lines = append(lines, f.System, pts)
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	if err := plotutil.AddLines(p, lines...); err != nil {
+		return err
+	}
+	p.Legend.Top = true
+	return p.Save(10*vg.Inch, 5*vg.Inch, file)
+}
+
+// plotLatency draws each system's end-to-end latency p50 and p99 (median
+// over rounds) as bars, to file (PNG).
+func plotLatency(paced []pacedFigures, file string) error {
+	type pq struct{ p50, p99 []float64 }
+	by := map[string]*pq{}
+	var names []string
+	for _, f := range paced {
+		if f.RecoverySec >= 0 || f.Err != "" {
+			continue // recovery runs, and failed ones
+		}
+		if by[f.System] == nil {
+			by[f.System] = &pq{}
+			names = append(names, f.System)
+		}
+		by[f.System].p50 = append(by[f.System].p50, f.LatencyP50Ms)
+		by[f.System].p99 = append(by[f.System].p99, f.LatencyP99Ms)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	median := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	var p50, p99 plotter.Values
+	for _, n := range names {
+		p50 = append(p50, median(by[n].p50))
+		p99 = append(p99, median(by[n].p99))
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("End-to-end latency at %d events/s (median over rounds)", paced[0].Rate)
+	p.Y.Label.Text = "ms, event produced to result visible"
+	w := vg.Points(30)
+	b50, err := plotter.NewBarChart(p50, w)
+	if err != nil {
+		return err
+	}
+	b50.Color, b50.Offset = color.RGBA{R: 80, G: 130, B: 200, A: 255}, -w/2
+	b99, err := plotter.NewBarChart(p99, w)
+	if err != nil {
+		return err
+	}
+	b99.Color, b99.Offset = color.RGBA{R: 220, G: 110, B: 60, A: 255}, w/2
+	p.Add(b50, b99)
+	p.Legend.Add("p50", b50)
+	p.Legend.Add("p99", b99)
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Y.Max *= 1.15 // room for the legend above the bars
+	p.NominalX(names...)
+	return p.Save(vg.Length(1.6*float64(len(names))+3)*vg.Inch, 5*vg.Inch, file)
+}
