@@ -103,6 +103,7 @@ func cli(args []string) int {
 	par := fs.Int("parallelism", 2, "tasks or threads per system")
 	out := fs.String("out", "", "write every figure as JSON to this file")
 	plots := fs.String("plots", "", "write the plots as PNG files into this directory: throughput-round<N>.png, latency.png")
+	results := fs.String("results", "", "write the suite's section of this markdown file (bench/RESULTS.md), replacing the one a former run wrote")
 	latRate := fs.Int("latency-rate", 0, "events/s of the latency and recovery runs (default: half the slowest system's steady events/s in this invocation's throughput runs)")
 	latDur := fs.Duration("latency-duration", time.Minute, "input duration of each latency run")
 	recDur := fs.Duration("recovery-duration", 30*time.Second, "input duration of each recovery run (SIGKILL half-way)")
@@ -226,6 +227,14 @@ func cli(args []string) int {
 		}
 		if err := plotLatency(paced, filepath.Join(*plots, "latency.png")); err != nil {
 			fmt.Fprintln(os.Stderr, "suite: plot:", err)
+			return 1
+		}
+	}
+	if *results != "" {
+		c := conditions{command: "go run . " + strings.Join(args, " "), events: *events, users: *users, rounds: *rounds, parallelism: *par,
+			latencyRate: rate, latencyDur: *latDur, recoveryDur: *recDur, brokers: *brokers, root: root}
+		if err := writeReport(*results, report(c, all, paced)); err != nil {
+			fmt.Fprintln(os.Stderr, "suite:", err)
 			return 1
 		}
 	}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestWriteReport: the suite's section replaces the one a former run
+// wrote, and the rest of the file stays as it was; a file without one gets
+// it appended.
+func TestWriteReport(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "RESULTS.md")
+	if err := os.WriteFile(f, []byte("# Results\n\nbefore\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeReport(f, "first run\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, []byte(strings.Replace(string(mustRead(t, f)), "before\n", "before\n", 1)+"\nafter\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeReport(f, "second run\n"); err != nil {
+		t.Fatal(err)
+	}
+	got := string(mustRead(t, f))
+	want := "# Results\n\nbefore\n\n" + beginMark + "\nsecond run\n" + endMark + "\n\nafter\n"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestReport: the ratios are kord's steady events/s over the other
+// system's, per round, with their median and spread; a failed run shows.
+func TestReport(t *testing.T) {
+	all := []figures{
+		{System: "kord-partition", Round: "1", SteadyEventsPerSec: 300},
+		{System: "flink", Round: "1", SteadyEventsPerSec: 200},
+		{System: "kord-partition", Round: "2", SteadyEventsPerSec: 330},
+		{System: "flink", Round: "2", SteadyEventsPerSec: 300},
+		{System: "kord-partition", Round: "3", SteadyEventsPerSec: 360},
+		{System: "flink", Round: "3", Err: "boom"},
+	}
+	out := report(conditions{rounds: 3, events: 10, users: 1, parallelism: 2}, all, nil)
+	for _, want := range []string{"| flink | 1.50 | 1.10 | - | **1.50** [1.10, 1.50] |", "| flink | 200 | 300 | failed | **300** |", "round 3: 0 duplicates, 0 missing, 0 wrong, 0 out of order boom"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func mustRead(t *testing.T, f string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
