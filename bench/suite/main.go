@@ -95,8 +95,8 @@ func cli(args []string) int {
 	fs := flag.NewFlagSet("suite", flag.ContinueOnError)
 	brokers := fs.String("brokers", "", "bootstrap servers of the broker to run on (default: start one with scripts/kafka.sh, and stop it at the end)")
 	kafkaDir := fs.String("kafka-dir", os.Getenv("KORD_KAFKA_DIR"), "scripts/kafka.sh's state directory of that broker, for its CPU time")
-	quick := fs.Bool("quick", false, "a first look: 200,000 events, one round")
-	events := fs.Int("events", 1_000_000, "events per run")
+	quick := fs.Bool("quick", false, "a first look in a few minutes: 200,000 events, one round, 15 s latency and 16 s recovery runs")
+	events := fs.Int("events", 5_000_000, "events of the throughput runs' input (JVMs warm up within the first million)")
 	users := fs.Int("users", 10_000, "distinct users")
 	rounds := fs.Int("rounds", 3, "rounds; each runs every system once, in an order that rotates")
 	only := fs.String("systems", "", "comma-separated systems to run (default: all): "+names())
@@ -163,6 +163,18 @@ func cli(args []string) int {
 	}
 	var all []figures
 	stamp := time.Now().Unix()
+	// One input for every throughput run: each system reads it from the
+	// start into an output topic of its own.
+	input := fmt.Sprintf("suite-%d.in", stamp)
+	fmt.Printf("producing %d events to %s\n", *events, input)
+	if err := createTopics(ctx, *brokers, partitions, input); err != nil {
+		fmt.Fprintln(os.Stderr, "suite:", err)
+		return 1
+	}
+	if err := produceInput(ctx, *brokers, input, *events, *users, 1, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "suite: producing the input:", err)
+		return 1
+	}
 	for r := 0; r < *rounds; r++ {
 		// Rotate the order, so that no system always runs first (a cold
 		// broker) or last.
@@ -171,7 +183,7 @@ func cli(args []string) int {
 			if ctx.Err() != nil {
 				return 1
 			}
-			f := runOne(ctx, s, s.argv(self, root), runSpec{brokers: *brokers, kafkaDir: *kafkaDir, events: *events, users: *users,
+			f := runOne(ctx, s, s.argv(self, root), runSpec{brokers: *brokers, kafkaDir: *kafkaDir, input: input, events: *events, users: *users,
 				par: *par, round: r + 1, stamp: stamp, timeout: *timeout})
 			all = append(all, f)
 			fmt.Printf("%-17s round %d: %9.0f events/s (steady %9.0f), first output %5.2f s, CPU %6.1f s, peak RSS %6.0f MiB, broker CPU %6.1f s, dup %d, missing %d, wrong %d %s\n",

@@ -36,7 +36,7 @@ func report(c conditions, all []figures, paced []pacedFigures) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## The benchmark suite (`bench/suite`)\n\n")
 	fmt.Fprintf(&b, "Run %s on %s: `%s`.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), machine(), c.command)
-	fmt.Fprintf(&b, "- Input: %d JSON events, %d users, %d partitions, produced before each throughput run (a backlog); the same seed for every system.\n", c.events, c.users, partitions)
+	fmt.Fprintf(&b, "- Input: %d JSON events, %d users, %d partitions, produced once before the throughput runs (a backlog that every system reads from the start, into an output topic of its own).\n", c.events, c.users, partitions)
 	fmt.Fprintf(&b, "- Every system: parallelism %d, a checkpoint or commit every 1 s, exactly-once where it has it (goka has not); the broker, the system, the producer and the read_committed reader share the machine.\n", c.parallelism)
 	fmt.Fprintf(&b, "- %d rounds; each round runs every system once, in an order that rotates.\n", c.rounds)
 	fmt.Fprintf(&b, "- Versions: %s; Kafka broker %s; the peers' versions are in their READMEs (`bench/peers/*/README.md`).\n\n", runtime.Version(), kafkaVersion(c.root))

@@ -12,6 +12,7 @@ import (
 
 type runSpec struct {
 	brokers, kafkaDir  string
+	input              string // the throughput runs' input topic, produced once
 	events, users, par int
 	round              int
 	stamp              int64
@@ -20,9 +21,10 @@ type runSpec struct {
 
 const partitions = 12
 
-// runOne runs system s once on fresh topics: the input produced first (a
-// backlog), then the system started and watched until every result is
-// visible to the read_committed reader, then stopped with SIGTERM.
+// runOne runs system s once over the input topic, which holds every event
+// already (a backlog), writing a fresh output topic: the system is started
+// and watched until every result is visible to the read_committed reader,
+// then stopped with SIGTERM.
 func runOne(ctx context.Context, s system, argv []string, spec runSpec) (f figures) {
 	f = figures{System: s.name, Round: fmt.Sprint(spec.round), Events: spec.events, BrokerCPUSec: -1}
 	fail := func(err error) figures {
@@ -32,12 +34,9 @@ func runOne(ctx context.Context, s system, argv []string, spec runSpec) (f figur
 	ctx, cancel := context.WithTimeout(ctx, spec.timeout)
 	defer cancel()
 	id := fmt.Sprintf("suite-%d-%s-r%d", spec.stamp, s.name, spec.round)
-	in, out := id+".in", id+".out"
-	if err := createTopics(ctx, spec.brokers, partitions, in, out); err != nil {
+	in, out := spec.input, id+".out"
+	if err := createTopics(ctx, spec.brokers, partitions, out); err != nil {
 		return fail(err)
-	}
-	if err := produceInput(ctx, spec.brokers, in, spec.events, spec.users, 1, 0); err != nil {
-		return fail(fmt.Errorf("producing the input: %w", err))
 	}
 	logf, err := os.CreateTemp("", "suite-"+s.name+"-*.log")
 	if err != nil {
