@@ -49,15 +49,28 @@ type stamped[V any] struct {
 type stampedCodec[V any] struct{ c Codec[V] }
 
 func (s stampedCodec[V]) Encode(dst []byte, v stamped[V]) ([]byte, error) {
-	return s.c.Encode(binary.BigEndian.AppendUint64(dst, uint64(v.At)), v.V)
+	return encodeStamped(dst, v.At, s.c, v.V)
 }
 
 func (s stampedCodec[V]) Decode(b []byte) (stamped[V], error) {
+	at, v, err := decodeStamped(b, s.c, "TTL entry")
+	return stamped[V]{V: v, At: at}, err
+}
+
+// encodeStamped appends n (8 bytes, big-endian), then v with c: a TTL
+// entry's write time, a session window's end.
+func encodeStamped[V any](dst []byte, n int64, c Codec[V], v V) ([]byte, error) {
+	return c.Encode(binary.BigEndian.AppendUint64(dst, uint64(n)), v)
+}
+
+// decodeStamped decodes what encodeStamped wrote; what names it in errors.
+func decodeStamped[V any](b []byte, c Codec[V], what string) (int64, V, error) {
 	if len(b) < 8 {
-		return stamped[V]{}, fmt.Errorf("TTL entry: %d bytes, want at least 8", len(b))
+		var zero V
+		return 0, zero, fmt.Errorf("%s: %d bytes, want at least 8", what, len(b))
 	}
-	v, err := s.c.Decode(b[8:])
-	return stamped[V]{V: v, At: int64(binary.BigEndian.Uint64(b))}, err
+	v, err := c.Decode(b[8:])
+	return int64(binary.BigEndian.Uint64(b)), v, err
 }
 
 func (s stampedCodec[V]) Fingerprint() string { return "ttl(" + s.c.Fingerprint() + ")" }

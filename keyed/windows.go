@@ -1,7 +1,6 @@
 package keyed
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -134,11 +133,11 @@ func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallel
 			j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: session windows merge: the aggregator's Merge is required", name))
 		}
 		return Process(k, name, parallelism, func() Operator[T, O] {
-			return &sessionOp[K, T, A, O]{w: w, codec: codec, agg: agg, keyOf: keyOf, result: result, late: late, lateCount: &j.lateRecords}
+			return &sessionOp[K, T, A, O]{windowing: windowing[K, T, A, O]{w: w, codec: codec, agg: agg, keyOf: keyOf, result: result, late: late, lateCount: &j.lateRecords}}
 		})
 	}
 	return Process(k, name, parallelism, func() Operator[T, O] {
-		return &windowOp[K, T, A, O]{w: w, codec: codec, agg: agg, keyOf: keyOf, result: result, late: late, lateCount: &j.lateRecords}
+		return &windowOp[K, T, A, O]{windowing: windowing[K, T, A, O]{w: w, codec: codec, agg: agg, keyOf: keyOf, result: result, late: late, lateCount: &j.lateRecords}}
 	})
 }
 
@@ -186,6 +185,14 @@ func (j *Job) LateRecords() int64 { return j.lateRecords.Load() }
 // its firing at End - 1 ms and its cleanup at End - 1 ms + lateness (one
 // timer when the lateness is 0).
 type windowOp[K, T, A, O any] struct {
+	windowing[K, T, A, O]
+	accs   *MapState[int64, A]
+	starts []int64
+}
+
+// windowing is what the window operators share: the windows, how to fold
+// and report them, and what to do with a late record.
+type windowing[K, T, A, O any] struct {
 	w         Windows
 	codec     Codec[A]
 	agg       Aggregator[T, A]
@@ -193,8 +200,17 @@ type windowOp[K, T, A, O any] struct {
 	result    func(K, Window, A) O
 	late      func(K, T) (O, bool)
 	lateCount *atomic.Int64
-	accs      *MapState[int64, A]
-	starts    []int64
+}
+
+// lateRecord counts v of key as late and emits the late function's side
+// output for it, if any.
+func (o *windowing[K, T, A, O]) lateRecord(key []byte, v T, out *Collector[O]) {
+	o.lateCount.Add(1)
+	if o.late != nil {
+		if side, ok := o.late(o.keyOf(key), v); ok {
+			out.Emit(side)
+		}
+	}
 }
 
 func (o *windowOp[K, T, A, O]) Open(b *Backend) (err error) {
@@ -238,12 +254,7 @@ func (o *windowOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error
 		}
 	}
 	if !taken {
-		o.lateCount.Add(1)
-		if o.late != nil {
-			if side, ok := o.late(o.keyOf(key), v); ok {
-				out.Emit(side)
-			}
-		}
+		o.lateRecord(key, v, out)
 	}
 	return out.err
 }
@@ -281,15 +292,12 @@ type session[A any] struct {
 type sessionCodec[A any] struct{ c Codec[A] }
 
 func (s sessionCodec[A]) Encode(dst []byte, v session[A]) ([]byte, error) {
-	return s.c.Encode(binary.BigEndian.AppendUint64(dst, uint64(v.End)), v.Acc)
+	return encodeStamped(dst, v.End, s.c, v.Acc)
 }
 
 func (s sessionCodec[A]) Decode(b []byte) (session[A], error) {
-	if len(b) < 8 {
-		return session[A]{}, fmt.Errorf("session window: %d bytes, want at least 8", len(b))
-	}
-	acc, err := s.c.Decode(b[8:])
-	return session[A]{End: int64(binary.BigEndian.Uint64(b)), Acc: acc}, err
+	end, acc, err := decodeStamped(b, s.c, "session window")
+	return session[A]{End: end, Acc: acc}, err
 }
 
 func (s sessionCodec[A]) Fingerprint() string { return "session(" + s.c.Fingerprint() + ")" }
@@ -301,16 +309,10 @@ func (s sessionCodec[A]) Fingerprint() string { return "session(" + s.c.Fingerpr
 // ones that are gone are deleted, unless a remaining session needs the
 // same time.
 type sessionOp[K, T, A, O any] struct {
-	w         Windows
-	codec     Codec[A]
-	agg       Aggregator[T, A]
-	keyOf     func([]byte) K
-	result    func(K, Window, A) O
-	late      func(K, T) (O, bool)
-	lateCount *atomic.Int64
-	sessions  *MapState[int64, session[A]]
-	merged    []int64 // scratch: the starts of the sessions a record merges
-	ends      []int64 // scratch: their ends
+	windowing[K, T, A, O]
+	sessions *MapState[int64, session[A]]
+	merged   []int64 // scratch: the starts of the sessions a record merges
+	ends     []int64 // scratch: their ends
 }
 
 func (o *sessionOp[K, T, A, O]) Open(b *Backend) (err error) {
@@ -338,12 +340,7 @@ func (o *sessionOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) erro
 	if wm != noTime && fire+lateness <= wm {
 		// Gone even merged: late (nothing merged: a merged session would
 		// still be kept, its cleanup ahead of the watermark).
-		o.lateCount.Add(1)
-		if o.late != nil {
-			if side, ok := o.late(o.keyOf(key), v); ok {
-				out.Emit(side)
-			}
-		}
+		o.lateRecord(key, v, out)
 		return out.err
 	}
 	slices.Sort(o.merged)

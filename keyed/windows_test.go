@@ -65,6 +65,23 @@ func windowResult(key []byte, w keyed.Window, a countSum) windowCount {
 	return windowCount{Key: string(key), Start: w.Start.UnixMilli(), Count: a.N, Sum: a.Sum}
 }
 
+// countWindows counts k's records per window w with parallelism par:
+// handed their records (WindowApply) or folding them (WindowAggregate).
+func countWindows(k *keyed.KeyedStream[[]byte, event], par int, w keyed.Windows, apply bool, late func([]byte, event) (windowCount, bool)) *keyed.Output[windowCount] {
+	if apply {
+		return keyed.WindowApply(k, "windows", par, w, keyed.JSON[event](),
+			func(key []byte, win keyed.Window, es []event) windowCount {
+				var a countSum
+				for _, e := range es {
+					a = countSumAgg.Add(a, e)
+				}
+				return windowResult(key, win, a)
+			}, late)
+	}
+	return keyed.WindowAggregate(k, "windows", par, w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
+		func(key []byte, win keyed.Window, a countSum) windowCount { return windowResult(key, win, a) }, late)
+}
+
 // TestWindowsModel: tumbling, sliding and session windows, aggregated
 // (WindowAggregate) or handed their records (WindowApply), over seeded
 // input whose times are out of order within the watermarks' lateness (so
@@ -143,21 +160,7 @@ func TestWindowsModel(t *testing.T) {
 				if keyBy {
 					k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
 				}
-				var out *keyed.Output[windowCount]
-				if apply {
-					out = keyed.WindowApply(k, "windows", 1+r.IntN(3), w, keyed.JSON[event](),
-						func(key []byte, win keyed.Window, es []event) windowCount {
-							var a countSum
-							for _, e := range es {
-								a = countSumAgg.Add(a, e)
-							}
-							return windowResult(key, win, a)
-						}, nil)
-				} else {
-					out = keyed.WindowAggregate(k, "windows", 1+r.IntN(3), w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
-						func(key []byte, win keyed.Window, a countSum) windowCount { return windowResult(key, win, a) }, nil)
-				}
-				keyed.ToSink(out, "results", keyed.Sink[windowCount](sink))
+				keyed.ToSink(countWindows(k, 1+r.IntN(3), w, apply, nil), "results", keyed.Sink[windowCount](sink))
 				rctx := ctx
 				if incarnation < 3 {
 					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
@@ -418,21 +421,7 @@ func TestWindowsLateModel(t *testing.T) {
 					keyed.BatchSize(1+r.IntN(64)))
 				s := keyed.FromSource(j, "events", 1+r.IntN(3), keyed.Source[event](src)).Watermarks(time.Duration(disorder) * time.Millisecond).Idleness(idle)
 				k := keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
-				var out *keyed.Output[windowCount]
-				if apply {
-					out = keyed.WindowApply(k, "windows", 1+r.IntN(3), w, keyed.JSON[event](),
-						func(key []byte, win keyed.Window, es []event) windowCount {
-							var a countSum
-							for _, e := range es {
-								a = countSumAgg.Add(a, e)
-							}
-							return windowResult(key, win, a)
-						}, lateSide)
-				} else {
-					out = keyed.WindowAggregate(k, "windows", 1+r.IntN(3), w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
-						func(key []byte, win keyed.Window, a countSum) windowCount { return windowResult(key, win, a) }, lateSide)
-				}
-				keyed.ToSink(out, "results", keyed.Sink[windowCount](sink))
+				keyed.ToSink(countWindows(k, 1+r.IntN(3), w, apply, lateSide), "results", keyed.Sink[windowCount](sink))
 				rctx := ctx
 				if incarnation < 3 {
 					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))

@@ -21,6 +21,18 @@ type runSpec struct {
 
 const partitions = 12
 
+// stopPeer stops a peer with SIGTERM (a graceful stop), and with SIGKILL
+// if it has not exited 30 s later; exited is its Wait's result.
+func stopPeer(cmd *exec.Cmd, exited <-chan error) {
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+	}
+}
+
 // runOne runs system s once over the input topic, which holds every event
 // already (a backlog), writing a fresh output topic: the system is started
 // and watched until every result is visible to the read_committed reader,
@@ -87,13 +99,7 @@ wait:
 		f.BrokerCPUSec = (broker.cpu - brokerCPU0).Seconds()
 	}
 	if exited != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
+		stopPeer(cmd, exited)
 	}
 	if verified != nil {
 		close(stopVerify)
@@ -199,13 +205,7 @@ func runPaced(ctx context.Context, s system, argv []string, spec runSpec, rate i
 	}
 	defer func() {
 		if cmd != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(30 * time.Second):
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-				<-exited
-			}
+			stopPeer(cmd, exited)
 		}
 	}()
 	var sn seen
