@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/IBM/sarama"
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kordproject/kord/partitioner"
@@ -41,8 +43,15 @@ const benchKeys = 1024 // a power of two: i&(benchKeys-1) picks the key
 //	                    partitioner (murmur2 through KafkaHasher), called
 //	                    through the kgo.TopicPartitioner interface, which is
 //	                    how kgo's producer calls it
+//	impl=kafka-go       kafka.Murmur2Balancer{}.Balance(msg, partitions...)
+//	                    with msg.Key = key: segmentio/kafka-go's
+//	                    Java-compatible balancer, called through the
+//	                    kafka.Balancer interface, as its Writer does
 //
-// Compare the three with: benchstat -col /impl out.txt
+// sarama has no murmur2 partitioner (its hash partitioner is FNV-1a:
+// TestSaramaPlacesDifferently), so it is not timed here.
+//
+// Compare them with: benchstat -col /impl out.txt
 func BenchmarkUUIDKey(b *testing.B) {
 	const parts = 12
 	keys := uuids(rand.New(rand.NewPCG(1, 2)), benchKeys)
@@ -93,6 +102,25 @@ func BenchmarkUUIDKey(b *testing.B) {
 		report(b)
 		sinkInt = sum
 	})
+
+	b.Run("impl=kafka-go", func(b *testing.B) {
+		var bal kafka.Balancer = kafka.Murmur2Balancer{}
+		ps := make([]int, parts)
+		for i := range ps {
+			ps[i] = i
+		}
+		msg := kafka.Message{Topic: "t"}
+		sum := 0
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			msg.Key = keys[i&(benchKeys-1)]
+			sum += bal.Balance(msg, ps...)
+			i++
+		}
+		report(b)
+		sinkInt = sum
+	})
 }
 
 // Package-level sinks keep the sums, so the loops' work is observable.
@@ -103,8 +131,8 @@ var (
 
 // TestAgreesWithFranzGo is a differential check: for 10,000 random UUID
 // keys and several partition counts, kord's KeyPartition, kord's Legacy
-// partitioner and franz-go's Kafka-compatible keyed partitioner choose the
-// same partition. franz-go pins Kafka's murmur2 vectors in its own tests;
+// partitioner, franz-go's Kafka-compatible keyed partitioner and
+// segmentio/kafka-go's Murmur2Balancer choose the same partition. franz-go pins Kafka's murmur2 vectors in its own tests;
 // kord pins vectors from the kafka-clients jar; this ties the two together
 // on the main use case.
 func TestAgreesWithFranzGo(t *testing.T) {
@@ -114,20 +142,29 @@ func TestAgreesWithFranzGo(t *testing.T) {
 	keys = append(keys, []byte{}, []byte("a"), []byte("ab"), []byte("abc"), []byte("abcd"), make([]byte, 1000))
 	legacy := partitioner.NewLegacy()
 	tp := kgo.StickyKeyPartitioner(nil).ForTopic("t")
+	var bal kafka.Balancer = kafka.Murmur2Balancer{}
 	for _, n := range []int{1, 2, 3, 7, 12, 16, 50, 100, 1000, 1 << 20} {
 		avail := make([]int32, min(n, 64))
 		for i := range avail {
 			avail[i] = int32(i)
+		}
+		ps := make([]int, n)
+		for i := range ps {
+			ps[i] = i
 		}
 		mismatches := 0
 		for _, k := range keys {
 			kord := partitioner.KeyPartition(k, n)
 			leg := legacy.Partition("t", k, n, avail)
 			franz := tp.Partition(&kgo.Record{Topic: "t", Key: k}, n)
-			if int(kord) != franz || leg != kord {
+			kgo := bal.Balance(kafka.Message{Topic: "t", Key: k}, ps...)
+			if len(k) == 0 {
+				kgo = franz // kafka-go balances an empty key as no key (round robin); Java hashes it
+			}
+			if int(kord) != franz || leg != kord || kgo != franz {
 				mismatches++
 				if mismatches <= 5 {
-					t.Errorf("n=%d key %q: kord KeyPartition %d, kord Legacy %d, franz-go %d", n, k, kord, leg, franz)
+					t.Errorf("n=%d key %q: kord KeyPartition %d, kord Legacy %d, franz-go %d, kafka-go %d", n, k, kord, leg, franz, kgo)
 				}
 			}
 		}
@@ -135,6 +172,32 @@ func TestAgreesWithFranzGo(t *testing.T) {
 			t.Errorf("n=%d: %d of %d keys placed differently", n, mismatches, len(keys))
 		}
 	}
+}
+
+// TestSaramaPlacesDifferently: sarama's hash partitioner (its default for
+// keyed messages) hashes with FNV-1a, not Java's murmur2, so it places most
+// keys elsewhere than Java's producer, kord and the other peers: a sarama
+// producer needs a murmur2 hash of its own (WithCustomHashFunction) to
+// share a topic's placement with them. This pins why the benchmark does
+// not time it.
+func TestSaramaPlacesDifferently(t *testing.T) {
+	keys := uuids(rand.New(rand.NewPCG(5, 6)), 1000)
+	p := sarama.NewHashPartitioner("t")
+	same := 0
+	for _, k := range keys {
+		got, err := p.Partition(&sarama.ProducerMessage{Topic: "t", Key: sarama.ByteEncoder(k)}, 12)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == partitioner.KeyPartition(k, 12) {
+			same++
+		}
+	}
+	// Chance agreement is about 1 in 12.
+	if same > len(keys)/4 {
+		t.Errorf("sarama placed %d of %d keys as Java does: is it murmur2 now?", same, len(keys))
+	}
+	t.Logf("sarama's hash partitioner agrees with Java's placement on %d of %d keys", same, len(keys))
 }
 
 // TestKordZeroAllocs pins kord's keyed placement at zero allocations, the
