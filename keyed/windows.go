@@ -146,7 +146,9 @@ func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallel
 // ProcessWindowFunction): for what needs them all, an exact percentile
 // say. The records are keyed state (saved with codec) until the window is
 // gone, so it costs memory by records, where WindowAggregate keeps one
-// accumulator per window. Lateness and late records as WindowAggregate.
+// accumulator per window. records is that state: read it, never modify it
+// (sort a copy); fn may keep nothing of it, nor of key, past the call.
+// Lateness and late records as WindowAggregate.
 func WindowApply[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec Codec[T],
 	fn func(key K, win Window, records []T) O, late func(key K, v T) (O, bool)) *Output[O] {
 	agg := Aggregator[T, []T]{
