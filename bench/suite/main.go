@@ -102,17 +102,22 @@ func cli(args []string) int {
 	only := fs.String("systems", "", "comma-separated systems to run (default: all): "+names())
 	par := fs.Int("parallelism", 2, "tasks or threads per system")
 	out := fs.String("out", "", "write every figure as JSON to this file")
-	plots := fs.String("plots", "", "write the plots as PNG files into this directory: throughput-round<N>.png, latency.png")
+	plots := fs.String("plots", "", "write the plots as PNG files into this directory: progress-round<N>.png, throughput-round<N>.png, latency.png")
 	results := fs.String("results", "", "write the suite's section of this markdown file (bench/RESULTS.md), replacing the one a former run wrote")
 	latRate := fs.Int("latency-rate", 0, "events/s of the latency and recovery runs (default: half the slowest system's steady events/s in this invocation's throughput runs)")
 	latDur := fs.Duration("latency-duration", time.Minute, "input duration of each latency run")
 	recDur := fs.Duration("recovery-duration", 30*time.Second, "input duration of each recovery run (SIGKILL half-way)")
 	timeout := fs.Duration("timeout", 15*time.Minute, "longest run of one system")
+	from := fs.String("from", "", "run nothing: draw the plots (-plots) from the figures a former run wrote (-out)")
+	warmup := fs.Bool("warmup", true, "run the first system once before round 1, not counted: the broker's JVM warms up over its first minutes, which favoured whatever ran last")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *quick {
 		*events, *rounds, *latDur, *recDur = 200_000, 1, 15*time.Second, 16*time.Second
+	}
+	if *from != "" {
+		return replot(*from, *plots)
 	}
 	var run []system
 	for _, s := range systems() {
@@ -163,6 +168,7 @@ func cli(args []string) int {
 	}
 	var all []figures
 	stamp := time.Now().Unix()
+	warm := *warmup
 	// One input for every throughput run: each system reads it from the
 	// start into an output topic of its own.
 	input := fmt.Sprintf("suite-%d.in", stamp)
@@ -174,6 +180,11 @@ func cli(args []string) int {
 	if err := produceInput(ctx, *brokers, input, *events, *users, 1, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "suite: producing the input:", err)
 		return 1
+	}
+	if warm {
+		f := runOne(ctx, run[0], run[0].argv(self, root), runSpec{brokers: *brokers, kafkaDir: *kafkaDir, input: input, events: *events, users: *users,
+			par: *par, round: 0, stamp: stamp, timeout: *timeout})
+		fmt.Printf("%-17s warm-up (not counted): %9.0f events/s (steady %9.0f) %s\n", f.System, f.EventsPerSec, f.SteadyEventsPerSec, f.Err)
 	}
 	for r := 0; r < *rounds; r++ {
 		// Rotate the order, so that no system always runs first (a cold
@@ -233,6 +244,10 @@ func cli(args []string) int {
 		}
 		for r := 1; r <= *rounds; r++ {
 			if err := plotThroughput(all, fmt.Sprint(r), filepath.Join(*plots, fmt.Sprintf("throughput-round%d.png", r))); err != nil {
+				fmt.Fprintln(os.Stderr, "suite: plot:", err)
+				return 1
+			}
+			if err := plotProgress(all, fmt.Sprint(r), filepath.Join(*plots, fmt.Sprintf("progress-round%d.png", r))); err != nil {
 				fmt.Fprintln(os.Stderr, "suite: plot:", err)
 				return 1
 			}
@@ -307,4 +322,45 @@ func halfSlowest(all []figures) int {
 		}
 	}
 	return int(slowest / 2)
+}
+
+// replot draws the plots of the figures in file (a former run's -out)
+// into dir.
+func replot(file, dir string) int {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "suite:", err)
+		return 1
+	}
+	var figs struct {
+		Throughput []figures
+		Paced      []pacedFigures
+	}
+	if err := json.Unmarshal(b, &figs); err != nil {
+		fmt.Fprintf(os.Stderr, "suite: %s: %v\n", file, err)
+		return 1
+	}
+	if dir == "" {
+		fmt.Fprintln(os.Stderr, "suite: -from needs -plots")
+		return 2
+	}
+	rounds := 0
+	for _, f := range figs.Throughput {
+		var r int
+		fmt.Sscan(f.Round, &r)
+		rounds = max(rounds, r)
+	}
+	for r := 1; r <= rounds; r++ {
+		for name, draw := range map[string]func([]figures, string, string) error{"throughput": plotThroughput, "progress": plotProgress} {
+			if err := draw(figs.Throughput, fmt.Sprint(r), filepath.Join(dir, fmt.Sprintf("%s-round%d.png", name, r))); err != nil {
+				fmt.Fprintln(os.Stderr, "suite: plot:", err)
+				return 1
+			}
+		}
+	}
+	if err := plotLatency(figs.Paced, filepath.Join(dir, "latency.png")); err != nil {
+		fmt.Fprintln(os.Stderr, "suite: plot:", err)
+		return 1
+	}
+	return 0
 }

@@ -41,6 +41,37 @@ func plotThroughput(all []figures, round, file string) error {
 	return p.Save(10*vg.Inch, 5*vg.Inch, file)
 }
 
+// plotProgress draws, per system of round, the results visible over time
+// (cumulative, in thousands), to file (PNG): each step up is a commit of
+// an exactly-once system, and the slope is its throughput.
+func plotProgress(all []figures, round, file string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Results committed and visible to a read_committed reader, round %s", round)
+	p.X.Label.Text = "seconds since the system started"
+	p.Y.Label.Text = "results (thousands)"
+	var lines []any
+	for _, f := range all {
+		if f.Round != round || len(f.Series) == 0 {
+			continue
+		}
+		pts := make(plotter.XYs, len(f.Series))
+		total := 0.0
+		for i, v := range f.Series {
+			total += v * f.SeriesStepSec
+			pts[i].X, pts[i].Y = float64(i+1)*f.SeriesStepSec, total/1000
+		}
+		lines = append(lines, f.System, pts)
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	if err := plotutil.AddLines(p, lines...); err != nil {
+		return err
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	return p.Save(10*vg.Inch, 5*vg.Inch, file)
+}
+
 // plotLatency draws each system's end-to-end latency p50 and p99 (median
 // over rounds) as bars, to file (PNG).
 func plotLatency(paced []pacedFigures, file string) error {

@@ -126,7 +126,7 @@ func report(c conditions, all []figures, paced []pacedFigures) string {
 				strings.Join(rounds, "; "), pacedChecks(append(lat, rec...)))
 		}
 	}
-	b.WriteString("\nPlots: `throughput-round<N>.png` (the output rate over time; exactly-once output comes in steps, one per commit) and `latency.png`, in the `-plots` directory.\n")
+	b.WriteString("\nPlots, in the `-plots` directory: `progress-round<N>.png` (results visible over time: the slope is the throughput, each step of an exactly-once system a commit), `throughput-round<N>.png` (the same as a rate) and `latency.png`.\n")
 	return b.String()
 }
 
