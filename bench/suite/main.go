@@ -344,6 +344,10 @@ func replot(file, dir string) int {
 		fmt.Fprintln(os.Stderr, "suite: -from needs -plots")
 		return 2
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "suite:", err)
+		return 1
+	}
 	rounds := 0
 	for _, f := range figs.Throughput {
 		var r int

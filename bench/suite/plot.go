@@ -16,39 +16,26 @@ import (
 // exactly-once system comes in steps, one per committed checkpoint or
 // transaction: each peak is a commit.
 func plotThroughput(all []figures, round, file string) error {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Output visible to a read_committed reader, round %s", round)
-	p.X.Label.Text = "seconds since the system started"
-	p.Y.Label.Text = "results/s (250 ms buckets)"
-	var lines []any
-	for _, f := range all {
-		if f.Round != round || len(f.Series) == 0 {
-			continue
-		}
-		pts := make(plotter.XYs, len(f.Series))
-		for i, v := range f.Series {
-			pts[i].X, pts[i].Y = float64(i)*f.SeriesStepSec, v
-		}
-		lines = append(lines, f.System, pts)
-	}
-	if len(lines) == 0 {
-		return nil
-	}
-	if err := plotutil.AddLines(p, lines...); err != nil {
-		return err
-	}
-	p.Legend.Top = true
-	return p.Save(10*vg.Inch, 5*vg.Inch, file)
+	return plotRuns(all, round, file, "Output visible to a read_committed reader", "results/s (250 ms buckets)", false,
+		func(i int, v, _, _ float64) (float64, float64) { return float64(i), v })
 }
 
 // plotProgress draws, per system of round, the results visible over time
 // (cumulative, in thousands), to file (PNG): each step up is a commit of
 // an exactly-once system, and the slope is its throughput.
 func plotProgress(all []figures, round, file string) error {
+	return plotRuns(all, round, file, "Results committed and visible to a read_committed reader", "results (thousands)", true,
+		func(i int, _, total, step float64) (float64, float64) { return float64(i + 1), total / 1000 })
+}
+
+// plotRuns draws one line per system of round from its Series: point
+// gives the i-th point's x (in steps) and y from the bucket's rate v and
+// the running total of results.
+func plotRuns(all []figures, round, file, title, ylabel string, legendLeft bool, point func(i int, v, total, step float64) (float64, float64)) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("Results committed and visible to a read_committed reader, round %s", round)
+	p.Title.Text = fmt.Sprintf("%s, round %s", title, round)
 	p.X.Label.Text = "seconds since the system started"
-	p.Y.Label.Text = "results (thousands)"
+	p.Y.Label.Text = ylabel
 	var lines []any
 	for _, f := range all {
 		if f.Round != round || len(f.Series) == 0 {
@@ -58,7 +45,8 @@ func plotProgress(all []figures, round, file string) error {
 		total := 0.0
 		for i, v := range f.Series {
 			total += v * f.SeriesStepSec
-			pts[i].X, pts[i].Y = float64(i+1)*f.SeriesStepSec, total/1000
+			x, y := point(i, v, total, f.SeriesStepSec)
+			pts[i].X, pts[i].Y = x*f.SeriesStepSec, y
 		}
 		lines = append(lines, f.System, pts)
 	}
@@ -68,7 +56,7 @@ func plotProgress(all []figures, round, file string) error {
 	if err := plotutil.AddLines(p, lines...); err != nil {
 		return err
 	}
-	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.Top, p.Legend.Left = true, legendLeft
 	return p.Save(10*vg.Inch, 5*vg.Inch, file)
 }
 
