@@ -117,11 +117,14 @@ func (s *Sink[T]) join(ctx context.Context, info keyed.SinkInfo) error {
 	for k, v := range s.cfg.memberSettings {
 		opts = append(opts, consumer.Set(k, v))
 	}
+	// The hooks run on the member's goroutine, outside s.mu: they use the
+	// logger as it is now (Reset sets s.log under s.mu).
+	log := s.log
 	hooks := consumer.Hooks{
 		Assigned: func(_ context.Context, ps []consumer.TopicPartition) { ms.assigned(ps) },
 		Revoked: func(ctx context.Context, ps []consumer.TopicPartition, lost bool) {
 			if ms.revoked(ctx, ps) && lost {
-				s.log.Warn("kafkaio: sink: partitions lost (the session expired): the run over them ends, and its commit will be refused", "partitions", ps)
+				log.Warn("kafkaio: sink: partitions lost (the session expired): the run over them ends, and its commit will be refused", "partitions", ps)
 			}
 		},
 		Failed: ms.fail,
