@@ -156,6 +156,7 @@ func (p *Producer[K, V]) Partition(ctx context.Context, r Record[K, V]) (int32, 
 
 // topicMeta is what placement needs of a topic.
 type topicMeta struct {
+	name       string // the topic: every record to it points at this one string
 	partitions int
 	available  []int32 // ascending
 }
@@ -238,17 +239,29 @@ func (c *client) produce(ctx context.Context, topic string, key, val []byte, hdr
 	if done != nil && c.cfg.noReports {
 		return fmt.Errorf("%w: a done callback needs delivery reports, which producer.CommitReports turns off", ErrConfig)
 	}
-	part, err := c.partition(ctx, topic, key)
+	tm, err := c.topic(ctx, topic)
 	if err != nil {
 		return err
 	}
-	m := &kafka.Message{
-		TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: part},
-		Key:            key,
-		Value:          val,
-		Timestamp:      ts,
-		Opaque:         &pending{done: done},
+	part, err := c.place(tm, key)
+	if err != nil {
+		return err
 	}
+	// Without a delivery report the message is only read by Produce:
+	// confluent-kafka-go copies key, value and headers into librdkafka
+	// (RD_KAFKA_MSG_F_COPY) and keeps no reference to a message that has
+	// no Opaque and no delivery channel (confluent-kafka-go,
+	// kafka/producer.go, produce). It is reused, which saves two
+	// allocations per record on the exactly-once sink's path.
+	var m *kafka.Message
+	if c.cfg.noReports {
+		m = msgPool.Get().(*kafka.Message)
+		defer func() { *m = kafka.Message{}; msgPool.Put(m) }()
+	} else {
+		m = &kafka.Message{Opaque: &pending{done: done}}
+	}
+	m.TopicPartition = kafka.TopicPartition{Topic: &tm.name, Partition: part}
+	m.Key, m.Value, m.Timestamp = key, val, ts
 	if len(hdrs) > 0 {
 		m.Headers = make([]kafka.Header, len(hdrs))
 		for i, h := range hdrs {
@@ -284,9 +297,6 @@ func (c *client) enqueue(m *kafka.Message) error {
 	// Without delivery reports (CommitReports) nothing would ever count a
 	// record back out: only reported records are in flight.
 	counted := !c.cfg.noReports
-	if !counted {
-		m.Opaque = nil
-	}
 	if counted {
 		c.inflight.Add(1)
 	}
@@ -312,13 +322,22 @@ func (c *client) partition(ctx context.Context, topic string, key []byte) (int32
 	if err != nil {
 		return -1, err
 	}
-	p := c.cfg.part.Partition(topic, key, tm.partitions, tm.available)
+	return c.place(tm, key)
+}
+
+// place returns the partition of a record with key to tm's topic.
+func (c *client) place(tm *topicMeta, key []byte) (int32, error) {
+	p := c.cfg.part.Partition(tm.name, key, tm.partitions, tm.available)
 	if p < 0 || int(p) >= tm.partitions {
-		return -1, &Error{Op: "partition", Topic: topic, Partition: -1, Offset: -1,
+		return -1, &Error{Op: "partition", Topic: tm.name, Partition: -1, Offset: -1,
 			Err: fmt.Errorf("partitioner %T returned %d for a topic of %d partitions", c.cfg.part, p, tm.partitions)}
 	}
 	return p, nil
 }
+
+// msgPool holds the messages of records produced without a delivery
+// report (produce).
+var msgPool = sync.Pool{New: func() any { return new(kafka.Message) }}
 
 func (c *client) failure() error {
 	if c.isClosed() {
@@ -610,6 +629,7 @@ func (c *client) fetch(ctx context.Context, topic string) (*topicMeta, error) {
 		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Err: t.Error}
 	}
 	tm := metaOf(t)
+	tm.name = topic
 	c.metaMu.Lock()
 	old := c.topics[topic]
 	c.topics[topic] = tm

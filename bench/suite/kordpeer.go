@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,6 +50,8 @@ func kordPeer(args []string) int {
 	commit := fs.Int("commit-ms", 1000, "checkpoint interval in ms")
 	keyBy := fs.Bool("keyby", false, "key by the event's uuid instead of by partition")
 	dir := fs.String("checkpoint-dir", "", "checkpoint directory (default /tmp/kord-bench-kord/<id>)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (runtime/pprof)")
+	memprofile := fs.String("memprofile", "", "write an allocation profile of the run to this file at the end (runtime/pprof)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -58,6 +61,26 @@ func kordPeer(args []string) int {
 	}
 	if *dir == "" {
 		*dir = filepath.Join(os.TempDir(), "kord-bench-kord", *id)
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kord-peer:", err)
+			return 2
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "kord-peer:", err)
+			return 2
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	if *memprofile != "" {
+		defer func() {
+			if f, err := os.Create(*memprofile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
