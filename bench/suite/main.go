@@ -19,7 +19,16 @@
 // system half-way and start it again at once, and measure from the kill to
 // the first result the new process commits. Every output is checked:
 // every event's result once, in per-user order, with the right count.
-// Still to come (issue #14): plots and bench/RESULTS.md.
+//
+// Two ceilings are measured once per invocation, on the input: the rate at
+// which the suite's producer wrote it, and the rate at which the suite's
+// read_committed reader reads it back. No figure measured through them can
+// exceed them on this machine. The raw librdkafka transactional loop that
+// kord was first measured against (bench/rawloop, now folded in here) is
+// the peer "librdkafka".
+//
+// The report (-results), the figures (-out) and the plots (-plots) are
+// written at the end.
 package main
 
 import (
@@ -58,6 +67,7 @@ func systems() []system {
 		{name: "kstreams-rocksdb", eos: true, argv: peer("kstreams", "--store", "rocksdb")},
 		{name: "kstreams-memory", eos: true, argv: peer("kstreams", "--store", "memory")},
 		{name: "franz", eos: true, argv: peer("franz")},
+		{name: "librdkafka", eos: true, argv: peer("librdkafka")},
 		{name: "goka", eos: false, argv: peer("goka")},
 	}
 }
@@ -82,6 +92,18 @@ type figures struct {
 	Series        []float64
 	SeriesStepSec float64
 	Err           string `json:",omitempty"`
+}
+
+// ceilings are the clients' limits on this machine, measured on the
+// throughput runs' input.
+type ceilings struct {
+	// ProduceEventsPerSec: the suite's producer (kord's producer package,
+	// librdkafka underneath, idempotent, linger.ms 5) writing the input,
+	// from its creation to the last event acknowledged.
+	ProduceEventsPerSec float64
+	// ConsumeEventsPerSec: the suite's read_committed reader (plain
+	// confluent-kafka-go) reading the input back, first event to last.
+	ConsumeEventsPerSec float64
 }
 
 func main() {
@@ -177,10 +199,21 @@ func cli(args []string) int {
 		fmt.Fprintln(os.Stderr, "suite:", err)
 		return 1
 	}
+	began := time.Now()
 	if err := produceInput(ctx, *brokers, input, *events, *users, 1, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "suite: producing the input:", err)
 		return 1
 	}
+	var ceil ceilings
+	ceil.ProduceEventsPerSec = float64(*events) / time.Since(began).Seconds()
+	rctx, cancel := context.WithTimeout(ctx, *timeout)
+	ceil.ConsumeEventsPerSec, err = consumeRate(rctx, *brokers, input, partitions, *events)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "suite: reading the input back:", err)
+		return 1
+	}
+	fmt.Printf("ceilings: the producer wrote %.0f events/s, the read_committed reader read %.0f events/s\n", ceil.ProduceEventsPerSec, ceil.ConsumeEventsPerSec)
 	if warm {
 		f := runOne(ctx, run[0], run[0].argv(self, root), runSpec{brokers: *brokers, kafkaDir: *kafkaDir, input: input, events: *events, users: *users,
 			par: *par, round: 0, stamp: stamp, timeout: *timeout})
@@ -231,7 +264,7 @@ func cli(args []string) int {
 		}
 	}
 	if *out != "" {
-		b, _ := json.MarshalIndent(map[string]any{"throughput": all, "paced": paced}, "", "  ")
+		b, _ := json.MarshalIndent(map[string]any{"ceilings": ceil, "throughput": all, "paced": paced}, "", "  ")
 		if err := os.WriteFile(*out, b, 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "suite:", err)
 			return 1
@@ -260,7 +293,7 @@ func cli(args []string) int {
 	if *results != "" {
 		c := conditions{command: "go run . " + strings.Join(args, " "), events: *events, users: *users, rounds: *rounds, parallelism: *par,
 			latencyRate: rate, latencyDur: *latDur, recoveryDur: *recDur, brokers: *brokers, root: root}
-		if err := writeReport(*results, report(c, all, paced)); err != nil {
+		if err := writeReport(*results, report(c, ceil, all, paced)); err != nil {
 			fmt.Fprintln(os.Stderr, "suite:", err)
 			return 1
 		}

@@ -116,41 +116,19 @@ type read struct {
 }
 
 // verify reads topic from its start with read_committed until want
-// distinct results were seen, ctx ends, or stop closes.
+// distinct results were seen, ctx ends, or stop closes: the suite's one
+// reader of every output, which checks it and times each result.
 func verify(ctx context.Context, brokers, topic string, parts int32, want int, stop <-chan struct{}, s *seen) error {
-	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": brokers, "group.id": "kord-suite-verify", "enable.auto.commit": false,
-		"isolation.level": "read_committed", "log_level": 3, "fetch.wait.max.ms": 10})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var tps []kafka.TopicPartition
-	for p := int32(0); p < parts; p++ {
-		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.OffsetBeginning})
-	}
-	if err := c.Assign(tps); err != nil {
-		return err
-	}
 	next := map[string]int64{}
-	for {
+	done := func() bool {
 		s.mu.Lock()
-		done := s.distinct >= want
-		s.mu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-stop:
-			return nil
-		default:
-		}
-		m, ok := c.Poll(50).(*kafka.Message)
-		if !ok || m.TopicPartition.Error != nil {
-			continue
-		}
-		now := time.Now()
+		defer s.mu.Unlock()
+		return s.distinct >= want
+	}
+	if done() {
+		return nil
+	}
+	return readCommitted(ctx, brokers, topic, parts, stop, func(m *kafka.Message, now time.Time) bool {
 		var res struct {
 			UUID  string    `json:"uuid"`
 			Seq   int64     `json:"seq"`
@@ -158,6 +136,7 @@ func verify(ctx context.Context, brokers, topic string, parts int32, want int, s
 			TS    time.Time `json:"ts"`
 		}
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		s.total++
 		s.reads = append(s.reads, read{m.TopicPartition.Partition, int64(m.TopicPartition.Offset), now})
 		if s.first.IsZero() {
@@ -165,8 +144,7 @@ func verify(ctx context.Context, brokers, topic string, parts int32, want int, s
 		}
 		if err := json.Unmarshal(m.Value, &res); err != nil {
 			s.badRecords++
-			s.mu.Unlock()
-			continue
+			return false
 		}
 		switch want := next[res.UUID]; {
 		case res.Seq < want:
@@ -183,8 +161,67 @@ func verify(ctx context.Context, brokers, topic string, parts int32, want int, s
 			s.at = append(s.at, now)
 			s.latency = append(s.latency, now.Sub(res.TS))
 		}
-		s.mu.Unlock()
+		return s.distinct >= want
+	})
+}
+
+// readCommitted reads every partition of topic from its start with
+// read_committed (confluent-kafka-go, none of kord's code), calling each
+// for every record with the time it arrived, until each returns true, ctx
+// ends, or stop closes.
+func readCommitted(ctx context.Context, brokers, topic string, parts int32, stop <-chan struct{}, each func(m *kafka.Message, at time.Time) bool) error {
+	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": brokers, "group.id": "kord-suite-verify", "enable.auto.commit": false,
+		"isolation.level": "read_committed", "log_level": 3, "fetch.wait.max.ms": 10})
+	if err != nil {
+		return err
 	}
+	defer c.Close()
+	var tps []kafka.TopicPartition
+	for p := int32(0); p < parts; p++ {
+		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.OffsetBeginning})
+	}
+	if err := c.Assign(tps); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-stop:
+			return nil
+		default:
+		}
+		m, ok := c.Poll(50).(*kafka.Message)
+		if !ok || m.TopicPartition.Error != nil {
+			continue
+		}
+		if each(m, time.Now()) {
+			return nil
+		}
+	}
+}
+
+// consumeRate reads the n events of topic with the suite's reader and
+// returns its events/s, from the first event to the last: the ceiling of
+// any rate measured through that reader on this machine.
+func consumeRate(ctx context.Context, brokers, topic string, parts int32, n int) (float64, error) {
+	if n < 2 {
+		return 0, nil
+	}
+	var first, last time.Time
+	read := 0
+	err := readCommitted(ctx, brokers, topic, parts, nil, func(_ *kafka.Message, at time.Time) bool {
+		if read == 0 {
+			first = at
+		}
+		read++
+		last = at
+		return read >= n
+	})
+	if err != nil {
+		return 0, err
+	}
+	return float64(read-1) / last.Sub(first).Seconds(), nil
 }
 
 // proc samples a process's CPU time and resident memory from /proc.

@@ -7,7 +7,6 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -36,7 +35,7 @@ func plotRuns(all []figures, round, file, title, ylabel string, legendLeft bool,
 	p.Title.Text = fmt.Sprintf("%s, round %s", title, round)
 	p.X.Label.Text = "seconds since the system started"
 	p.Y.Label.Text = ylabel
-	var lines []any
+	drawn := 0
 	for _, f := range all {
 		if f.Round != round || len(f.Series) == 0 {
 			continue
@@ -48,16 +47,46 @@ func plotRuns(all []figures, round, file, title, ylabel string, legendLeft bool,
 			x, y := point(i, v, total, f.SeriesStepSec)
 			pts[i].X, pts[i].Y = x*f.SeriesStepSec, y
 		}
-		lines = append(lines, f.System, pts)
+		l, err := plotter.NewLine(pts)
+		if err != nil {
+			return err
+		}
+		l.Color = systemColor(f.System)
+		p.Add(l)
+		p.Legend.Add(f.System, l)
+		drawn++
 	}
-	if len(lines) == 0 {
+	if drawn == 0 {
 		return nil
-	}
-	if err := plotutil.AddLines(p, lines...); err != nil {
-		return err
 	}
 	p.Legend.Top, p.Legend.Left = true, legendLeft
 	return p.Save(10*vg.Inch, 5*vg.Inch, file)
+}
+
+// palette holds one color per system, in the order of systems() (the
+// matplotlib "tab10" colors): a system keeps its color in every plot and
+// round, whatever order the round ran in.
+var palette = []color.RGBA{
+	{31, 119, 180, 255},  // blue
+	{255, 127, 14, 255},  // orange
+	{44, 160, 44, 255},   // green
+	{214, 39, 40, 255},   // red
+	{148, 103, 189, 255}, // purple
+	{140, 86, 75, 255},   // brown
+	{227, 119, 194, 255}, // pink
+	{127, 127, 127, 255}, // grey
+	{188, 189, 34, 255},  // olive
+	{23, 190, 207, 255},  // cyan
+}
+
+// systemColor is system's color: by its place in systems(), and for a name
+// systems() no longer has (a former run's figures), one past them.
+func systemColor(name string) color.Color {
+	i := slices.IndexFunc(systems(), func(s system) bool { return s.name == name })
+	if i < 0 {
+		i = len(systems())
+	}
+	return palette[i%len(palette)]
 }
 
 // plotLatency draws each system's end-to-end latency p50 and p99 (median

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"image/color"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,8 +43,8 @@ func TestReport(t *testing.T) {
 		{System: "kord-partition", Round: "3", SteadyEventsPerSec: 360},
 		{System: "flink", Round: "3", Err: "boom"},
 	}
-	out := report(conditions{rounds: 3, events: 10, users: 1, parallelism: 2}, all, nil)
-	for _, want := range []string{"| flink | 1.50 | 1.10 | - | **1.50** [1.10, 1.50] |", "| flink | 200 | 300 | failed | **300** |", "round 3: 0 duplicates, 0 missing, 0 wrong, 0 out of order boom"} {
+	out := report(conditions{rounds: 3, events: 10, users: 1, parallelism: 2}, ceilings{ProduceEventsPerSec: 400000, ConsumeEventsPerSec: 500000}, all, nil)
+	for _, want := range []string{"wrote it at 400000 events/s", "read it back at 500000 events/s", "| flink | 1.50 | 1.10 | - | **1.50** [1.10, 1.50] |", "| flink | 200 | 300 | failed | **300** |", "round 3: 0 duplicates, 0 missing, 0 wrong, 0 out of order boom"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
@@ -57,4 +58,16 @@ func mustRead(t *testing.T, f string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestSystemColors: every system has a color of its own.
+func TestSystemColors(t *testing.T) {
+	seen := map[color.Color]string{}
+	for _, s := range systems() {
+		c := systemColor(s.name)
+		if other, ok := seen[c]; ok {
+			t.Errorf("%s and %s share a color", s.name, other)
+		}
+		seen[c] = s.name
+	}
 }
