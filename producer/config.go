@@ -134,7 +134,7 @@ func TransactionalID(id string) Opt {
 // fails and the transaction must be aborted), as librdkafka's
 // transactional API reports it. Produce then takes no done callback, and
 // Flush waits for librdkafka's queue to drain. It saves a report crossing
-// from C to Go per record (the raw loop in bench/rawloop runs this way).
+// from C to Go per record (the raw loop in bench/peers/librdkafka runs this way).
 // Refused without TransactionalID.
 func CommitReports() Opt {
 	return opt(func(c *cfg) { c.noReports = true })

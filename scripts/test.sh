@@ -36,7 +36,7 @@ go test -race -count=1 -timeout 25m "$@" ./...
 # failure test runs 150 seeds and the window model tests 45 and 30; here
 # they run 1,000 and 300 each without it.
 go test -count=1 -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/
-for m in bench/peers bench/peers/franz bench/peers/goka bench/suite; do
+for m in bench/peers bench/peers/franz bench/peers/goka bench/peers/librdkafka bench/suite; do
 	if [ -f $m/go.mod ]; then
 		(cd $m && go vet ./... && go test -count=1 ./...)
 	fi

@@ -121,7 +121,7 @@ func (c *config) consumerConfig(name, group string) *kafka.ConfigMap {
 		// librdkafka's default is 1000 ms: a consumer that has read its
 		// fetch queue empty waits that long before fetching again, which
 		// stalls a fast reader (bench/RESULTS.md, (b): 2.7 times slower).
-		// kord's consumer and bench/rawloop's loop set 10 ms; so does
+		// kord's consumer sets 10 ms, as bench/rawloop's loop did; so does
 		// this loop, which stands for them (README.md, "Settings").
 		"fetch.queue.backoff.ms": 10,
 		"log_level":              c.logLevel,
