@@ -470,12 +470,26 @@ func (w *worker) count(m *kafka.Message) error {
 	counts[ev.UUID] = n
 	key := []byte(ev.UUID)
 	if err := w.produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &w.output, Partition: kafka.PartitionAny}, Key: key, Value: encodeResult(ev, n)}); err != nil {
-		return err
+		return w.produceFailed(err)
 	}
 	if err := w.produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &w.changelog, Partition: p}, Key: key, Value: strconv.AppendInt(nil, n, 10)}); err != nil {
-		return err
+		return w.produceFailed(err)
 	}
 	w.offsets[p] = m.TopicPartition.Offset + 1
+	return nil
+}
+
+// produceFailed handles a record the producer refused. librdkafka refuses
+// records (Local: Erroneous state) once the open transaction has failed
+// with an abortable error, for instance OUT_OF_ORDER_SEQUENCE_NUMBER when
+// records purged by the previous abort were still in flight: the
+// transaction is aborted and its records are read again. If the abort
+// fails too (a fatal error, such as being fenced), the worker fails.
+func (w *worker) produceFailed(err error) error {
+	slog.Warn("aborting the transaction: a record was refused", "worker", w.name, "err", err)
+	if aerr := w.abort(); aerr != nil {
+		return fmt.Errorf("produce: %w (then %v)", err, aerr)
+	}
 	return nil
 }
 
