@@ -13,6 +13,7 @@ require (
 )
 
 require (
+	github.com/goccy/go-json v0.12.0
 	github.com/pavlo-v-chernykh/keystore-go/v4 v4.5.0
 	gocloud.dev v0.47.0
 	software.sslmate.com/src/go-pkcs12 v0.7.4

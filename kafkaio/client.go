@@ -2,7 +2,6 @@ package kafkaio
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/jsonx"
 	"github.com/kordproject/kord/internal/kafkaconf"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
@@ -207,10 +207,11 @@ func endOf(ends []consumer.Position, p int32) int64 {
 }
 
 // JSON returns a sink encoder that writes each result as JSON
-// (encoding/json), keyed by key(result) (nil key when key is nil).
+// (encoding/json's bytes, by internal/jsonx), keyed by key(result) (nil key
+// when key is nil).
 func JSON[T any](key func(T) string) func(T) ([]byte, []byte, error) {
 	return func(v T) ([]byte, []byte, error) {
-		b, err := json.Marshal(v)
+		b, err := jsonx.Marshal(v)
 		if key == nil {
 			return nil, b, err
 		}

@@ -2,12 +2,13 @@ package keyed
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"strconv"
 
 	"github.com/linkedin/goavro/v2"
+
+	"github.com/kordproject/kord/internal/jsonx"
 )
 
 // Codec turns state values of type V into bytes in snapshots and back.
@@ -63,7 +64,8 @@ func (int64Codec) Fingerprint() string { return "int64-be" }
 
 type jsonCodec[V any] struct{ fp string }
 
-// JSON stores values as encoding/json encodes them. Its fingerprint is
+// JSON stores values as encoding/json encodes them (by internal/jsonx:
+// encoding/json's bytes and errors, faster). Its fingerprint is
 // "json:" and V's full type name (package path included), so renaming or
 // moving the type refuses a restore; adding or removing fields does not
 // (encoding/json ignores unknown fields and leaves missing ones zero).
@@ -72,7 +74,7 @@ func JSON[V any]() Codec[V] {
 }
 
 func (c jsonCodec[V]) Encode(dst []byte, v V) ([]byte, error) {
-	b, err := json.Marshal(v)
+	b, err := jsonx.Marshal(v)
 	if err != nil {
 		return dst, fmt.Errorf("keyed: json codec: %w", err)
 	}
@@ -80,8 +82,8 @@ func (c jsonCodec[V]) Encode(dst []byte, v V) ([]byte, error) {
 }
 
 func (c jsonCodec[V]) Decode(b []byte) (V, error) {
-	var v V
-	if err := json.Unmarshal(b, &v); err != nil {
+	v, err := jsonx.Unmarshal[V](b)
+	if err != nil {
 		return v, fmt.Errorf("keyed: json codec %s: %w", c.fp, err)
 	}
 	return v, nil
@@ -146,7 +148,7 @@ func Avro[V any](schema string) (Codec[V], error) {
 func (c avroCodec[V]) Encode(dst []byte, v V) ([]byte, error) {
 	var native any = v
 	if _, ok := native.(map[string]any); !ok {
-		text, err := json.Marshal(v)
+		text, err := jsonx.Marshal(v)
 		if err != nil {
 			return dst, fmt.Errorf("keyed: avro codec %s: %w", c.fp, err)
 		}
@@ -173,7 +175,7 @@ func (c avroCodec[V]) Decode(b []byte) (v V, err error) {
 	if err != nil {
 		return v, fmt.Errorf("keyed: avro codec %s: %w", c.fp, err)
 	}
-	if err := json.Unmarshal(text, &v); err != nil {
+	if v, err = jsonx.Unmarshal[V](text); err != nil {
 		return v, fmt.Errorf("keyed: avro codec %s: %w", c.fp, err)
 	}
 	return v, nil
