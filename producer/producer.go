@@ -215,6 +215,14 @@ func newClient(opts []Opt) (*client, error) {
 		"go.logs.channel.enable":    true,
 		"go.delivery.reports":       !c.cfg.noReports,
 		"go.delivery.report.fields": "none",
+		// confluent-kafka-go sizes both channels for 1,000,000 by default
+		// (kafka/producer.go): 24 MB of buffers holding pointers, which
+		// the garbage collector scans in full on every cycle. kord never
+		// uses ProduceChannel, and its events goroutine drains Events as
+		// they come; a full channel only holds librdkafka's reports back
+		// in C, where queue.buffering.max.messages bounds them already.
+		"go.events.channel.size":  eventsChannelSize,
+		"go.produce.channel.size": 1,
 	}
 	for k, v := range settings {
 		cm[k] = v
@@ -334,6 +342,9 @@ func (c *client) place(tm *topicMeta, key []byte) (int32, error) {
 	}
 	return p, nil
 }
+
+// eventsChannelSize is the producer's go.events.channel.size.
+const eventsChannelSize = 16_384
 
 // msgPool holds the messages of records produced without a delivery
 // report (produce).

@@ -421,3 +421,22 @@ func TestStaleDeliveryErrorRefreshesMetadata(t *testing.T) {
 		return errors.Is(err, producer.ErrUnknownTopic)
 	}, 10*time.Second, 20*time.Millisecond)
 }
+
+// TestNewAllocatesLittle: a producer's Go memory is small. confluent-kafka-go
+// sizes its events and produce channels for 1,000,000 entries by default,
+// 24 MB of pointer-holding buffers per producer, which the garbage
+// collector scans on every cycle and which raised the benchmark job's peak
+// RSS by about 45 MB (bench/RESULTS.md); kord sizes them down.
+func TestNewAllocatesLittle(t *testing.T) {
+	c := kafkatest.Fake(t)
+	for _, opts := range [][]producer.Opt{nil, {producer.TransactionalID("t"), producer.CommitReports()}} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		p, err := producer.New(producer.String(), producer.String(), append(opts, producer.Brokers(c.Brokers))...)
+		require.NoError(t, err)
+		runtime.ReadMemStats(&after)
+		require.NoError(t, p.Close())
+		require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4<<20), "bytes allocated by New")
+	}
+}
