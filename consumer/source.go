@@ -505,10 +505,18 @@ func (s *Source) Assign(ctx context.Context, positions []Position) error {
 // partition fails with ErrOutOfRange (auto.offset.reset is "error": kord
 // never skips or re-reads silently).
 func (s *Source) Poll(ctx context.Context, max int, wait time.Duration) ([]Record, error) {
+	return s.PollAppend(ctx, nil, max, wait)
+}
+
+// PollAppend is Poll appending the records to dst, which it returns
+// extended: a reader that reuses one slice from poll to poll allocates
+// none for it.
+func (s *Source) PollAppend(ctx context.Context, dst []Record, max int, wait time.Duration) ([]Record, error) {
 	if err := s.conn.Failed(); err != nil {
-		return nil, fmt.Errorf("consumer: %w", err)
+		return dst, fmt.Errorf("consumer: %w", err)
 	}
-	var out []Record
+	out := dst
+	max += len(dst)
 	deadline := time.Now().Add(wait)
 	for len(out) < max {
 		if err := ctx.Err(); err != nil {
@@ -517,7 +525,7 @@ func (s *Source) Poll(ctx context.Context, max int, wait time.Duration) ([]Recor
 		// Wait, up to the deadline, for the first record only: another
 		// event (an end of partition, say) does not end the wait.
 		timeout := 0
-		if left := time.Until(deadline); len(out) == 0 && left > 0 {
+		if left := time.Until(deadline); len(out) == len(dst) && left > 0 {
 			timeout = int(left.Milliseconds())
 		}
 		ev := s.c.Poll(timeout)

@@ -208,6 +208,8 @@ type reader[T any] struct {
 	c      *consumer.Source
 	bounds map[int32]int64     // Bounded: every partition's end
 	ends   []consumer.Position // the assigned partitions' ends
+	buf    []consumer.Record   // Poll's, reused
+	out    []keyed.SourceRecord[T]
 }
 
 func (r *reader[T]) Assign(ctx context.Context, ps []keyed.Position) error {
@@ -232,11 +234,17 @@ func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]ke
 	if r.bounds != nil && r.c.Reached(r.ends) {
 		return nil, true, nil
 	}
-	recs, err := r.c.Poll(ctx, max, wait)
+	recs, err := r.c.PollAppend(ctx, r.buf[:0], max, wait)
+	// Drop the records' references once they are decoded, and keep the
+	// slice for the next Poll.
+	defer func() { clear(recs); r.buf = recs[:0] }()
 	if err != nil {
 		return nil, false, classify(err)
 	}
-	out := make([]keyed.SourceRecord[T], 0, len(recs))
+	// The engine is done with the last Poll's records (keyed.Reader).
+	clear(r.out)
+	out := r.out[:0]
+	defer func() { r.out = out }()
 	for _, rec := range recs {
 		if r.bounds != nil && rec.Offset >= r.end(rec.Partition) {
 			continue // past the bound: never read (its position stays put)

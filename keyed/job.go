@@ -254,7 +254,8 @@ type Reader[T any] interface {
 	Assign(ctx context.Context, positions []Position) error
 	// Poll returns up to max records, waiting at most wait for the first.
 	// done reports that every assigned partition has ended (a bounded
-	// source; Kafka never ends).
+	// source; Kafka never ends). The engine is done with recs when it
+	// calls Poll again: a reader may reuse the slice.
 	Poll(ctx context.Context, max int, wait time.Duration) (recs []SourceRecord[T], done bool, err error)
 	Close() error
 }
