@@ -93,8 +93,9 @@ func TestRunProcesses(t *testing.T) {
 			phase: "all", crash: true, processes: 3, session: 6 * time.Second, interval: 500 * time.Millisecond, quiet: true, dir: ckpt}
 		var out bytes.Buffer
 		o.stdout = &out
-		require.NoError(t, run(ctx, o))
+		err := run(ctx, o)
 		t.Log(strings.TrimSpace(out.String()))
+		require.NoError(t, err)
 		require.Contains(t, out.String(), "events_in=60000 results_out=60000 duplicates=0 order_violations=0 wrong_counts=0 missing=0")
 		require.Contains(t, out.String(), "processes=3 processes_killed=1")
 		metas, err := filepath.Glob(filepath.Join(dir, "*", "ckpt-*.meta"))
@@ -122,8 +123,9 @@ func TestRunProcessesKeyBy(t *testing.T) {
 			phase: "all", crash: true, processes: 3, keyBy: true, session: 6 * time.Second, interval: 500 * time.Millisecond, quiet: true, dir: dir}
 		var out bytes.Buffer
 		o.stdout = &out
-		require.NoError(t, run(ctx, o))
+		err := run(ctx, o)
 		t.Log(strings.TrimSpace(out.String()))
+		require.NoError(t, err)
 		require.Contains(t, out.String(), "events_in=40000 results_out=40000 duplicates=0 order_violations=0 wrong_counts=0 missing=0")
 		require.Contains(t, out.String(), "processes=3 processes_killed=1")
 		metas, err := filepath.Glob(filepath.Join(dir, repartitionStage, "ckpt-*.meta"))
