@@ -130,7 +130,8 @@ func cli(args []string) int {
 	latDur := fs.Duration("latency-duration", time.Minute, "input duration of each latency run")
 	recDur := fs.Duration("recovery-duration", 30*time.Second, "input duration of each recovery run (SIGKILL half-way)")
 	timeout := fs.Duration("timeout", 15*time.Minute, "longest run of one system")
-	from := fs.String("from", "", "run nothing: draw the plots (-plots) from the figures a former run wrote (-out)")
+	from := fs.String("from", "", "run nothing: draw the plots (-plots) and the README's headline table (-readme) from the figures a former run wrote (-out)")
+	readme := fs.String("readme", "", "write the headline table into this markdown file (the repository's README.md), between its suite-headline markers")
 	warmup := fs.Bool("warmup", true, "run the first system once before round 1, not counted: the broker's JVM warms up over its first minutes, which favoured whatever ran last")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -139,7 +140,8 @@ func cli(args []string) int {
 		*events, *rounds, *latDur, *recDur = 200_000, 1, 15*time.Second, 16*time.Second
 	}
 	if *from != "" {
-		return replot(*from, *plots)
+		root, _ := repoRoot()
+		return replot(*from, *plots, *readme, *results, conditions{users: *users, parallelism: *par, latencyDur: *latDur, recoveryDur: *recDur, root: root})
 	}
 	var run []system
 	for _, s := range systems() {
@@ -264,7 +266,7 @@ func cli(args []string) int {
 		}
 	}
 	if *out != "" {
-		b, _ := json.MarshalIndent(map[string]any{"ceilings": ceil, "throughput": all, "paced": paced}, "", "  ")
+		b, _ := json.MarshalIndent(map[string]any{"command": "go run . " + strings.Join(args, " "), "ceilings": ceil, "throughput": all, "paced": paced}, "", "  ")
 		if err := os.WriteFile(*out, b, 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "suite:", err)
 			return 1
@@ -287,6 +289,13 @@ func cli(args []string) int {
 		}
 		if err := plotLatency(paced, filepath.Join(*plots, "latency.png")); err != nil {
 			fmt.Fprintln(os.Stderr, "suite: plot:", err)
+			return 1
+		}
+	}
+	if *readme != "" {
+		c := conditions{command: "go run . " + strings.Join(args, " "), events: *events, rounds: *rounds}
+		if err := writeBlock(*readme, headBegin, headEnd, headline(c, all, paced)); err != nil {
+			fmt.Fprintln(os.Stderr, "suite:", err)
 			return 1
 		}
 	}
@@ -358,14 +367,18 @@ func halfSlowest(all []figures) int {
 }
 
 // replot draws the plots of the figures in file (a former run's -out)
-// into dir.
-func replot(file, dir string) int {
+// into dir, writes their headline table into readme and their report into
+// results, each when named; c holds the conditions the file does not
+// (users, parallelism, the paced runs' durations: the run's flags).
+func replot(file, dir, readme, results string, c conditions) int {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "suite:", err)
 		return 1
 	}
 	var figs struct {
+		Command    string
+		Ceilings   ceilings
 		Throughput []figures
 		Paced      []pacedFigures
 	}
@@ -373,9 +386,35 @@ func replot(file, dir string) int {
 		fmt.Fprintf(os.Stderr, "suite: %s: %v\n", file, err)
 		return 1
 	}
-	if dir == "" {
-		fmt.Fprintln(os.Stderr, "suite: -from needs -plots")
+	if dir == "" && readme == "" && results == "" {
+		fmt.Fprintln(os.Stderr, "suite: -from needs -plots, -readme or -results")
 		return 2
+	}
+	if len(figs.Throughput) > 0 {
+		c.command, c.events = figs.Command, figs.Throughput[0].Events
+		if c.command == "" {
+			c.command = "figures from " + filepath.Base(file)
+		}
+		for _, f := range figs.Throughput {
+			var r int
+			fmt.Sscan(f.Round, &r)
+			c.rounds = max(c.rounds, r)
+		}
+		if readme != "" {
+			if err := writeBlock(readme, headBegin, headEnd, headline(c, figs.Throughput, figs.Paced)); err != nil {
+				fmt.Fprintln(os.Stderr, "suite:", err)
+				return 1
+			}
+		}
+		if results != "" {
+			if err := writeReport(results, report(c, figs.Ceilings, figs.Throughput, figs.Paced)); err != nil {
+				fmt.Fprintln(os.Stderr, "suite:", err)
+				return 1
+			}
+		}
+	}
+	if dir == "" {
+		return 0
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "suite:", err)

@@ -123,10 +123,14 @@ func report(c conditions, ceil ceilings, all []figures, paced []pacedFigures) st
 				}
 				rounds = append(rounds, l+" / "+r)
 			}
-			fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.2f | %s | %s |\n", s,
+			recovery := "not measured"
+			if len(rec) > 0 {
+				recovery = fmt.Sprintf("%.2f", medP(rec, func(p pacedFigures) float64 { return p.RecoverySec }))
+			}
+			fmt.Fprintf(&b, "| %s | %.0f | %.0f | %s | %s | %s |\n", s,
 				medP(lat, func(p pacedFigures) float64 { return p.LatencyP50Ms }),
 				medP(lat, func(p pacedFigures) float64 { return p.LatencyP99Ms }),
-				medP(rec, func(p pacedFigures) float64 { return p.RecoverySec }),
+				recovery,
 				strings.Join(rounds, "; "), pacedChecks(append(lat, rec...)))
 		}
 	}
@@ -137,18 +141,84 @@ func report(c conditions, ceil ceilings, all []figures, paced []pacedFigures) st
 // writeReport replaces the suite's section of file (bench/RESULTS.md), or
 // appends it when the file has none.
 func writeReport(file, section string) error {
+	return writeBlock(file, beginMark, endMark, section)
+}
+
+// writeBlock replaces what lies between begin and end in file, or appends
+// the block when the file has none.
+func writeBlock(file, begin, end, content string) error {
 	old, err := os.ReadFile(file)
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
 	s := string(old)
-	block := beginMark + "\n" + section + endMark + "\n"
-	if i, j := strings.Index(s, beginMark), strings.Index(s, endMark); i >= 0 && j > i {
-		s = s[:i] + block + s[j+len(endMark)+1:]
+	block := begin + "\n" + content + end + "\n"
+	if i, j := strings.Index(s, begin), strings.Index(s, end); i >= 0 && j > i {
+		s = s[:i] + block + s[j+len(end)+1:]
 	} else {
 		s = strings.TrimRight(s, "\n") + "\n\n" + block
 	}
 	return os.WriteFile(file, []byte(s), 0o644)
+}
+
+// The headline table's place in the README (-readme).
+const (
+	headBegin = "<!-- suite-headline:begin (written by bench/suite -readme; edits inside are lost) -->"
+	headEnd   = "<!-- suite-headline:end -->"
+)
+
+// headlineNames are the systems as the README names them.
+var headlineNames = map[string]string{
+	"kord-partition":   "kord, key group = partition",
+	"kord-keyby":       "kord, keyed by the uuid field",
+	"flink":            "Apache Flink 2.2.1 (one JVM)",
+	"kstreams-memory":  "Kafka Streams 4.4.0, in-memory store",
+	"kstreams-rocksdb": "Kafka Streams 4.4.0, RocksDB",
+	"franz":            "franz-go transactional loop",
+	"librdkafka":       "librdkafka (confluent-kafka-go) transactional loop",
+	"goka":             "goka (at least once)",
+}
+
+// headline renders the README's table from the same figures as the
+// report: medians of the steady events/s, CPU, peak RSS, latency and
+// recovery, per system, so that the README never drifts from RESULTS.md.
+func headline(c conditions, all []figures, paced []pacedFigures) string {
+	var b strings.Builder
+	rate := 0
+	if len(paced) > 0 {
+		rate = paced[0].Rate
+	}
+	fmt.Fprintf(&b, "%d events, %d rounds, run %s (`bench/suite`, `%s`):\n\n", c.events, c.rounds, time.Now().UTC().Format("2006-01-02"), c.command)
+	fmt.Fprintf(&b, "| system | events/s, steady (median) | CPU µs per event | peak RSS | latency p50 / p99 at %d events/s | SIGKILL to new output |\n|---|---|---|---|---|---|\n", rate)
+	for _, s := range order(all) {
+		fs := of(all, s)
+		var lat, rec []pacedFigures
+		for _, p := range paced {
+			if p.System == s && p.RecoverySec < 0 {
+				lat = append(lat, p)
+			} else if p.System == s {
+				rec = append(rec, p)
+			}
+		}
+		name := headlineNames[s]
+		if name == "" {
+			name = s
+		}
+		latency, recovery := "not measured", "not measured"
+		if len(lat) > 0 {
+			latency = fmt.Sprintf("%.0f / %.0f ms", medP(lat, func(p pacedFigures) float64 { return p.LatencyP50Ms }),
+				medP(lat, func(p pacedFigures) float64 { return p.LatencyP99Ms }))
+		}
+		if len(rec) > 0 {
+			recovery = fmt.Sprintf("%.1f s", medP(rec, func(p pacedFigures) float64 { return p.RecoverySec }))
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %.1f | %.0f MiB | %s | %s |\n", name,
+			med(fs, func(f figures) float64 { return f.SteadyEventsPerSec }),
+			med(fs, func(f figures) float64 { return f.CPUSec * 1e6 / float64(max(f.Events, 1)) }),
+			med(fs, func(f figures) float64 { return f.PeakRSSMiB }),
+			latency, recovery)
+	}
+	return b.String()
 }
 
 func roundCols(n int) string {

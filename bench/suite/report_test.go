@@ -71,3 +71,39 @@ func TestSystemColors(t *testing.T) {
 		seen[c] = s.name
 	}
 }
+
+// TestHeadline: the README's table holds each system's medians (steady
+// events/s, CPU per event, peak RSS, latency, recovery) under its README
+// name, and -readme replaces only what lies between its markers.
+func TestHeadline(t *testing.T) {
+	all := []figures{
+		{System: "kord-partition", Round: "1", Events: 1000, SteadyEventsPerSec: 300, CPUSec: 0.004, PeakRSSMiB: 100},
+		{System: "kord-partition", Round: "2", Events: 1000, SteadyEventsPerSec: 330, CPUSec: 0.005, PeakRSSMiB: 120},
+		{System: "kord-partition", Round: "3", Events: 1000, SteadyEventsPerSec: 360, CPUSec: 0.006, PeakRSSMiB: 110},
+		{System: "flink", Round: "1", Events: 1000, SteadyEventsPerSec: 200, CPUSec: 0.02, PeakRSSMiB: 500},
+	}
+	paced := []pacedFigures{
+		{System: "kord-partition", Round: "1", Rate: 50, LatencyP50Ms: 600, LatencyP99Ms: 1200, RecoverySec: -1},
+		{System: "kord-partition", Round: "1", Rate: 50, RecoverySec: 2.25},
+		{System: "flink", Round: "1", Rate: 50, LatencyP50Ms: 900, LatencyP99Ms: 3000, RecoverySec: -1},
+		{System: "flink", Round: "1", Rate: 50, RecoverySec: 10.5},
+	}
+	out := headline(conditions{events: 1000, rounds: 3, command: "go run . -x"}, all, paced)
+	for _, want := range []string{"1000 events, 3 rounds", "`go run . -x`", "at 50 events/s",
+		"| kord, key group = partition | 330 | 5.0 | 110 MiB | 600 / 1200 ms | 2.2 s |",
+		"| Apache Flink 2.2.1 (one JVM) | 200 | 20.0 | 500 MiB | 900 / 3000 ms | 10.5 s |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("headline lacks %q:\n%s", want, out)
+		}
+	}
+	f := filepath.Join(t.TempDir(), "README.md")
+	if err := os.WriteFile(f, []byte("# kord\n\n"+headBegin+"\nold table\n"+headEnd+"\n\nafter\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeBlock(f, headBegin, headEnd, "new table\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(mustRead(t, f)), "# kord\n\n"+headBegin+"\nnew table\n"+headEnd+"\n\nafter\n"; got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
