@@ -104,14 +104,7 @@ func report(c conditions, ceil ceilings, all []figures, paced []pacedFigures) st
 		fmt.Fprintf(&b, "Latency: input produced at that rate for %v while the system runs; a result's latency is from its event's production to its visibility to the read_committed reader, over the events after the first fifth. Recovery: input at the same rate for %v, the system SIGKILLed half-way and started again at once; from the kill to the first result past the output's last stable offsets at the kill.\n\n", c.latencyDur, c.recoveryDur)
 		b.WriteString("| system | p50 ms (median) | p99 ms (median) | recovery s (median) | per round: p50 / p99 / recovery | checks |\n|---|---|---|---|---|---|\n")
 		for _, s := range order2(paced) {
-			var lat, rec []pacedFigures
-			for _, p := range paced {
-				if p.System == s && p.RecoverySec < 0 {
-					lat = append(lat, p)
-				} else if p.System == s {
-					rec = append(rec, p)
-				}
-			}
+			lat, rec := pacedOf(paced, s)
 			var rounds []string
 			for i := range max(len(lat), len(rec)) {
 				l, r := "-", "-"
@@ -136,6 +129,18 @@ func report(c conditions, ceil ceilings, all []figures, paced []pacedFigures) st
 	}
 	b.WriteString("\nPlots, in the `-plots` directory: `progress-round<N>.png` (results visible over time: the slope is the throughput, each step of an exactly-once system a commit), `throughput-round<N>.png` (the same as a rate) and `latency.png`.\n")
 	return b.String()
+}
+
+// pacedOf returns system s's latency runs and its recovery runs.
+func pacedOf(paced []pacedFigures, s string) (lat, rec []pacedFigures) {
+	for _, p := range paced {
+		if p.System == s && p.RecoverySec < 0 {
+			lat = append(lat, p)
+		} else if p.System == s {
+			rec = append(rec, p)
+		}
+	}
+	return lat, rec
 }
 
 // writeReport replaces the suite's section of file (bench/RESULTS.md), or
@@ -192,14 +197,7 @@ func headline(c conditions, all []figures, paced []pacedFigures) string {
 	fmt.Fprintf(&b, "| system | events/s, steady (median) | CPU µs per event | peak RSS | latency p50 / p99 at %d events/s | SIGKILL to new output |\n|---|---|---|---|---|---|\n", rate)
 	for _, s := range order(all) {
 		fs := of(all, s)
-		var lat, rec []pacedFigures
-		for _, p := range paced {
-			if p.System == s && p.RecoverySec < 0 {
-				lat = append(lat, p)
-			} else if p.System == s {
-				rec = append(rec, p)
-			}
-		}
+		lat, rec := pacedOf(paced, s)
 		name := headlineNames[s]
 		if name == "" {
 			name = s
