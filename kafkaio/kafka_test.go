@@ -184,6 +184,54 @@ func TestKafkaSinkCommitAfterAbort(t *testing.T) {
 	})
 }
 
+// TestKafkaSinkWritesDuringCommit: while a checkpoint's commit waits on
+// the network (held here at its AfterSendOffsets point), the job's next
+// epoch is written without waiting for it: into the epoch buffer, not the
+// committing transaction, and into the next transaction once the commit is
+// done (the sink once held its lock through the commit's round trips,
+// stalling every Write for them).
+func TestKafkaSinkWritesDuringCommit(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx, in, out, sink := stringSink(t, c, checkpoint.ExactlyOnce)
+		offsets := func(o int64) []checkpoint.PartitionOffset {
+			return []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: o}}
+		}
+		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 0}, offsets(0)))
+		require.NoError(t, sink.Write(ctx, 1, "epoch 1"))
+		inCommit, release := make(chan struct{}), make(chan struct{})
+		hook := failpoint.WithHook(ctx, func(p string) error {
+			if p == failpoint.AfterSendOffsets {
+				close(inCommit)
+				<-release
+			}
+			return nil
+		})
+		committed := make(chan error, 1)
+		go func() { committed <- sink.Commit(hook, checkpoint.CheckpointRef{Run: "r", ID: 1}, offsets(10)) }()
+		<-inCommit
+		wrote := make(chan error, 1)
+		go func() { wrote <- sink.Write(ctx, 2, "epoch 2") }()
+		select {
+		case err := <-wrote:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			close(release)
+			t.Fatal("Write waited for the commit's network calls")
+		}
+		require.Equal(t, 1, sink.BufferLen(), "epoch 2 waits in the epoch buffer, out of the committing transaction")
+		close(release)
+		require.NoError(t, <-committed)
+		require.Zero(t, sink.BufferLen(), "the next transaction took the buffered record")
+		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 2}, offsets(20)))
+		recs := c.ReadAll(t, out, 2, true, 5*time.Second)
+		var got []string
+		for _, r := range recs {
+			got = append(got, string(r.Value))
+		}
+		require.Equal(t, []string{"epoch 1", "epoch 2"}, got)
+	})
+}
+
 // TestKafkaDeadLetters: undecodable input records, with a dead-letter
 // topic, go to the dead-letter topic in the transactions that commit
 // their offsets: across a crash after a commit and a crash before one, a

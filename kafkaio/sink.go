@@ -42,10 +42,15 @@ type Sink[T any] struct {
 	log       *slog.Logger
 	p         *producer.Producer[[]byte, []byte]
 	committed uint64
-	buffer    []producer.Record[[]byte, []byte]
-	bufEpochs []uint64
-	err       error // set when the producer may no more be used
-	unknown   bool  // err left the transaction's state unknown (or the producer fenced)
+	// committing: Commit is in its network calls (SendOffsetsToTransaction,
+	// CommitTransaction) without s.mu; Write meanwhile holds every record
+	// in the epoch buffer, so that nothing enters the committing
+	// transaction.
+	committing bool
+	buffer     []producer.Record[[]byte, []byte]
+	bufEpochs  []uint64
+	err        error // set when the producer may no more be used
+	unknown    bool  // err left the transaction's state unknown (or the producer fenced)
 	// commitDeadline bounds every Commit: below librdkafka's request
 	// timeout, so that librdkafka never sends a commit again by itself.
 	commitDeadline time.Duration
@@ -529,10 +534,11 @@ func (s *Sink[T]) write(ctx context.Context, epoch uint64, rec producer.Record[[
 		if s.p == nil {
 			return fmt.Errorf("kafkaio: sink %s: not reset", s.topic)
 		}
-		if !s.exactlyOnce() || epoch <= s.committed+1 {
+		open := epoch <= s.committed+1 // the open transaction's epoch, or one before
+		if !s.exactlyOnce() || (open && !s.committing) {
 			return s.produce(ctx, rec)
 		}
-		if len(s.buffer) < s.epochBuffer() {
+		if !open && len(s.buffer) < s.epochBuffer() {
 			s.buffer = append(s.buffer, rec)
 			s.bufEpochs = append(s.bufEpochs, epoch)
 			if testHookBuffered != nil {
@@ -540,7 +546,10 @@ func (s *Sink[T]) write(ctx context.Context, epoch uint64, rec producer.Record[[
 			}
 			return nil
 		}
-		// Backpressure until a commit drains the buffer.
+		// Backpressure until a commit drains the buffer; or (never, when
+		// the engine keeps its protocol) a record of the committing
+		// transaction's epochs, arriving after its commit began: it waits
+		// for the next transaction, as it would for the lock.
 		room := s.room
 		s.mu.Unlock()
 		select {
@@ -740,10 +749,10 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 		cancel()
 		return fail("send offsets", fmt.Errorf("simulated unknown send-offsets outcome (send offsets returned %v)", err))
 	}
-	if err := s.sendOffsets(ctx, group, offs); err != nil {
+	if err := s.unlocked(func() error { return s.sendOffsets(ctx, group, offs) }); err != nil {
 		return fail("send offsets", s.abortIfRequired(ctx, err))
 	}
-	if err := fp.Point(failpoint.AfterSendOffsets); err != nil {
+	if err := s.unlocked(func() error { return fp.Point(failpoint.AfterSendOffsets) }); err != nil {
 		return err
 	}
 	if failpoint.Active(failpoint.SimCommitStall) {
@@ -756,7 +765,7 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 		cancel()
 		return fail("commit", fmt.Errorf("simulated unknown commit outcome (commit returned %v)", err))
 	}
-	if err := s.p.CommitTransaction(ctx); err != nil {
+	if err := s.unlocked(func() error { return s.p.CommitTransaction(ctx) }); err != nil {
 		if !testRetrySameProducer {
 			return fail("commit", s.abortIfRequired(ctx, err))
 		}
@@ -786,6 +795,24 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 	}
 	s.wake()
 	return nil
+}
+
+// unlocked runs f, a network call of Commit on the producer, without s.mu:
+// the sink's tasks go on writing meanwhile, their records (all of later
+// epochs) held in the epoch buffer until the next transaction begins.
+// Holding the lock instead stalled every Write for the commit's round
+// trips, 10 to 50 ms of each checkpoint on the benchmark job (issue #15).
+// Only Commit uses the producer meanwhile: the engine calls Commit from
+// one goroutine, and Reset and Close never during a Commit. Called with
+// s.mu held; returns with it held.
+func (s *Sink[T]) unlocked(f func() error) error {
+	s.committing = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.committing = false
+	}()
+	return f()
 }
 
 // drain produces the buffered records of epochs ≤ upTo into the open
