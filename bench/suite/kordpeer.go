@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,6 +53,16 @@ func kordPeer(args []string) int {
 	dir := fs.String("checkpoint-dir", "", "checkpoint directory (default /tmp/kord-bench-kord/<id>)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (runtime/pprof)")
 	memprofile := fs.String("memprofile", "", "write an allocation profile of the run to this file at the end (runtime/pprof)")
+	var sets []string
+	fs.Func("set", "a librdkafka property name=value for every client of the job (kafkaio.Set; repeat it), for experiments: the suite passes none", func(v string) error {
+		if !strings.Contains(v, "=") {
+			return fmt.Errorf("want name=value, got %q", v)
+		}
+		sets = append(sets, v)
+		return nil
+	})
+	traceOut := fs.String("trace", "", "write an execution trace (runtime/trace) of 4 s of the run, from --trace-at, to this file: go tool trace -pprof=sync FILE shows where goroutines wait")
+	traceAt := fs.Duration("trace-at", 10*time.Second, "when the --trace window begins, from the start")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -82,9 +93,30 @@ func kordPeer(args []string) int {
 			}
 		}()
 	}
+	if *traceOut != "" {
+		f, err := os.Create(*traceOut)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kord-peer:", err)
+			return 2
+		}
+		defer f.Close()
+		window := time.AfterFunc(*traceAt, func() {
+			if err := trace.Start(f); err != nil {
+				fmt.Fprintln(os.Stderr, "kord-peer: trace:", err)
+				return
+			}
+			time.AfterFunc(4*time.Second, trace.Stop)
+		})
+		defer window.Stop()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	client, err := kafkaio.NewClient(kafkaio.Brokers(strings.Split(*brokers, ",")...))
+	copts := []kafkaio.ClientOpt{kafkaio.Brokers(strings.Split(*brokers, ",")...)}
+	for _, kv := range sets {
+		k, v, _ := strings.Cut(kv, "=")
+		copts = append(copts, kafkaio.Set(k, v))
+	}
+	client, err := kafkaio.NewClient(copts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kord-peer:", err)
 		return 2

@@ -120,7 +120,8 @@ func cli(args []string) int {
 	quick := fs.Bool("quick", false, "a first look in a few minutes: 200,000 events, one round, 15 s latency and 16 s recovery runs")
 	events := fs.Int("events", 5_000_000, "events of the throughput runs' input (JVMs warm up within the first million)")
 	users := fs.Int("users", 10_000, "distinct users")
-	rounds := fs.Int("rounds", 3, "rounds; each runs every system once, in an order that rotates")
+	rounds := fs.Int("rounds", 3, "rounds of the throughput runs; each runs every system once, in an order that rotates")
+	pacedRounds := fs.Int("paced-rounds", 1, "rounds of the latency and recovery runs, after the throughput rounds (one round of all 8 systems takes about 20 minutes); 0: none")
 	only := fs.String("systems", "", "comma-separated systems to run (default: all): "+names())
 	par := fs.Int("parallelism", 2, "tasks or threads per system")
 	out := fs.String("out", "", "write every figure as JSON to this file")
@@ -242,7 +243,7 @@ func cli(args []string) int {
 	}
 	var paced []pacedFigures
 	for _, kill := range []bool{false, true} {
-		for r := 0; r < *rounds && rate > 0; r++ {
+		for r := 0; r < *pacedRounds && rate > 0; r++ {
 			order := append(slices.Clone(run[r%len(run):]), run[:r%len(run)]...)
 			for _, s := range order {
 				if ctx.Err() != nil {

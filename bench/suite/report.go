@@ -101,6 +101,12 @@ func report(c conditions, ceil ceilings, all []figures, paced []pacedFigures) st
 	}
 	if len(paced) > 0 {
 		fmt.Fprintf(&b, "\n### Latency at %d events/s, and recovery after SIGKILL\n\n", paced[0].Rate)
+		n := 0
+		for _, s := range order2(paced) {
+			lat, rec := pacedOf(paced, s)
+			n = max(n, len(lat), len(rec))
+		}
+		fmt.Fprintf(&b, "%d round(s) of latency and recovery runs (`-paced-rounds`), after the throughput rounds. ", n)
 		fmt.Fprintf(&b, "Latency: input produced at that rate for %v while the system runs; a result's latency is from its event's production to its visibility to the read_committed reader, over the events after the first fifth. Recovery: input at the same rate for %v, the system SIGKILLed half-way and started again at once; from the kill to the first result past the output's last stable offsets at the kill.\n\n", c.latencyDur, c.recoveryDur)
 		b.WriteString("| system | p50 ms (median) | p99 ms (median) | recovery s (median) | per round: p50 / p99 / recovery | checks |\n|---|---|---|---|---|---|\n")
 		for _, s := range order2(paced) {
