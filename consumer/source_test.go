@@ -73,6 +73,58 @@ func TestSourcePositionsAndRanges(t *testing.T) {
 	})
 }
 
+// TestPollAppend: PollAppend keeps what dst held and appends at most max
+// records after it; a reader reusing one slice from poll to poll (dst[:0],
+// as kafkaio's reader does) reads every record once, in order, into the
+// same backing array once it is large enough.
+func TestPollAppend(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		topic := c.CreateTopic(t, 1, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers))
+		require.NoError(t, err)
+		for i := 0; i < 50; i++ {
+			require.NoError(t, p.Produce(ctx, producer.Record[string, string]{Topic: topic, Key: "k", Value: strconv.Itoa(i)}, nil))
+		}
+		require.NoError(t, p.Close())
+		s, err := consumer.New(consumer.Brokers(c.Brokers))
+		require.NoError(t, err)
+		defer s.Close()
+		require.NoError(t, s.Assign(ctx, []consumer.Position{{topic, 0, 0}}))
+
+		held := consumer.Record{Topic: "held", Offset: -7}
+		var recs []consumer.Record
+		for len(recs) < 2 {
+			recs, err = s.PollAppend(ctx, []consumer.Record{held}, 1, 100*time.Millisecond)
+			require.NoError(t, err)
+		}
+		require.Len(t, recs, 2, "max counts the records appended, not those dst held")
+		require.Equal(t, held, recs[0], "dst's records are kept")
+		require.Equal(t, "0", string(recs[1].Value))
+
+		got := []string{"0"}
+		buf := make([]consumer.Record, 0, 64)
+		for len(got) < 50 {
+			recs, err = s.PollAppend(ctx, buf[:0], 7, 100*time.Millisecond)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(recs), 7)
+			if len(recs) > 0 {
+				require.Same(t, &buf[:1][0], &recs[0], "the reader's slice is reused, not reallocated")
+			}
+			for _, r := range recs {
+				got = append(got, string(r.Value))
+			}
+		}
+		want := make([]string, 50)
+		for i := range want {
+			want[i] = strconv.Itoa(i)
+		}
+		require.Equal(t, want, got)
+		require.Equal(t, []consumer.Position{{topic, 0, 50}}, s.Positions())
+	})
+}
+
 // TestReachedPastTransactionMarkers: a topic written in transactions ends
 // in commit markers, offsets no record carries. A reader bounded by Ends
 // (the last stable offset) must still learn it reached the end: its own
