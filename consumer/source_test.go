@@ -29,12 +29,7 @@ func TestSourcePositionsAndRanges(t *testing.T) {
 		topic := c.CreateTopic(t, 3, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers), producer.Partitioner(partitioner.Func(func(string, []byte, int, []int32) int32 { return 0 })))
-		require.NoError(t, err)
-		for i := 0; i < 10; i++ {
-			require.NoError(t, p.Produce(ctx, producer.Record[string, string]{Topic: topic, Key: "k", Value: strconv.Itoa(i)}, nil))
-		}
-		require.NoError(t, p.Close())
+		produceNumbers(ctx, t, c, topic, 10)
 
 		s, err := consumer.New(consumer.Brokers(c.Brokers))
 		require.NoError(t, err)
@@ -73,6 +68,17 @@ func TestSourcePositionsAndRanges(t *testing.T) {
 	})
 }
 
+// produceNumbers writes the values "0" to "n-1", key "k", to partition 0
+// of topic.
+func produceNumbers(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic string, n int) {
+	p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers), producer.Partitioner(partitioner.Func(func(string, []byte, int, []int32) int32 { return 0 })))
+	require.NoError(t, err)
+	for i := 0; i < n; i++ {
+		require.NoError(t, p.Produce(ctx, producer.Record[string, string]{Topic: topic, Key: "k", Value: strconv.Itoa(i)}, nil))
+	}
+	require.NoError(t, p.Close())
+}
+
 // TestPollAppend: PollAppend keeps what dst held and appends at most max
 // records after it; a reader reusing one slice from poll to poll (dst[:0],
 // as kafkaio's reader does) reads every record once, in order, into the
@@ -82,12 +88,7 @@ func TestPollAppend(t *testing.T) {
 		topic := c.CreateTopic(t, 1, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers))
-		require.NoError(t, err)
-		for i := 0; i < 50; i++ {
-			require.NoError(t, p.Produce(ctx, producer.Record[string, string]{Topic: topic, Key: "k", Value: strconv.Itoa(i)}, nil))
-		}
-		require.NoError(t, p.Close())
+		produceNumbers(ctx, t, c, topic, 50)
 		s, err := consumer.New(consumer.Brokers(c.Brokers))
 		require.NoError(t, err)
 		defer s.Close()

@@ -801,7 +801,7 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 // the sink's tasks go on writing meanwhile, their records (all of later
 // epochs) held in the epoch buffer until the next transaction begins.
 // Holding the lock instead stalled every Write for the commit's round
-// trips, 10 to 50 ms of each checkpoint on the benchmark job (issue #15).
+// trips, 5 to 53 ms of each checkpoint on the benchmark job (issue #15).
 // Only Commit uses the producer meanwhile: the engine calls Commit from
 // one goroutine, and Reset and Close never during a Commit. Called with
 // s.mu held; returns with it held.
