@@ -120,7 +120,7 @@ func cli(args []string) int {
 	quick := fs.Bool("quick", false, "a first look in a few minutes: 200,000 events, one round, 15 s latency and 16 s recovery runs")
 	events := fs.Int("events", 5_000_000, "events of the throughput runs' input (JVMs warm up within the first million)")
 	users := fs.Int("users", 10_000, "distinct users")
-	rounds := fs.Int("rounds", 3, "rounds of the throughput runs; each runs every system once, in an order that rotates")
+	rounds := fs.Int("rounds", 3, "rounds of the throughput runs; each runs every system once, in an order that rotates (see rotation)")
 	pacedRounds := fs.Int("paced-rounds", 1, "rounds of the latency and recovery runs, after the throughput rounds (one round of all 8 systems takes about 20 minutes); 0: none")
 	only := fs.String("systems", "", "comma-separated systems to run (default: all): "+names())
 	par := fs.Int("parallelism", 2, "tasks or threads per system")
@@ -202,6 +202,7 @@ func cli(args []string) int {
 		fmt.Fprintln(os.Stderr, "suite:", err)
 		return 1
 	}
+	defer dropRun(*brokers, input)
 	began := time.Now()
 	if err := produceInput(ctx, *brokers, input, *events, *users, 1, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "suite: producing the input:", err)
@@ -223,9 +224,7 @@ func cli(args []string) int {
 		fmt.Printf("%-17s warm-up (not counted): %9.0f events/s (steady %9.0f) %s\n", f.System, f.EventsPerSec, f.SteadyEventsPerSec, f.Err)
 	}
 	for r := 0; r < *rounds; r++ {
-		// Rotate the order, so that no system always runs first (a cold
-		// broker) or last.
-		order := append(slices.Clone(run[r%len(run):]), run[:r%len(run)]...)
+		order := rotation(run, r, *rounds)
 		for _, s := range order {
 			if ctx.Err() != nil {
 				return 1
@@ -244,7 +243,7 @@ func cli(args []string) int {
 	var paced []pacedFigures
 	for _, kill := range []bool{false, true} {
 		for r := 0; r < *pacedRounds && rate > 0; r++ {
-			order := append(slices.Clone(run[r%len(run):]), run[:r%len(run)]...)
+			order := rotation(run, r, *pacedRounds)
 			for _, s := range order {
 				if ctx.Err() != nil {
 					return 1
@@ -440,4 +439,16 @@ func replot(file, dir, readme, results string, c conditions) int {
 		return 1
 	}
 	return 0
+}
+
+// rotation is the order of round r of rounds: run rotated by r×len/rounds
+// places, so that each system's places spread over the rounds and no
+// system always runs first (a cold broker) or last. With 8 systems and 3
+// rounds the rotations are 0, 2 and 5: kord-partition runs 1st, 7th and
+// 4th, Flink 3rd, 1st and 6th. A rotation by one place a round (what the
+// suite did) ran Flink 3rd, 2nd and 1st and kord-partition 1st, 8th and
+// 7th, on a host that slowed through the run.
+func rotation(run []system, r, rounds int) []system {
+	k := r * len(run) / max(rounds, 1) % len(run)
+	return append(slices.Clone(run[k:]), run[:k]...)
 }

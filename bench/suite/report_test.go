@@ -107,3 +107,41 @@ func TestHeadline(t *testing.T) {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestRotation: every round runs every system once, no system takes the
+// same place twice, and over the rounds each system's mean place stays
+// near the middle, so that a host that slows through the run favours none
+// (a rotation by one place a round ran one system 1st, 2nd and 3rd and
+// another 8th, 7th and 6th).
+func TestRotation(t *testing.T) {
+	run := systems()
+	for _, rounds := range []int{2, 3, 4, 5} {
+		places := map[string][]int{}
+		for r := 0; r < rounds; r++ {
+			order := rotation(run, r, rounds)
+			if len(order) != len(run) {
+				t.Fatalf("%d rounds, round %d: %d systems, want %d", rounds, r+1, len(order), len(run))
+			}
+			for i, s := range order {
+				places[s.name] = append(places[s.name], i)
+			}
+		}
+		mid := float64(len(run)-1) / 2
+		for name, ps := range places {
+			if len(ps) != rounds {
+				t.Fatalf("%d rounds: %s ran %d times", rounds, name, len(ps))
+			}
+			seen, sum := map[int]bool{}, 0
+			for _, p := range ps {
+				if seen[p] {
+					t.Errorf("%d rounds: %s takes place %d twice (places %v)", rounds, name, p+1, ps)
+				}
+				seen[p] = true
+				sum += p
+			}
+			if mean := float64(sum) / float64(rounds); mean < mid-2 || mean > mid+2 {
+				t.Errorf("%d rounds: %s's mean place is %.2f of 0..%d (places %v)", rounds, name, mean, len(run)-1, ps)
+			}
+		}
+	}
+}

@@ -33,6 +33,17 @@ func stopPeer(cmd *exec.Cmd, exited <-chan error) {
 	}
 }
 
+// dropRun deletes the topics of the run named id once it is over (see
+// dropTopics). A topic that could not be deleted is reported, and the
+// suite goes on: the figures already taken stand.
+func dropRun(brokers, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := dropTopics(ctx, brokers, id); err != nil {
+		fmt.Fprintf(os.Stderr, "suite: after run %s: %v\n", id, err)
+	}
+}
+
 // runOne runs system s once over the input topic, which holds every event
 // already (a backlog), writing a fresh output topic: the system is started
 // and watched until every result is visible to the read_committed reader,
@@ -47,6 +58,7 @@ func runOne(ctx context.Context, s system, argv []string, spec runSpec) (f figur
 	defer cancel()
 	id := fmt.Sprintf("suite-%d-%s-r%d", spec.stamp, s.name, spec.round)
 	in, out := spec.input, id+".out"
+	defer dropRun(spec.brokers, id)
 	if err := createTopics(ctx, spec.brokers, partitions, out); err != nil {
 		return fail(err)
 	}
@@ -174,6 +186,7 @@ func runPaced(ctx context.Context, s system, argv []string, spec runSpec, rate i
 	}
 	id := fmt.Sprintf("suite-%d-%s-%s-r%d", spec.stamp, s.name, mode, spec.round)
 	in, out := id+".in", id+".out"
+	defer dropRun(spec.brokers, id)
 	if err := createTopics(ctx, spec.brokers, partitions, in, out); err != nil {
 		return fail(err)
 	}
