@@ -137,7 +137,7 @@ func Group(id string) Opt { return func(c *cfg) { c.group = id } }
 // enable.auto.commit, enable.auto.offset.store and group.id are kord's.
 // Set overrides kord's defaults: isolation.level (read_committed),
 // fetch.queue.backoff.ms (10) and the fetch queue bounds
-// queued.max.messages.kbytes (8192) and queued.min.messages (20000); see
+// queued.max.messages.kbytes (2048) and queued.min.messages (10000); see
 // the package doc for the memory they bound.
 func Set(key, value string) Opt { return func(c *cfg) { c.settings[key] = value } }
 

@@ -479,11 +479,11 @@ func TestFetchQueueDefaults(t *testing.T) {
 		conf  []string
 		fetch sizes
 	}{
-		{"defaults", nil, []string{"queued.max.messages.kbytes = 8192", "queued.min.messages = 20000", "fetch.queue.backoff.ms = 10", "isolation.level = read_committed"}, sizes{8 << 20, 1 << 20}},
-		{"queue set", []consumer.Opt{consumer.Set("queued.max.messages.kbytes", "2048"), consumer.Set("queued.min.messages", "500")},
-			[]string{"queued.max.messages.kbytes = 2048", "queued.min.messages = 500"}, sizes{2 << 20, 1 << 20}},
+		{"defaults", nil, []string{"queued.max.messages.kbytes = 2048", "queued.min.messages = 10000", "fetch.queue.backoff.ms = 10", "isolation.level = read_committed"}, sizes{2 << 20, 1 << 20}},
+		{"queue set", []consumer.Opt{consumer.Set("queued.max.messages.kbytes", "8192"), consumer.Set("queued.min.messages", "500")},
+			[]string{"queued.max.messages.kbytes = 8192", "queued.min.messages = 500"}, sizes{8 << 20, 1 << 20}},
 		{"fetch set", []consumer.Opt{consumer.Set("fetch.max.bytes", "4000000"), consumer.Set("max.partition.fetch.bytes", "65536")},
-			[]string{"queued.max.messages.kbytes = 8192", "fetch.max.bytes = 4000000"}, sizes{4000000, 65536}},
+			[]string{"queued.max.messages.kbytes = 2048", "fetch.max.bytes = 4000000"}, sizes{4000000, 65536}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mu.Lock()
