@@ -547,6 +547,12 @@ func TestScaledDuplicateInstance(t *testing.T) {
 		var log syncbuf.Buffer
 		a := f.startInstance("a", &log, 10*time.Second)
 		require.Eventually(t, func() bool { return a.commits.Load() >= 2 }, time.Minute, 10*time.Millisecond, "%s", &log)
+		// Every result committed before the intruder comes: a fails once
+		// fenced for good, and what it had not committed by then would be
+		// missing from the output (two commits 150 ms apart do not mean the
+		// backlog was read; a fresh-clone CI run saw 369 of 500).
+		recs := f.c.ReadAll(t, f.out, f.total(), true, 2*time.Minute)
+		require.Len(t, recs, f.total(), "a commits the whole backlog before the intruder joins\n%s", &log)
 		in := f.intruder(t, "a")
 		var err error
 		deadline := time.After(3 * time.Minute)
