@@ -34,12 +34,13 @@ func StringValue() Deserializer[string] {
 // is internal/jsonx: encoding/json's results and errors, faster). A null
 // value and anything after the JSON value are errors.
 func JSONValue[T any]() Deserializer[T] {
+	dec := new(jsonx.Decoder[T])
 	return func(rec Record) (T, error) {
 		if rec.Value == nil {
 			var v T
 			return v, fmt.Errorf("consumer: null value, not JSON")
 		}
-		v, err := jsonx.Unmarshal[T](rec.Value)
+		v, err := dec.Unmarshal(rec.Value)
 		if err != nil {
 			return v, fmt.Errorf("consumer: json: %w", err)
 		}

@@ -20,6 +20,7 @@ package jsonx
 
 import (
 	"encoding/json"
+	"sync"
 
 	gojson "github.com/goccy/go-json"
 )
@@ -43,5 +44,33 @@ func Unmarshal[T any](data []byte) (T, error) {
 	}
 	var w T
 	err := json.Unmarshal(data, &w)
+	return w, err
+}
+
+// Decoder decodes JSON into Ts as Unmarshal does, with one allocation
+// fewer per value: Unmarshal's T escapes to the heap through
+// goccy/go-json's interface argument, while a Decoder decodes into a T it
+// keeps in a pool, copies it out and zeroes it for the next value. Nothing
+// of one value reaches the next: what the T holds (strings, slices, maps)
+// is the decoder's fresh allocation each time. The zero Decoder is ready;
+// it is safe for concurrent use and must not be copied after first use.
+type Decoder[T any] struct{ pool sync.Pool }
+
+// Unmarshal decodes data into a new T, as the package's Unmarshal does.
+func (d *Decoder[T]) Unmarshal(data []byte) (T, error) {
+	p, _ := d.pool.Get().(*T)
+	if p == nil {
+		p = new(T)
+	}
+	err := gojson.Unmarshal(data, p)
+	v := *p
+	var zero T
+	*p = zero
+	d.pool.Put(p)
+	if err == nil {
+		return v, nil
+	}
+	var w T
+	err = json.Unmarshal(data, &w)
 	return w, err
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,21 +86,71 @@ func same(a, b any) string {
 
 // check decodes data with jsonx and with encoding/json into fresh Ts and
 // fails on any difference: success, value, or error text.
+// The Decoders check uses, one per type for the whole test binary: each
+// decodes every input after the ones before it, so a value left over from
+// an earlier input (a field it set, a partial decode that failed) shows up
+// as a difference.
+var decoders sync.Map // reflect.Type -> *jsonx.Decoder[T]
+
+// check decodes data with jsonx (Unmarshal, and a Decoder that has decoded
+// earlier inputs) and with encoding/json into fresh Ts and fails on any
+// difference: success, value, or error text.
 func check[T any](t *testing.T, data []byte) {
 	t.Helper()
-	got, gerr := jsonx.Unmarshal[T](data)
+	d, _ := decoders.LoadOrStore(reflect.TypeFor[T](), new(jsonx.Decoder[T]))
+	dec := d.(*jsonx.Decoder[T])
 	var want T
 	werr := json.Unmarshal(data, &want)
-	if (gerr == nil) != (werr == nil) {
-		t.Fatalf("input %q: jsonx error %v, encoding/json error %v", data, gerr, werr)
+	for _, decode := range []struct {
+		name string
+		f    func([]byte) (T, error)
+	}{{"Unmarshal", jsonx.Unmarshal[T]}, {"Decoder", dec.Unmarshal}} {
+		got, gerr := decode.f(data)
+		if (gerr == nil) != (werr == nil) {
+			t.Fatalf("input %q: jsonx %s error %v, encoding/json error %v", data, decode.name, gerr, werr)
+		}
+		if gerr != nil {
+			require.Equal(t, werr.Error(), gerr.Error(), "input %q, %s", data, decode.name)
+			require.IsType(t, werr, gerr, "input %q, %s", data, decode.name)
+		}
+		if d := same(want, got); d != "" {
+			t.Fatalf("input %q decodes otherwise by %s:\n%s", data, decode.name, d)
+		}
 	}
-	if gerr != nil {
-		require.Equal(t, werr.Error(), gerr.Error(), "input %q", data)
-		require.IsType(t, werr, gerr, "input %q", data)
+}
+
+// TestDecoderAllocs: a Decoder saves Unmarshal's allocation of the T.
+func TestDecoderAllocs(t *testing.T) {
+	data := []byte(seeds[0])
+	var dec jsonx.Decoder[event]
+	un := testing.AllocsPerRun(200, func() { _, _ = jsonx.Unmarshal[event](data) })
+	de := testing.AllocsPerRun(200, func() { _, _ = dec.Unmarshal(data) })
+	require.Equal(t, un-1, de, "allocations per value: Unmarshal %v, Decoder %v", un, de)
+}
+
+// TestDecoderConcurrent: goroutines sharing a Decoder each get their own
+// values back (run it with -race).
+func TestDecoderConcurrent(t *testing.T) {
+	var dec jsonx.Decoder[event]
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 500 {
+				want := event{UUID: fmt.Sprint(g), Seq: int64(i), Page: strings.Repeat("p", i%7)}
+				b, err := json.Marshal(want)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got, err := dec.Unmarshal(b)
+				if err != nil || !reflect.DeepEqual(want, got) {
+					t.Errorf("goroutine %d, value %d: got %+v, %v", g, i, got, err)
+					return
+				}
+			}
+		})
 	}
-	if d := same(want, got); d != "" {
-		t.Fatalf("input %q decodes otherwise:\n%s", data, d)
-	}
+	wg.Wait()
 }
 
 func TestUnmarshalLikeStd(t *testing.T) {
