@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -363,4 +365,117 @@ func stableEnds(ctx context.Context, brokers, topic string, parts int32) ([]int6
 		out[p] = end
 	}
 	return out, nil
+}
+
+// stableWatch polls the last stable offsets of every partition of a topic
+// in one ListOffsets request (read_committed): how far read_committed
+// readers can read now, without reading. The throughput runs time their
+// output by it, so that no reader competes for the machine with the
+// system it measures (see verifyChild).
+type stableWatch struct {
+	admin *kafka.AdminClient
+	req   map[kafka.TopicPartition]kafka.OffsetSpec
+}
+
+func newStableWatch(brokers, topic string, parts int32) (*stableWatch, error) {
+	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": brokers, "log_level": 3})
+	if err != nil {
+		return nil, err
+	}
+	w := &stableWatch{admin: a, req: map[kafka.TopicPartition]kafka.OffsetSpec{}}
+	for p := range parts {
+		w.req[kafka.TopicPartition{Topic: &topic, Partition: p}] = kafka.LatestOffsetSpec
+	}
+	return w, nil
+}
+
+// sum is the sum over the topic's partitions of their last stable
+// offsets: the results committed so far, plus one transaction marker per
+// partition per transaction that wrote to it.
+func (w *stableWatch) sum(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := w.admin.ListOffsets(ctx, w.req, kafka.SetAdminIsolationLevel(kafka.IsolationLevelReadCommitted))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for tp, info := range res.ResultInfos {
+		if info.Error.Code() != kafka.ErrNoError {
+			return 0, fmt.Errorf("last stable offset of %s [%d]: %w", *tp.Topic, tp.Partition, info.Error)
+		}
+		n += int64(info.Offset)
+	}
+	return n, nil
+}
+
+func (w *stableWatch) close() { w.admin.Close() }
+
+// verdict is what verifyChild reports of a topic it has read.
+type verdict struct {
+	Distinct, Total, Duplicates, Disorder, WrongCounts, BadRecords int
+	Err                                                            string
+}
+
+// verifyChild starts this binary's verify command (verifyMain) under
+// nice 19: the suite's read_committed reader of one throughput run's
+// output, in a process of its own at the lowest CPU priority, so that it
+// reads in the time the system under test and the broker leave idle and
+// catches up once the system is done. Read in the suite's own process at
+// normal priority, it took CPU from the system it measured in proportion
+// to the system's rate, and capped every system below its own ceiling
+// (131 k results/s on this machine, kord's warm-up run at 116 k). The verdict arrives on the channel once the child has
+// read want distinct results, or has been stopped.
+func verifyChild(ctx context.Context, brokers, topic string, parts int32, want int, stderr *os.File) (stop func(), done <-chan verdict, err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.CommandContext(ctx, "nice", "-n", "19", self, "verify", "--brokers", brokers, "--topic", topic,
+		"--parts", fmt.Sprint(parts), "--want", fmt.Sprint(want))
+	cmd.Stderr = stderr
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	ch := make(chan verdict, 1)
+	go func() {
+		werr := cmd.Wait()
+		var v verdict
+		if err := json.Unmarshal([]byte(out.String()), &v); err != nil {
+			v.Err = fmt.Sprintf("verifier: %v (its output %q, exit %v)", err, out.String(), werr)
+		}
+		ch <- v
+	}()
+	return func() { _ = cmd.Process.Signal(syscall.SIGTERM) }, ch, nil
+}
+
+// verifyMain is the verify command: verify's reader on one topic until
+// --want distinct results or SIGTERM, then its verdict as JSON on stdout.
+func verifyMain(args []string) int {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	brokers := fs.String("brokers", "", "bootstrap servers")
+	topic := fs.String("topic", "", "topic to read")
+	parts := fs.Int("parts", partitions, "its partitions")
+	want := fs.Int("want", 0, "distinct results to wait for")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer cancel()
+	var sn seen
+	stop := make(chan struct{})
+	go func() { <-ctx.Done(); close(stop) }()
+	err := verify(context.Background(), *brokers, *topic, int32(*parts), *want, stop, &sn)
+	sn.mu.Lock()
+	v := verdict{Distinct: sn.distinct, Total: sn.total, Duplicates: sn.dups, Disorder: sn.disorder, WrongCounts: sn.wrong, BadRecords: sn.badRecords}
+	sn.mu.Unlock()
+	if err != nil {
+		v.Err = err.Error()
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(v); err != nil {
+		return 1
+	}
+	return 0
 }

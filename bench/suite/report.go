@@ -37,15 +37,15 @@ func report(c conditions, ceil ceilings, all []figures, paced []pacedFigures) st
 	fmt.Fprintf(&b, "## The benchmark suite (`bench/suite`)\n\n")
 	fmt.Fprintf(&b, "Run %s on %s: `%s`.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), machine(), c.command)
 	fmt.Fprintf(&b, "- Input: %d JSON events, %d users, %d partitions, produced once before the throughput runs (a backlog that every system reads from the start, into an output topic of its own).\n", c.events, c.users, partitions)
-	fmt.Fprintf(&b, "- Every system: parallelism %d, a checkpoint or commit every 1 s, exactly-once where it has it (goka has not); the broker, the system, the producer and the read_committed reader share the machine.\n", c.parallelism)
+	fmt.Fprintf(&b, "- Every system: parallelism %d, a checkpoint or commit every 1 s, exactly-once where it has it (goka has not); the broker and the system share the machine; the read_committed reader that checks each output runs beside them under nice 19, on the CPU they leave idle.\n", c.parallelism)
 	fmt.Fprintf(&b, "- %d rounds; each round runs every system once, in an order rotated by round × systems / rounds places (each system runs early, midway and late), and each run's topics are deleted after it.\n", c.rounds)
 	fmt.Fprintf(&b, "- Versions: %s; Kafka broker %s; the peers' versions are in their READMEs (`bench/peers/*/README.md`).\n", runtime.Version(), kafkaVersion(c.root))
 	if ceil.ProduceEventsPerSec > 0 || ceil.ConsumeEventsPerSec > 0 {
-		fmt.Fprintf(&b, "- The clients' ceilings on this machine, on this input: the suite's producer (kord's producer package, librdkafka, idempotent, linger.ms 5) wrote it at %.0f events/s; the suite's read_committed reader (plain confluent-kafka-go) read it back at %.0f events/s, and every figure below is measured through that reader.\n", ceil.ProduceEventsPerSec, ceil.ConsumeEventsPerSec)
+		fmt.Fprintf(&b, "- The clients' ceilings on this machine, on this input: the suite's producer (kord's producer package, librdkafka, idempotent, linger.ms 5) wrote it at %.0f events/s; the suite's read_committed reader (plain confluent-kafka-go) read it back at %.0f events/s. The throughput runs are timed by the output's last stable offsets (polled every 100 ms: what read_committed readers can read), not through the reader, which checks every output in full but at the lowest CPU priority; the latency and recovery runs are measured through it.\n", ceil.ProduceEventsPerSec, ceil.ConsumeEventsPerSec)
 	}
 	b.WriteString("\n")
 	systems := order(all)
-	b.WriteString("### Throughput (events/s at steady state: 10 % to 90 % of the output visible)\n\n")
+	b.WriteString("### Throughput (events/s at steady state: from 10 % to 90 % of the output visible, by its last stable offsets)\n\n")
 	b.WriteString("| system | " + roundCols(c.rounds) + " median | events/s, whole run (median) | first output (median) | CPU s (median) | peak RSS MiB (median) | broker CPU s (median) | checks |\n")
 	b.WriteString("|---|" + strings.Repeat("---|", c.rounds) + "---|---|---|---|---|---|---|\n")
 	for _, s := range systems {

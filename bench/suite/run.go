@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -72,74 +73,72 @@ func runOne(ctx context.Context, s system, argv []string, spec runSpec) (f figur
 		broker.sample()
 	}
 	brokerCPU0 := broker.cpu
-	var sn seen
-	stopVerify := make(chan struct{})
-	verified := make(chan error, 1)
-	go func() { verified <- verify(ctx, spec.brokers, out, partitions, spec.events, stopVerify, &sn) }()
+	watch, err := newStableWatch(spec.brokers, out, partitions)
+	if err != nil {
+		return fail(err)
+	}
+	defer watch.close()
+	stopVerify, verified, err := verifyChild(ctx, spec.brokers, out, partitions, spec.events, logf)
+	if err != nil {
+		return fail(err)
+	}
 	full := append(slices.Clone(argv), "--brokers", spec.brokers, "--input", in, "--output", out, "--id", id,
 		"--parallelism", fmt.Sprint(spec.par), "--commit-ms", "1000")
 	start := time.Now()
 	cmd, _, err := peerCmd(full, logf)
 	if err != nil {
-		close(stopVerify)
+		stopVerify()
+		<-verified
 		return fail(err)
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	p := &proc{pid: cmd.Process.Pid}
+	var samples []sample
+	take := func() {
+		p.sample()
+		if broker.pid > 0 {
+			broker.sample()
+		}
+		n, err := watch.sum(ctx)
+		if err != nil {
+			fmt.Fprintf(logf, "suite: %v\n", err)
+			return
+		}
+		samples = append(samples, sample{at: time.Now(), offsets: n, cpu: p.cpu, brokerCPU: broker.cpu})
+	}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	var runErr error
+	var v verdict
 wait:
 	for {
 		select {
-		case err := <-verified:
-			runErr = err
+		case v = <-verified:
 			verified = nil
+			if v.Err != "" {
+				runErr = errors.New(v.Err)
+			}
 			break wait
 		case err := <-exited:
 			runErr = fmt.Errorf("%s exited before its output was complete: %v (log %s)", s.name, err, logf.Name())
 			exited = nil
 			break wait
 		case <-tick.C:
-			p.sample()
+			take()
 		}
 	}
-	p.sample()
-	if broker.pid > 0 {
-		broker.sample()
-		f.BrokerCPUSec = (broker.cpu - brokerCPU0).Seconds()
-	}
+	take()
 	if exited != nil {
 		stopPeer(cmd, exited)
 	}
 	if verified != nil {
-		close(stopVerify)
-		<-verified
+		stopVerify()
+		v = <-verified
 	}
-	sn.mu.Lock()
-	defer sn.mu.Unlock()
-	f.CPUSec, f.PeakRSSMiB = p.cpu.Seconds(), float64(p.peakRSS)/(1<<20)
-	f.Duplicates, f.Disorder, f.WrongCounts, f.Missing = sn.dups, sn.disorder, sn.wrong, spec.events-sn.distinct
-	if !sn.first.IsZero() {
-		f.FirstOutputSec = sn.first.Sub(start).Seconds()
-	}
-	if n := len(sn.at); n > 0 {
-		f.EventsPerSec = float64(n) / sn.at[n-1].Sub(start).Seconds()
-		lo, hi := n/10, n*9/10
-		if hi > lo && hi < n {
-			f.SteadyEventsPerSec = float64(hi-lo) / sn.at[hi].Sub(sn.at[lo]).Seconds()
-		}
-		const step = 250 * time.Millisecond
-		f.SeriesStepSec = step.Seconds()
-		f.Series = make([]float64, int(sn.at[n-1].Sub(start)/step)+1)
-		for _, at := range sn.at {
-			f.Series[int(at.Sub(start)/step)] += 1 / step.Seconds()
-		}
-		lat := slices.Clone(sn.latency)
-		slices.Sort(lat)
-		f.LatencyP50Ms = float64(lat[len(lat)/2].Microseconds()) / 1000
-	}
+	f.Duplicates, f.Disorder, f.WrongCounts, f.Missing = v.Duplicates, v.Disorder, v.WrongCounts, spec.events-v.Distinct
+	f.PeakRSSMiB = float64(p.peakRSS) / (1 << 20)
+	timeOutput(&f, samples, start, spec.events, broker.pid > 0, brokerCPU0)
 	switch {
 	case runErr != nil:
 		f.Err = runErr.Error()
@@ -290,4 +289,72 @@ func runPaced(ctx context.Context, s system, argv []string, spec runSpec, rate i
 		f.Err = fmt.Sprintf("output checks failed: %d missing, %d duplicates, %d out of order, %d wrong counts (log %s)", f.Missing, f.Duplicates, sn.disorder, sn.wrong, logf.Name())
 	}
 	return f
+}
+
+// sample is one look at a throughput run: the output's offsets readable
+// by read_committed readers (stableWatch.sum), and the CPU time the system
+// and the broker had used, at that moment.
+type sample struct {
+	at             time.Time
+	offsets        int64
+	cpu, brokerCPU time.Duration
+}
+
+// timeOutput fills f's timings from a run's samples, taken every 100 ms
+// from the system's start until its results were all verified. The end of
+// the output is the first sample at the final sum of last stable offsets;
+// the whole-run rate, the CPU times and the series are measured up to it.
+// The steady rate is between the first samples at or past 10 % and 90 %
+// of the final sum: what became visible between them over the time
+// between them. An exactly-once system's output becomes visible a commit
+// at a time, so both ends fall just after a commit (at most 100 ms after
+// it): the rate is commits' worth of output over the time between
+// commits, not a line drawn through the steps. The sum counts a
+// transaction marker per partition per transaction (12 a second for a
+// system committing every second, against 10^5 results); rates count
+// events: offsets x events / the final sum.
+func timeOutput(f *figures, samples []sample, start time.Time, events int, broker bool, brokerCPU0 time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	final := samples[len(samples)-1].offsets
+	if final <= 0 {
+		return
+	}
+	perOffset := float64(events) / float64(final)
+	end := slices.IndexFunc(samples, func(s sample) bool { return s.offsets >= final })
+	last := samples[end]
+	f.CPUSec = last.cpu.Seconds()
+	if broker {
+		f.BrokerCPUSec = (last.brokerCPU - brokerCPU0).Seconds()
+	}
+	f.EventsPerSec = float64(events) / last.at.Sub(start).Seconds()
+	if i := slices.IndexFunc(samples, func(s sample) bool { return s.offsets > 0 }); i >= 0 {
+		f.FirstOutputSec = samples[i].at.Sub(start).Seconds()
+	}
+	past := func(share float64) sample {
+		return samples[slices.IndexFunc(samples, func(s sample) bool { return float64(s.offsets) >= share*float64(final) })]
+	}
+	if lo, hi := past(0.1), past(0.9); hi.at.After(lo.at) {
+		f.SteadyEventsPerSec = float64(hi.offsets-lo.offsets) * perOffset / hi.at.Sub(lo.at).Seconds()
+	} else {
+		f.SteadyEventsPerSec = f.EventsPerSec // 10 % to 90 % in one commit: no steady state to see
+	}
+	// The series: the output visible at each step's end (the last sample
+	// at or before it), as a rate over the step.
+	const step = 250 * time.Millisecond
+	f.SeriesStepSec = step.Seconds()
+	var prev int64
+	i := 0
+	for t := start.Add(step); prev < final; t = t.Add(step) {
+		for i < len(samples) && !samples[i].at.After(t) {
+			i++
+		}
+		var now int64
+		if i > 0 {
+			now = samples[i-1].offsets
+		}
+		f.Series = append(f.Series, float64(now-prev)*perOffset/step.Seconds())
+		prev = now
+	}
 }
