@@ -72,12 +72,12 @@
 // defaults: about 106 MB). For tiny records the fetch sizes dominate:
 // lower max.partition.fetch.bytes and fetch.max.bytes with Set. Raise Q
 // and N for throughput over high-latency links: each broker returns at
-// most F to a Source per round trip. On one host, 1,000,000 150-byte records over 12
-// partitions read as fast with kord's defaults as with librdkafka's
-// (about 270,000 records/s either way, 8 alternated runs each) in 31 MB
-// of peak RSS instead of 106 MB; kord's former defaults (8 MiB, 20000)
-// took 56 MB. Records Poll returned are copied into Go memory and belong
-// to the caller.
+// most F to a Source per round trip. On one host, 1,000,000 150-byte
+// records over 12 partitions read as fast with kord's defaults as with
+// librdkafka's (about 270,000 records/s either way, 8 alternated runs
+// each) in 31 MB of peak RSS instead of 106 MB; kord's former defaults
+// (8 MiB, 20000) took 56 MB. Records Poll returned are copied into Go
+// memory and belong to the caller.
 package consumer
 
 // Fetch queue defaults (see the package doc).
