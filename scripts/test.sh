@@ -4,7 +4,8 @@
 #   go test -race ./... in kord's module, where each Kafka test runs on the
 #   in-process kfake cluster and on a real Apache Kafka broker;
 #   the engine's 1,000 seeded failure runs and the window model tests' 300
-#   seeds each, without the race detector;
+#   seeds each, and the pooled decoder's allocation count, without the race
+#   detector;
 #   the tests of the separate Go modules under bench/ (the peers, the suite).
 # The real broker is the one named by KORD_KAFKA_BROKERS when set; otherwise
 # this script starts one with scripts/kafka.sh (fetched with Maven) and stops
@@ -36,6 +37,9 @@ go test -race -count=1 -timeout 25m "$@" ./...
 # failure test runs 150 seeds and the window model tests 45 and 30; here
 # they run 1,000 and 300 each without it.
 go test -count=1 -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/
+# Allocation counts that a sync.Pool makes: the race detector drops pooled
+# values on purpose, so these run without it.
+go test -count=1 -run 'TestDecoderAllocs' ./internal/jsonx/
 for m in bench/peers bench/peers/franz bench/peers/goka bench/peers/librdkafka bench/suite; do
 	if [ -f $m/go.mod ]; then
 		(cd $m && go vet ./... && go test -count=1 ./...)

@@ -42,6 +42,12 @@ func Unmarshal[T any](data []byte) (T, error) {
 	if err := gojson.Unmarshal(data, &v); err == nil {
 		return v, nil
 	}
+	return std[T](data)
+}
+
+// std decodes data into a new T with encoding/json: what Unmarshal and a
+// Decoder return when goccy/go-json fails.
+func std[T any](data []byte) (T, error) {
 	var w T
 	err := json.Unmarshal(data, &w)
 	return w, err
@@ -70,7 +76,5 @@ func (d *Decoder[T]) Unmarshal(data []byte) (T, error) {
 	if err == nil {
 		return v, nil
 	}
-	var w T
-	err = json.Unmarshal(data, &w)
-	return w, err
+	return std[T](data)
 }

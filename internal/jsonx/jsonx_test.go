@@ -120,7 +120,12 @@ func check[T any](t *testing.T, data []byte) {
 }
 
 // TestDecoderAllocs: a Decoder saves Unmarshal's allocation of the T.
+// Under the race detector sync.Pool drops values on purpose, so the count
+// is only checked without it: scripts/test.sh runs this test that way too.
 func TestDecoderAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts need a build without -race; scripts/test.sh runs this test without it")
+	}
 	data := []byte(seeds[0])
 	var dec jsonx.Decoder[event]
 	un := testing.AllocsPerRun(200, func() { _, _ = jsonx.Unmarshal[event](data) })
