@@ -148,6 +148,9 @@ type seen struct {
 	badRecords int             // results that did not parse
 	// reads are every result read: its partition, offset and when.
 	reads []read
+	// countOnly: keep the counts, not first, at, latency and reads (the
+	// throughput runs' checker, timed by offsets, reads none of them).
+	countOnly bool
 }
 
 type read struct {
@@ -179,9 +182,11 @@ func verify(ctx context.Context, brokers, topic string, parts int32, want int, s
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.total++
-		s.reads = append(s.reads, read{m.TopicPartition.Partition, int64(m.TopicPartition.Offset), now})
-		if s.first.IsZero() {
-			s.first = now
+		if !s.countOnly {
+			s.reads = append(s.reads, read{m.TopicPartition.Partition, int64(m.TopicPartition.Offset), now})
+			if s.first.IsZero() {
+				s.first = now
+			}
 		}
 		if err := json.Unmarshal(m.Value, &res); err != nil {
 			s.badRecords++
@@ -199,8 +204,10 @@ func verify(ctx context.Context, brokers, topic string, parts int32, want int, s
 		if res.Seq >= next[res.UUID] {
 			next[res.UUID] = res.Seq + 1
 			s.distinct++
-			s.at = append(s.at, now)
-			s.latency = append(s.latency, now.Sub(res.TS))
+			if !s.countOnly {
+				s.at = append(s.at, now)
+				s.latency = append(s.latency, now.Sub(res.TS))
+			}
 		}
 		return s.distinct >= want
 	})
@@ -351,20 +358,12 @@ func peerCmd(argv []string, stderr *os.File) (*exec.Cmd, <-chan struct{}, error)
 // stableEnds returns the last stable offset of each partition of topic
 // (what read_committed readers can read up to now).
 func stableEnds(ctx context.Context, brokers, topic string, parts int32) ([]int64, error) {
-	c, err := consumer.New(consumer.Brokers(strings.Split(brokers, ",")...))
+	w, err := newStableWatch(brokers, topic, parts)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
-	out := make([]int64, parts)
-	for p := int32(0); p < parts; p++ {
-		_, end, err := c.Watermarks(ctx, consumer.TopicPartition{Topic: topic, Partition: p})
-		if err != nil {
-			return nil, err
-		}
-		out[p] = end
-	}
-	return out, nil
+	defer w.close()
+	return w.ends(ctx)
 }
 
 // stableWatch polls the last stable offsets of every partition of a topic
@@ -389,24 +388,34 @@ func newStableWatch(brokers, topic string, parts int32) (*stableWatch, error) {
 	return w, nil
 }
 
-// sum is the sum over the topic's partitions of their last stable
-// offsets: the results committed so far, plus one transaction marker per
-// partition per transaction that wrote to it.
-func (w *stableWatch) sum(ctx context.Context) (int64, error) {
+// ends is the last stable offset of each partition, by partition.
+func (w *stableWatch) ends(ctx context.Context) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	res, err := w.admin.ListOffsets(ctx, w.req, kafka.SetAdminIsolationLevel(kafka.IsolationLevelReadCommitted))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	var n int64
+	out := make([]int64, len(w.req))
 	for tp, info := range res.ResultInfos {
 		if info.Error.Code() != kafka.ErrNoError {
-			return 0, fmt.Errorf("last stable offset of %s [%d]: %w", *tp.Topic, tp.Partition, info.Error)
+			return nil, fmt.Errorf("last stable offset of %s [%d]: %w", *tp.Topic, tp.Partition, info.Error)
 		}
-		n += int64(info.Offset)
+		out[tp.Partition] = int64(info.Offset)
 	}
-	return n, nil
+	return out, nil
+}
+
+// sum is the sum over the topic's partitions of their last stable
+// offsets: the results committed so far, plus one transaction marker per
+// partition per transaction that wrote to it.
+func (w *stableWatch) sum(ctx context.Context) (int64, error) {
+	ends, err := w.ends(ctx)
+	var n int64
+	for _, e := range ends {
+		n += e
+	}
+	return n, err
 }
 
 func (w *stableWatch) close() { w.admin.Close() }
@@ -466,7 +475,7 @@ func verifyMain(args []string) int {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer cancel()
-	var sn seen
+	sn := seen{countOnly: true}
 	stop := make(chan struct{})
 	go func() { <-ctx.Done(); close(stop) }()
 	err := verify(context.Background(), *brokers, *topic, int32(*parts), *want, stop, &sn)
