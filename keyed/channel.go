@@ -153,6 +153,17 @@ func (o *outbox[T]) flush(d int) error {
 	return o.dst[d].send(o.stop, o.from[d], m)
 }
 
+// pending reports whether a flush would send anything: records in a
+// partial batch, or a watermark or idleness some downstream has not got.
+func (o *outbox[T]) pending() bool {
+	for d := range o.bufs {
+		if len(o.bufs[d]) > 0 || o.sentWm[d] < o.wm || o.sentIdle[d] != o.idle {
+			return true
+		}
+	}
+	return false
+}
+
 func (o *outbox[T]) flushAll() error {
 	o.lastFlush = time.Now()
 	for d := range o.bufs {

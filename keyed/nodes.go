@@ -549,6 +549,30 @@ func (s *sourceTask[T]) add(ctx context.Context, pos map[int32]int64, ps []Posit
 	return nil
 }
 
+// testHookTick, when set, is called on every tick of an operator task.
+var testHookTick func()
+
+// idleWait is how long a source task's poll waits for a first record when
+// the task has nothing to flush. BufferTimeout bounds how long a partial
+// batch waits, so a task holding one polls that often; one holding none
+// has no reason to wake as often, and waking every 5 ms kept an idle job
+// at about a sixth of a core (bench/RESULTS.md, "An idle job"). A trigger,
+// a stop and the idleness check wait for the poll, so the wait stays short
+// beside the checkpoint interval and the idleness time: a quarter of each,
+// at most 100 ms (Kafka Streams' poll.ms default, StreamsConfig), never
+// below BufferTimeout.
+func idleWait(cfg config, idleness time.Duration) time.Duration {
+	interval := cfg.Checkpoint.Interval
+	if interval == 0 {
+		interval = time.Second
+	}
+	w := min(interval/4, 100*time.Millisecond)
+	if idleness > 0 {
+		w = min(w, idleness/4)
+	}
+	return max(cfg.BufferTimeout, w)
+}
+
 // deadLetter hands an undecodable record to the sink's dead letters under
 // epoch, or fails the job naming it when the sink takes none.
 func (s *sourceTask[T]) deadLetter(ctx context.Context, epoch uint64, b *BadRecord) error {
@@ -570,6 +594,7 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 	}
 	batch := s.r.cfg.BatchSize
 	timeout := s.r.cfg.BufferTimeout
+	idle := idleWait(s.r.cfg, s.idleness)
 	exhausted := false
 	// stopped: the final barrier is out. The task reads no more, but
 	// answers triggers until the run ends: a final checkpoint that aborts
@@ -621,7 +646,11 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 			stopped = stopped || t.final
 			continue
 		}
-		recs, done, err := s.reader.Poll(ctx, batch, timeout)
+		wait := timeout
+		if !s.out.pending() {
+			wait = idle
+		}
+		recs, done, err := s.reader.Poll(ctx, batch, wait)
 		if err != nil {
 			return err
 		}
@@ -739,15 +768,30 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 	timeout := t.r.cfg.BufferTimeout
 	tick := time.NewTicker(timeout)
 	defer tick.Stop()
+	// The tick fires processing-time timers and flushes a partial batch:
+	// without timers it runs only while a flush would send something (see
+	// idleWait for why an idle task should not wake every BufferTimeout).
+	ticking := true
 	for {
 		m, got := stash.pop(t.al)
 		if !got {
+			if want := t.timers != nil || t.out.pending(); want != ticking {
+				if want {
+					tick.Reset(timeout)
+				} else {
+					tick.Stop()
+				}
+				ticking = want
+			}
 			select {
 			case m = <-t.in.ch:
 				if stash.keep(t.al, m) {
 					continue
 				}
 			case <-tick.C:
+				if testHookTick != nil {
+					testHookTick()
+				}
 				if err := t.fireTimers(ProcessingTime, time.Now().UnixMilli()); err != nil {
 					return err
 				}
