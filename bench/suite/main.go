@@ -117,6 +117,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "verify" {
 		os.Exit(verifyMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "watch" {
+		os.Exit(watchMain(os.Args[2:]))
+	}
 	os.Exit(cli(os.Args[1:]))
 }
 
