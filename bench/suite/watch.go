@@ -94,9 +94,17 @@ func ticks(pid int) float64 {
 	if err != nil {
 		return 0
 	}
-	// The fields after the command name, which is in parentheses: utime
-	// and stime are the 14th and 15th of the whole line.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return statTicks(string(b))
+}
+
+// statTicks is utime plus stime of a /proc/PID/stat line: its 14th and
+// 15th fields, counted past the command name, which is in parentheses and
+// may hold spaces and parentheses itself. 0 if the line is short.
+func statTicks(line string) float64 {
+	f := strings.Fields(line[strings.LastIndexByte(line, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
 	u, _ := strconv.ParseFloat(f[11], 64)
 	s, _ := strconv.ParseFloat(f[12], 64)
 	return u + s
