@@ -345,10 +345,13 @@ func TestAbortHangingSparesLive(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- j.Run(failpoint.WithHook(rctx, hook)) }()
 	require.Eventually(t, func() bool { return commits.Load() >= 3 }, time.Minute, 10*time.Millisecond, "%s", &out)
-	// Until the helper sees the job's open transaction (between a commit
-	// and the next record there is none).
+	// Until the helper sees the job's open transaction. Between a commit
+	// and the next record there is none, and the input comes in bursts
+	// (100 records every 100 ms) that an idle source's poll may meet just
+	// before a barrier, which then commits them at once: try for a while,
+	// not a number of times.
 	var report string
-	for i := 0; i < 50 && !strings.Contains(report, "open transaction"); i++ {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && !strings.Contains(report, "open transaction"); time.Sleep(5 * time.Millisecond) {
 		var aborted int
 		report, aborted = f.abortHanging()
 		require.Zero(t, aborted, "a live transaction was taken for a hanging one:\n%s", report)
