@@ -140,7 +140,7 @@ func (o *outbox[T]) add(d int, e element[T]) error {
 // advanced since d last got it: a message with no records carries a
 // watermark alone.
 func (o *outbox[T]) flush(d int) error {
-	if len(o.bufs[d]) == 0 && o.sentWm[d] >= o.wm && o.sentIdle[d] == o.idle {
+	if !o.due(d) {
 		return nil
 	}
 	m := message[T]{elems: o.bufs[d], wm: o.wm, idle: o.idle}
@@ -153,11 +153,16 @@ func (o *outbox[T]) flush(d int) error {
 	return o.dst[d].send(o.stop, o.from[d], m)
 }
 
-// pending reports whether a flush would send anything: records in a
-// partial batch, or a watermark or idleness some downstream has not got.
+// due reports whether flush(d) would send anything: records in a partial
+// batch, or a watermark or idleness downstream d has not got.
+func (o *outbox[T]) due(d int) bool {
+	return len(o.bufs[d]) > 0 || o.sentWm[d] < o.wm || o.sentIdle[d] != o.idle
+}
+
+// pending reports whether a flush would send anything to some downstream.
 func (o *outbox[T]) pending() bool {
 	for d := range o.bufs {
-		if len(o.bufs[d]) > 0 || o.sentWm[d] < o.wm || o.sentIdle[d] != o.idle {
+		if o.due(d) {
 			return true
 		}
 	}

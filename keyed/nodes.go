@@ -556,11 +556,11 @@ var testHookTick func()
 // the task has nothing to flush. BufferTimeout bounds how long a partial
 // batch waits, so a task holding one polls that often; one holding none
 // has no reason to wake as often, and waking every 5 ms kept an idle job
-// at about a sixth of a core (bench/RESULTS.md, "An idle job"). A trigger,
-// a stop and the idleness check wait for the poll, so the wait stays short
-// beside the checkpoint interval and the idleness time: a quarter of each,
-// at most 100 ms (Kafka Streams' poll.ms default, StreamsConfig), never
-// below BufferTimeout.
+// at about a sixth of a core (bench/RESULTS.md, "The idle tenth, and an
+// idle job's wakeups"). A trigger, a stop and the idleness check wait for
+// the poll, so the wait stays short beside the checkpoint interval and the
+// idleness time: a quarter of each, at most 100 ms (Kafka Streams' poll.ms
+// default, StreamsConfig), never below BufferTimeout.
 func idleWait(cfg config, idleness time.Duration) time.Duration {
 	interval := cfg.Checkpoint.Interval
 	if interval == 0 {
