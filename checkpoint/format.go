@@ -13,8 +13,9 @@ import (
 // FormatVersion is the metadata format version this build writes and the
 // newest it reads. Any change to the payload (a new field included) bumps
 // it; decoding rejects newer versions rather than guess. Version 2 added
-// the watermark; version 1 metadata reads as having none.
-const FormatVersion = 2
+// the watermark; version 1 metadata reads as having none. Version 3 added
+// the sources' provenance (Sources); older metadata reads as having none.
+const FormatVersion = 3
 
 // Envelope of every small checksummed object (metadata, the committed
 // marker). The envelope itself never changes across versions:
@@ -134,6 +135,22 @@ type Metadata struct {
 	// had none. A restore starts every operator task from it, so the
 	// job's watermark never goes backwards.
 	Watermark *int64 `json:"watermark,omitempty"`
+	// Sources records where the offsets came from: for each source topic
+	// whose connector knows it, the cluster and the topic's own identity
+	// (Kafka's cluster id and topic id, KIP-516). A restore refuses the
+	// checkpoint when the job now reads a topic of that name elsewhere
+	// (CheckProvenance). Empty in metadata older than format 3.
+	Sources []SourceRef `json:"sources,omitempty"`
+}
+
+// SourceRef is where one source topic's offsets belong: the cluster that
+// serves the topic and the topic's identity there. Offsets mean something
+// only on the same cluster and the same incarnation of the topic: a topic
+// deleted and created again under its name starts its offsets over.
+type SourceRef struct {
+	Topic   string `json:"topic"`
+	Cluster string `json:"cluster,omitempty"` // Kafka's cluster id
+	TopicID string `json:"topicId,omitempty"` // Kafka's topic id (KIP-516)
 }
 
 // PartitionOffset is the next offset to read from one source partition.
@@ -183,6 +200,16 @@ func (m *Metadata) validate() error {
 			return fmt.Errorf("duplicate offset for %s[%d]", o.Topic, o.Partition)
 		}
 		seenTP[tp{o.Topic, o.Partition}] = true
+	}
+	seenSrc := make(map[string]bool, len(m.Sources))
+	for _, src := range m.Sources {
+		if src.Topic == "" || (src.Cluster == "" && src.TopicID == "") {
+			return fmt.Errorf("invalid source %+v: a topic, and a cluster or topic id", src)
+		}
+		if seenSrc[src.Topic] {
+			return fmt.Errorf("duplicate source %q", src.Topic)
+		}
+		seenSrc[src.Topic] = true
 	}
 	seenFile := make(map[string]bool, len(m.Files))
 	for _, f := range m.Files {

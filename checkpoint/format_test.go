@@ -26,6 +26,7 @@ func testMetadata() *Metadata {
 			{Name: StateFileName("0123456789abcdef", 42, "count", 11), Size: 0, CRC32C: 0, Operator: "count", KeyGroup: 11},
 		},
 		Operators: []OperatorRef{{Name: "count", Type: "keyed.ValueState[int64]", SchemaFingerprint: "abc"}},
+		Sources:   []SourceRef{{Topic: "events", Cluster: "cZ1", TopicID: "tA2"}},
 	}
 }
 
@@ -61,6 +62,11 @@ func TestMetadataRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, got.Version)
 	require.Nil(t, got.Watermark)
+
+	// Version 2 metadata has no sources: it restores unchecked.
+	got, err = DecodeMetadata("v2.meta", reframe(metaMagic, 2, []byte(`{"run":"a","maxParallelism":3,"created":"2020-01-01T00:00:00Z","offsets":[{"topic":"t","partition":0,"offset":5}]}`)))
+	require.NoError(t, err)
+	require.Empty(t, got.Sources)
 }
 
 func TestEncodeMetadataInvalid(t *testing.T) {
@@ -83,6 +89,9 @@ func TestEncodeMetadataInvalid(t *testing.T) {
 		{"duplicate file", func(m *Metadata) { m.Files[1] = m.Files[0] }},
 		{"negative size", func(m *Metadata) { m.Files[0].Size = -1 }},
 		{"bad operator name", func(m *Metadata) { m.Operators[0].Name = "a b" }},
+		{"source without topic", func(m *Metadata) { m.Sources[0].Topic = "" }},
+		{"source without ids", func(m *Metadata) { m.Sources[0] = SourceRef{Topic: "events"} }},
+		{"duplicate source", func(m *Metadata) { m.Sources = append(m.Sources, m.Sources[0]) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := testMetadata()

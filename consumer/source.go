@@ -881,3 +881,51 @@ func (s *Source) Behind(ctx context.Context, tp TopicPartition) (bool, error) {
 	}
 	return lso < hw, nil
 }
+
+// Identity returns the id of the cluster that serves topic and the topic's
+// id there (Kafka's cluster id, and its topic id, KIP-516): offsets mean
+// something only on the same cluster and the same incarnation of a topic,
+// and a topic deleted and created again under its name gets a new id.
+// Either is "" when the cluster does not give it. Transient errors are
+// retried within the request timeout, as for Partitions.
+func (s *Source) Identity(ctx context.Context, topic string) (cluster, topicID string, err error) {
+	a, err := kafka.NewAdminClientFromConsumer(s.c)
+	if err != nil {
+		return "", "", fmt.Errorf("consumer: admin client: %w", err)
+	}
+	defer a.Close()
+	err = s.retry(ctx, fmt.Sprintf("cluster id and topic id of topic %q", topic), func() error {
+		cctx, cancel := context.WithTimeout(ctx, time.Duration(s.timeoutMs(ctx))*time.Millisecond)
+		defer cancel()
+		cl, err := a.DescribeCluster(cctx)
+		if err != nil {
+			return err
+		}
+		res, err := a.DescribeTopics(cctx, kafka.NewTopicCollectionOfTopicNames([]string{topic}))
+		if err != nil {
+			return err
+		}
+		if len(res.TopicDescriptions) != 1 {
+			return fmt.Errorf("%d descriptions of one topic", len(res.TopicDescriptions))
+		}
+		d := res.TopicDescriptions[0]
+		switch d.Error.Code() {
+		case kafka.ErrNoError:
+		case kafka.ErrUnknownTopicOrPart, kafka.ErrUnknownTopic:
+			return fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+		default:
+			return d.Error
+		}
+		if cl.ClusterID != nil {
+			cluster = *cl.ClusterID
+		}
+		if d.TopicID.GetMostSignificantBits() != 0 || d.TopicID.GetLeastSignificantBits() != 0 {
+			topicID = d.TopicID.String()
+		}
+		return nil
+	})
+	if err != nil {
+		return "", "", err
+	}
+	return cluster, topicID, nil
+}

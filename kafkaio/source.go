@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
 )
@@ -47,7 +48,8 @@ type SourceOpt func(*sourceConfig)
 // consumer.Earliest (default), consumer.Latest, consumer.AtTime,
 // consumer.AtOffsets or consumer.FromGroup. It is resolved once, to the
 // concrete offsets of checkpoint 0; a restore always reads on from the
-// checkpoint's offsets.
+// checkpoint's offsets (or, with keyed.Failover, from StartFrom again when
+// the checkpoint was taken on another cluster or topic).
 func StartFrom(s consumer.Start) SourceOpt { return func(c *sourceConfig) { c.start = s } }
 
 // Bounded makes the source end where the topic ends when the source first
@@ -124,6 +126,23 @@ func (k *Source[T]) Partitions(ctx context.Context) ([]int32, error) {
 	defer c.Close()
 	ps, err := c.Partitions(ctx, k.topic)
 	return ps, classify(err)
+}
+
+// Provenance implements keyed.Identified: the cluster id of the brokers
+// the source reads and the topic's id there (KIP-516). Checkpoints record
+// them, and a restore onto another cluster or a recreated topic is refused
+// (checkpoint.ErrProvenance).
+func (k *Source[T]) Provenance(ctx context.Context) (checkpoint.SourceRef, error) {
+	c, err := k.consumer()
+	if err != nil {
+		return checkpoint.SourceRef{}, err
+	}
+	defer c.Close()
+	cluster, id, err := c.Identity(ctx, k.topic)
+	if err != nil {
+		return checkpoint.SourceRef{}, classify(err)
+	}
+	return checkpoint.SourceRef{Topic: k.topic, Cluster: cluster, TopicID: id}, nil
 }
 
 // Start implements keyed.Source: for a fresh start, each partition's

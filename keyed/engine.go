@@ -53,6 +53,10 @@ type restoreState struct {
 	maxP      int
 	positions map[string]map[int32]int64 // topic -> partition -> offset
 	scaled    []scaledRestore            // one of several processes: the checkpoints the assigned partitions' records name
+	// failover: the restored checkpoint was taken on another cluster or
+	// topic (Failover): its state is restored, its offsets are not, and
+	// every source starts from its start setting.
+	failover bool
 }
 
 // watermark is the watermark the run starts its operator tasks from: the
@@ -112,7 +116,11 @@ type run struct {
 	store checkpoint.Storage
 	runID string
 	log   *slog.Logger
+	warn  *slog.Logger   // what the user must see with no Logger given (config.warnLog)
 	fp    failpoint.Hook // failure injection (tests); nil otherwise
+	// sources is where the job's sources read now (Identified), recorded
+	// in every checkpoint of the run.
+	sources []checkpoint.SourceRef
 	// stop is closed when the run ends (its context is cancelled): every
 	// task and helper goroutine returns.
 	stop   <-chan struct{}
@@ -479,10 +487,13 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp fa
 	}
 	rctx, cancel := context.WithCancelCause(wctx)
 	defer cancel(nil)
-	r := &run{assigned: assigned, changed: changed, j: j, cfg: j.cfg, store: store, runID: newRunID(), log: j.cfg.Logger.With("job", j.name), fp: fp, stop: rctx.Done(), cancel: cancel,
+	r := &run{assigned: assigned, changed: changed, j: j, cfg: j.cfg, store: store, runID: newRunID(), log: j.cfg.Logger.With("job", j.name), warn: j.cfg.warnLog.With("job", j.name), fp: fp, stop: rctx.Done(), cancel: cancel,
 		acks: make(chan ack, 64), exhausted: make(chan int, 64), failures: make(chan error, 1), align: &alignmentStats{}}
 	sctx, scancel := context.WithTimeout(rctx, time.Minute)
 	defer scancel()
+	if r.sources, err = j.provenance(sctx); err != nil {
+		return false, err
+	}
 	restore := j.restore
 	if assigned != nil {
 		restore = j.restoreAssigned
@@ -513,6 +524,27 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp fa
 	j.statsMu.Unlock()
 	r.align.mu.Unlock()
 	return progressed, err
+}
+
+// provenance asks every Identified source where it reads now.
+func (j *Job) provenance(ctx context.Context) ([]checkpoint.SourceRef, error) {
+	var refs []checkpoint.SourceRef
+	for _, s := range j.sources {
+		id, ok := s.sourceValue().(Identified)
+		if !ok {
+			continue
+		}
+		ref, err := id.Provenance(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("keyed: job %s: source %q: which cluster and topic id it reads: %w", j.name, s.sourceName(), err)
+		}
+		if ref.Topic == "" {
+			ref.Topic = s.topic()
+		}
+		refs = append(refs, ref)
+	}
+	sort.Slice(refs, func(a, b int) bool { return refs[a].Topic < refs[b].Topic })
+	return refs, nil
 }
 
 // restore decides the checkpoint to start from (DESIGN.md, "Start"): the
@@ -546,49 +578,110 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 	if err != nil {
 		// What is on disk and what the sink recorded disagree: no restart
 		// can mend that.
-		return nil, Permanent(fmt.Errorf("keyed: job %s: %w", j.name, err))
+		return nil, Permanent(fmt.Errorf("keyed: job %s: %w; %s", j.name, err, j.waysForward(err)))
 	}
-	r.log.Info("keyed: recovery", "run", r.runID, "decision", d.Note, "checkpoint", d.Ref.String())
+	switch {
+	case d.Action == checkpoint.Restore && rec == nil:
+		// Kafka holds no record: nothing outside this directory says the
+		// checkpoint belongs to this cluster and topics. Said whatever the
+		// Logger, since a wrong guess here skips or repeats input.
+		r.warn.Warn("keyed: restoring from the local committed marker: the sink's system holds no commit record for this job (expired after offsets.retention.minutes, deleted, or another cluster)",
+			"run", r.runID, "checkpoint", d.Ref.String(), "storage", j.storageName(), "decision", d.Note)
+	default:
+		r.log.Info("keyed: recovery", "run", r.runID, "decision", d.Note, "checkpoint", d.Ref.String())
+	}
 	if err := r.point(failpoint.DuringRestore); err != nil {
 		return nil, err
 	}
 	rs := &restoreState{positions: map[string]map[int32]int64{}}
-	if d.Action == checkpoint.Restore {
-		m, files, err := checkpoint.ReadCheckpoint(r.store, d.Ref.Run, d.Ref.ID)
-		if err != nil {
-			return nil, Permanent(err)
+	if d.Action != checkpoint.Restore {
+		rs.fresh = true
+		return rs, nil
+	}
+	m, files, err := checkpoint.ReadCheckpoint(r.store, d.Ref.Run, d.Ref.ID)
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("keyed: job %s: %w; %s", j.name, err, j.waysForward(checkpoint.ErrCommittedMissing)))
+	}
+	// Before anything of the checkpoint is used: were its offsets read
+	// where the job reads now?
+	if rs.failover, err = r.checkProvenance(m); err != nil {
+		return nil, err
+	}
+	if rec != nil && !d.Fallback && !rs.failover {
+		// Offsets and commit record were committed together: anything
+		// else means something other than this job moved them.
+		if err := checkpoint.CheckOffsets(rec.Where, d.Ref, m.Offsets, rec.Offsets); err != nil {
+			return nil, Permanent(fmt.Errorf("keyed: job %s: %w", j.name, err))
 		}
-		if rec != nil && !d.Fallback {
-			// Offsets and commit record were committed together: anything
-			// else means something other than this job moved them.
-			if err := checkpoint.CheckOffsets(rec.Where, d.Ref, m.Offsets, rec.Offsets); err != nil {
-				return nil, Permanent(fmt.Errorf("keyed: job %s: %w", j.name, err))
-			}
-		}
-		if j.cfg.MaxParallelism != 0 && j.cfg.MaxParallelism != m.MaxParallelism {
-			return nil, Permanent(fmt.Errorf("keyed: job %s: max parallelism %d set, but checkpoint %s has %d; it cannot change across a restore (leave it 0 to adopt the checkpoint's)",
-				j.name, j.cfg.MaxParallelism, m.Ref(), m.MaxParallelism))
-		}
-		rs.meta, rs.files, rs.maxP = m, files, m.MaxParallelism
+	}
+	if j.cfg.MaxParallelism != 0 && j.cfg.MaxParallelism != m.MaxParallelism {
+		return nil, Permanent(fmt.Errorf("keyed: job %s: max parallelism %d set, but checkpoint %s has %d; it cannot change across a restore (leave it 0 to adopt the checkpoint's)",
+			j.name, j.cfg.MaxParallelism, m.Ref(), m.MaxParallelism))
+	}
+	rs.meta, rs.files, rs.maxP = m, files, m.MaxParallelism
+	if !rs.failover {
 		for _, o := range m.Offsets {
 			if rs.positions[o.Topic] == nil {
 				rs.positions[o.Topic] = map[int32]int64{}
 			}
 			rs.positions[o.Topic][o.Partition] = o.Offset
 		}
-		if d.Fallback {
-			r.log.Warn("keyed: restoring an older checkpoint; output after it will be repeated", "note", d.Note)
-		}
-		return rs, nil
 	}
-	rs.fresh = true
+	if d.Fallback {
+		r.warn.Warn("keyed: restoring an older checkpoint; output after it will be repeated", "note", d.Note)
+	}
 	return rs, nil
+}
+
+// checkProvenance refuses checkpoint m when it read a source on another
+// cluster or from an earlier incarnation of the topic than the run reads
+// now (checkpoint.CheckProvenance), unless the job fails over (Failover):
+// failover then reports that m's state is restored without its offsets.
+// A checkpoint that records no provenance restores as before, with a
+// warning.
+func (r *run) checkProvenance(m *checkpoint.Metadata) (failover bool, err error) {
+	unknown, perr := checkpoint.CheckProvenance(m, r.sources)
+	if len(unknown) > 0 {
+		r.warn.Warn("keyed: the restored checkpoint does not record which cluster and topic ids its offsets belong to (written before kord recorded them): restoring it unchecked",
+			"checkpoint", m.Ref().String(), "topics", unknown)
+	}
+	if perr == nil {
+		return false, nil
+	}
+	if !r.cfg.Failover || r.assigned != nil {
+		return false, Permanent(fmt.Errorf("keyed: job %s: restore refused: %w; %s", r.j.name, perr, r.j.provenanceWays()))
+	}
+	r.warn.Warn("keyed: failover: restoring the keyed state of a checkpoint taken on another cluster or topic; every source starts from its start setting, not from the checkpoint's offsets",
+		"checkpoint", m.Ref().String(), "err", perr)
+	return true, nil
+}
+
+// provenanceWays says what a user can do when a restore is refused for
+// its provenance.
+func (j *Job) provenanceWays() string {
+	if j.membership() != nil {
+		return fmt.Sprintf("to start over, delete the job's checkpoints in %s and its commit group (Job.Forget); a job of several processes cannot fail over with its state", j.storageName())
+	}
+	return fmt.Sprintf("to start over, delete the job's checkpoints in %s and its commit group (Job.Forget); "+
+		"to keep the keyed state and read the sources from their start setting instead of the old offsets (a planned failover to a replica cluster), run with keyed.Failover()", j.storageName())
+}
+
+// waysForward says what a user can do when the checkpoint to restore is
+// missing, corrupt or unknown.
+func (j *Job) waysForward(err error) string {
+	switch {
+	case errors.Is(err, checkpoint.ErrCommittedMissing):
+		return fmt.Sprintf("to go on, restore the newest older checkpoint and accept that the output after it is written again (keyed.AcceptDuplicates), or start over from the sources' start (Job.Forget deletes the checkpoints in %s and the commit group)", j.storageName())
+	case errors.Is(err, checkpoint.ErrAmbiguous):
+		return fmt.Sprintf("to go on, restore the local marker's checkpoint and accept that output may be written again (keyed.AcceptDuplicates), or start over from the sources' start (Job.Forget deletes the checkpoints in %s and the commit group)", j.storageName())
+	}
+	return fmt.Sprintf("to start over, Job.Forget deletes the checkpoints in %s and the commit group", j.storageName())
 }
 
 // freshStart writes checkpoint 0 (start offsets, no state) and commits it
 // through the sink; it is called by build once the partitions are known.
 func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkpoint.PartitionOffset) error {
-	m := &checkpoint.Metadata{Run: r.runID, ID: 0, Created: time.Now(), MaxParallelism: rs.maxP, Offsets: offsets, Operators: []checkpoint.OperatorRef{r.opRef}}
+	m := &checkpoint.Metadata{Run: r.runID, ID: 0, Created: time.Now(), MaxParallelism: rs.maxP, Offsets: offsets, Operators: []checkpoint.OperatorRef{r.opRef}, Sources: r.sources}
 	if err := checkpoint.WriteCheckpoint(r.store, m, nil); err != nil {
 		return err
 	}
@@ -676,7 +769,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					}
 					return c.offsets[a].Partition < c.offsets[b].Partition
 				})
-				m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: maxP, Offsets: c.offsets, Files: c.files, Operators: dedupRefs(append(c.refs, r.opRef))}
+				m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: maxP, Offsets: c.offsets, Files: c.files, Operators: dedupRefs(append(c.refs, r.opRef)), Sources: r.sources}
 				if c.wm != noTime && c.wm != endOfTime {
 					wm := c.wm
 					m.Watermark = &wm

@@ -220,6 +220,18 @@ type Source[T any] interface {
 	Reader(ctx context.Context) (Reader[T], error)
 }
 
+// Identified is a Source that knows where its records live beyond the
+// topic's name: the cluster that serves them and the topic's identity
+// there (kafkaio's sources give Kafka's cluster id and topic id, KIP-516).
+// Every checkpoint records it (checkpoint.Metadata.Sources), and a restore
+// refuses a checkpoint whose offsets were read on another cluster or from
+// an earlier incarnation of the topic (checkpoint.ErrProvenance), unless
+// the job is given Failover. The job asks once per run, before it restores
+// anything.
+type Identified interface {
+	Provenance(ctx context.Context) (checkpoint.SourceRef, error)
+}
+
 // OperatorState is implemented by a Sink, or by a source's Reader, that
 // keeps state of its own besides the offsets the engine keeps for it
 // (Flink's operator list state). The state is a list of byte strings,

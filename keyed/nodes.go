@@ -135,11 +135,12 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			}
 		}
 		if len(missing) > 0 {
-			// A fresh start reads from the source's start; a partition the
-			// restored checkpoint does not know appeared later and is read
-			// from its beginning.
+			// A fresh start reads from the source's start, and so does a
+			// failover (its checkpoint's offsets belong elsewhere); a
+			// partition the restored checkpoint does not know appeared
+			// later and is read from its beginning.
 			startFn := s.src.Start
-			if ns, ok := s.src.(NewPartitionStarter); ok && !rs.fresh && r.assigned == nil {
+			if ns, ok := s.src.(NewPartitionStarter); ok && !rs.fresh && !rs.failover && r.assigned == nil {
 				startFn = ns.StartNew
 			}
 			start, err := startFn(ctx, missing)
@@ -264,7 +265,8 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t], extract: s.extract,
 				watermarks: s.watermarks, lateness: s.lateness.Milliseconds(), newest: map[int32]int64{},
 				idleness: s.idleness, heard: map[int32]time.Time{}, asked: map[int32]time.Time{}, behind: map[int32]bool{},
-				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch, name: s.name, instance: t}
+				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch, name: s.name, instance: t,
+				restored: !rs.fresh && !rs.failover}
 			if d, ok := j.sink.(*sinkOf[O]).sink.(DeadLetterSink); ok && d.TakesDeadLetters() {
 				st.dead = d
 			}
@@ -358,6 +360,8 @@ type sourceTask[T any] struct {
 	adds        chan []Position // discovered partitions for this task
 	name        string          // the source's name
 	instance    int             // this task's index among the source's
+	restored    bool            // its positions come from a restored checkpoint
+	read        int64           // records read this run
 	extract     func(v T, recordTime time.Time) time.Time
 	// Watermarks (Stream.Watermarks): the newest time seen per partition.
 	watermarks bool
@@ -573,6 +577,20 @@ func idleWait(cfg config, idleness time.Duration) time.Duration {
 	return max(cfg.BufferTimeout, w)
 }
 
+// emptyRestore says, whatever the Logger, that a bounded input ended
+// before this task read a record because the restored checkpoint's offsets
+// were already at its end: a job pointed at a new topic or cluster with an
+// old checkpoint that records no provenance would otherwise write nothing
+// and return nil without a word.
+func (s *sourceTask[T]) emptyRestore(pos map[int32]int64) {
+	offsets := make([]string, 0, len(s.positions))
+	for _, p := range s.positions {
+		offsets = append(offsets, fmt.Sprintf("%s[%d]@%d", s.topic, p.Partition, pos[p.Partition]))
+	}
+	s.r.warn.Warn("keyed: the bounded input ended before any record was read: the restored checkpoint's offsets are already at its end, so this run reads nothing (to read the input again, start over with Job.Forget)",
+		"source", s.name, "task", s.instance, "offsets", strings.Join(offsets, " "))
+}
+
 // deadLetter hands an undecodable record to the sink's dead letters under
 // epoch, or fails the job naming it when the sink takes none.
 func (s *sourceTask[T]) deadLetter(ctx context.Context, epoch uint64, b *BadRecord) error {
@@ -654,6 +672,7 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		s.read += int64(len(recs))
 		for i := range recs {
 			rec := &recs[i]
 			if rec.Bad != nil {
@@ -706,6 +725,9 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 		}
 		if done && !exhausted {
 			exhausted = true
+			if s.read == 0 && s.restored && len(s.positions) > 0 {
+				s.emptyRestore(pos)
+			}
 			if s.watermarks {
 				s.out.advance(endOfTime) // a bounded input's end: every time has passed
 			}

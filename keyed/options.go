@@ -30,9 +30,14 @@ type config struct {
 	PartitionDisc    time.Duration
 	Credits          int
 	AcceptDuplicates bool
+	Failover         bool
 	Logger           *slog.Logger
-	StopTimeout      time.Duration
-	errs             []error
+	// warnLog receives what a user must see even with no Logger given:
+	// a restore that had to guess, a bounded run that read nothing. The
+	// Logger when given, else slog.Default().
+	warnLog     *slog.Logger
+	StopTimeout time.Duration
+	errs        []error
 }
 
 func (c config) withDefaults() config {
@@ -58,7 +63,10 @@ func (c config) withDefaults() config {
 		c.PartitionDisc = 30 * time.Second
 	}
 	if c.Logger == nil {
+		c.warnLog = slog.Default()
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	} else {
+		c.warnLog = c.Logger
 	}
 	if c.StopTimeout <= 0 {
 		c.StopTimeout = c.Checkpoint.Timeout
@@ -84,6 +92,13 @@ const EnvStateDir = "KORD_STATE_DIR"
 // which checkpoint committed, and a job whose directory lost that
 // checkpoint stops with checkpoint.ErrCommittedMissing. To start a job
 // over from nothing, see Job.Forget.
+//
+// The directory belongs to the job's name, not to a cluster: a job run
+// with the same name against another cluster, or after its input topic was
+// deleted and created again, finds the old checkpoints here. Each
+// checkpoint records the cluster id and the topic ids it read (Identified
+// sources), and such a restore is refused with checkpoint.ErrProvenance
+// rather than read the new topic from the old offsets; see Failover.
 func DefaultDir(name string) string {
 	if d := os.Getenv(EnvStateDir); d != "" {
 		return filepath.Join(d, name)
@@ -183,6 +198,24 @@ func RestartStrategy(r Restart) Opt { return func(c *config) { c.Restart = r } }
 // checkpoint is then written again. Default off: such a job stops with
 // checkpoint.ErrCommittedMissing or checkpoint.ErrAmbiguous.
 func AcceptDuplicates() Opt { return func(c *config) { c.AcceptDuplicates = true } }
+
+// Failover lets a job restore a checkpoint taken on another cluster, or
+// before a source topic was deleted and created again (a restore that is
+// otherwise refused with checkpoint.ErrProvenance): the keyed state and
+// operator state are restored, but every source is read from its start
+// (its own start setting, kafkaio.StartFrom, as on a fresh start) instead
+// of from the checkpoint's offsets, which mean nothing on the new topic.
+// For a planned move to a replica cluster, where state is worth keeping:
+// the input the new start covers is applied on top of the old state, so
+// choose the start to meet the old offsets (MirrorMaker's translated
+// offsets, a time with kafkaio.StartFrom(consumer.AtTime)). Until the
+// first checkpoint on the new cluster commits, a restart resolves the
+// start again. The move is logged at WARN; once the job has committed on
+// the new cluster the option does nothing there, and may be removed. Not
+// for a job on several processes: their checkpoints are named by records
+// that live on the cluster. Default off. Flink has no such switch: its
+// Kafka source restores the old offsets as they are.
+func Failover() Opt { return func(c *config) { c.Failover = true } }
 
 // StopTimeout bounds a graceful stop (the context given to Run done): the
 // final checkpoint, and any recovery it needs, must commit within d, or

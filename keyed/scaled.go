@@ -69,6 +69,12 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 			return nil, Permanent(fmt.Errorf("keyed: job %s: %s[%d]'s record (%s) names checkpoint %s: %w (is the checkpoint directory %s shared by every process of the job?)",
 				j.name, parts[0].Topic, parts[0].Partition, rec.Where, ref, err, j.cfg.Dir))
 		}
+		// Before anything of it is used: were its offsets read where this
+		// process reads now? (No failover here: the records that name
+		// checkpoints live on the cluster.)
+		if _, err := r.checkProvenance(m); err != nil {
+			return nil, err
+		}
 		take := map[int]bool{}
 		for _, pr := range parts {
 			at, ok := offsetOf(m.Offsets, pr.Topic, pr.Partition)

@@ -14,6 +14,8 @@ package kordtest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"time"
@@ -64,7 +66,12 @@ func NewCluster(options ...Opt) (*Cluster, error) {
 		return nil, fmt.Errorf("kordtest: Brokers(%d): want at least 1", o.brokers)
 	}
 	ports := make([]int, o.brokers) // 0: any free port
-	f, err := kfake.NewCluster(kfake.NumBrokers(o.brokers), kfake.Ports(ports...))
+	// Each cluster gets an id of its own, as a real cluster does (kfake's
+	// default is one fixed id): a job's checkpoints record it, and a
+	// restore onto another cluster is refused.
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	f, err := kfake.NewCluster(kfake.NumBrokers(o.brokers), kfake.Ports(ports...), kfake.ClusterID("kordtest-"+base64.RawURLEncoding.EncodeToString(id[:])))
 	if err != nil {
 		return nil, fmt.Errorf("kordtest: start the cluster: %w", err)
 	}

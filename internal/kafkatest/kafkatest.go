@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -170,4 +171,38 @@ func (c *Cluster) ReadAll(t testing.TB, topic string, want int, readCommitted bo
 		out = append(out, fs.Records()...)
 	}
 	return out
+}
+
+// RecreateTopic deletes topic and creates it again under its name with
+// partitions partitions: a new incarnation, with a new topic id (KIP-516)
+// and its offsets starting over. It waits until the create succeeds (a
+// real broker removes a deleted topic in the background) and every
+// partition has a leader.
+func (c *Cluster) RecreateTopic(t testing.TB, topic string, partitions int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrDeleteTopicsRequest()
+	rt := kmsg.NewDeleteTopicsRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	req.TopicNames = []string{topic}
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(ctx, c.Client(t))
+	if err == nil && len(resp.Topics) == 1 {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("delete topic %s: %v", topic, err)
+	}
+	for {
+		err := kordtest.CreateTopic(ctx, strings.Split(c.Brokers, ","), topic, partitions, nil)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, kerr.TopicAlreadyExists) || ctx.Err() != nil {
+			t.Fatalf("create topic %s again: %v", topic, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
