@@ -177,4 +177,3 @@ func produceTo(t *testing.T, brokers, topic string, n int) {
 	}
 	require.NoError(t, p.Flush(ctx))
 }
-
