@@ -436,6 +436,9 @@ func TestRestoreFailsClearly(t *testing.T) {
 		require.ErrorIs(t, err, checkpoint.ErrCommittedMissing)
 		require.ErrorIs(t, err, keyed.ErrPermanent)
 		require.Contains(t, err.Error(), newest)
+		// And what the user can do about it.
+		require.Contains(t, err.Error(), "keyed.AcceptDuplicates")
+		require.Contains(t, err.Error(), "Job.Forget")
 
 		// Delete it: same.
 		require.NoError(t, os.Remove(filepath.Join(bad, newest)))

@@ -132,7 +132,9 @@ func TestForget(t *testing.T) {
 
 	// The directory lost: the job refuses to guess.
 	lost := newJob(t, []keyed.Opt{keyed.Dir(filepath.Join(t.TempDir(), "elsewhere"))}, src, sink, false, 1, 1)
-	require.ErrorIs(t, lost.Run(context.Background()), checkpoint.ErrCommittedMissing)
+	err := lost.Run(context.Background())
+	require.ErrorIs(t, err, checkpoint.ErrCommittedMissing)
+	require.Contains(t, err.Error(), "restore the newest older checkpoint and accept that the output after it is written again (keyed.AcceptDuplicates), or start over")
 
 	require.NoError(t, build().Forget(context.Background()))
 	before := len(sink.Committed())
