@@ -1,3 +1,5 @@
+//go:build kordfailpoints
+
 package kafkaio_test
 
 import (

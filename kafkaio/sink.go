@@ -13,7 +13,6 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
 )
@@ -596,7 +595,7 @@ func (s *Sink[T]) DeadLetter(ctx context.Context, epoch uint64, b keyed.BadRecor
 // In exactly-once mode any other failure ends the producer's use (s.err):
 // a transaction missing a record must never commit. Called with s.mu held.
 func (s *Sink[T]) produce(ctx context.Context, rec producer.Record[[]byte, []byte]) error {
-	if s.exactlyOnce() && failpoint.Active(failpoint.SimProduceUnknown) {
+	if s.exactlyOnce() && simulated(simProduceUnknown) {
 		// The record goes out, but the job is told its outcome is unknown.
 		err := s.p.Produce(ctx, rec, nil)
 		return s.failed(keyed.OutcomeUnknown(fmt.Errorf("produce to %s: simulated unknown outcome (produce returned %v)", rec.Topic, err)))
@@ -721,7 +720,7 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 		s.wake()
 		return s.err
 	}
-	fp := failpoint.HookOf(ctx)
+	fp := pointsOf(ctx)
 	// The transaction carries the output of every epoch ≤ ref.ID. After an
 	// aborted checkpoint some of it still waits in the buffer (the epoch
 	// after the aborted barrier): it goes in now, or it would commit only
@@ -729,21 +728,21 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 	if err := s.drain(ctx, ref.ID); err != nil {
 		return err
 	}
-	if err := fp.Point(failpoint.BeforeSendOffsets); err != nil {
+	if err := fp.point(pointBeforeSendOffsets); err != nil {
 		return err
 	}
-	if failpoint.Active(failpoint.SimAbortUnknown) {
+	if simulated(simAbortUnknown) {
 		// The abort path (as after an abortable error), its answer lost.
 		sctx, cancel := context.WithTimeout(ctx, time.Millisecond)
 		aerr := s.p.AbortTransaction(sctx)
 		cancel()
 		return fail("abort", fmt.Errorf("simulated unknown abort outcome (abort returned %v)", aerr))
 	}
-	if failpoint.Active(failpoint.ForceAbort) {
+	if simulated(forceAbort) {
 		aerr := s.p.AbortTransaction(ctx)
 		return fail("abort", fmt.Errorf("forced abort path (abort returned %v)", aerr))
 	}
-	if failpoint.Active(failpoint.SimSendOffsetsUnknown) {
+	if simulated(simSendOffsetsUnknown) {
 		sctx, cancel := context.WithTimeout(ctx, time.Millisecond)
 		err := s.sendOffsets(sctx, group, offs)
 		cancel()
@@ -752,14 +751,14 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 	if err := s.unlocked(func() error { return s.sendOffsets(ctx, group, offs) }); err != nil {
 		return fail("send offsets", s.abortIfRequired(ctx, err))
 	}
-	if err := s.unlocked(func() error { return fp.Point(failpoint.AfterSendOffsets) }); err != nil {
+	if err := s.unlocked(func() error { return fp.point(pointAfterSendOffsets) }); err != nil {
 		return err
 	}
-	if failpoint.Active(failpoint.SimCommitStall) {
+	if simulated(simCommitStall) {
 		<-ctx.Done()
 		return fail("commit", fmt.Errorf("simulated stalled commit: %w", context.Cause(ctx)))
 	}
-	if failpoint.Active(failpoint.SimCommitUnknown) {
+	if simulated(simCommitUnknown) {
 		sctx, cancel := context.WithTimeout(ctx, time.Millisecond)
 		err := s.p.CommitTransaction(sctx)
 		cancel()

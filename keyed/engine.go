@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
-	"github.com/kordproject/kord/internal/failpoint"
 )
 
 // Type-erased graph nodes; the generic ones below implement them.
@@ -116,8 +115,8 @@ type run struct {
 	store checkpoint.Storage
 	runID string
 	log   *slog.Logger
-	warn  *slog.Logger   // what the user must see with no Logger given (config.warnLog)
-	fp    failpoint.Hook // failure injection (tests); nil otherwise
+	warn  *slog.Logger // what the user must see with no Logger given (config.warnLog)
+	fp    points       // failure points (tests' builds); nil otherwise
 	// sources is where the job's sources read now (Identified), recorded
 	// in every checkpoint of the run.
 	sources []checkpoint.SourceRef
@@ -203,8 +202,8 @@ func (r *run) ack(a ack) {
 	}
 }
 
-// point passes a failure point (see internal/failpoint).
-func (r *run) point(name string) error { return r.fp.Point(name) }
+// point passes a failure point (points.go).
+func (r *run) point(name string) error { return r.fp.point(name) }
 
 // Run runs the job until every source has ended (bounded sources: a final
 // checkpoint is committed, then Run returns nil), ctx is done (a graceful
@@ -213,7 +212,7 @@ func (r *run) point(name string) error { return r.fp.Point(name) }
 // restart and each recovery restores the checkpoint the sink recorded as
 // committed, with a new incarnation of the sink.
 func (j *Job) Run(ctx context.Context) (err error) {
-	if err := failpoint.Err(); err != nil {
+	if err := pointsErr(); err != nil {
 		return fmt.Errorf("keyed: job %s: %w", j.name, err)
 	}
 	if err := j.Validate(); err != nil {
@@ -224,7 +223,7 @@ func (j *Job) Run(ctx context.Context) (err error) {
 	// Run resets it again.
 	if c, ok := j.sink.sinkValue().(io.Closer); ok {
 		defer func() {
-			if errors.Is(err, failpoint.ErrCrashed) {
+			if crashed(err) {
 				return // as if the process had died: nothing is closed
 			}
 			if cerr := c.Close(); cerr != nil {
@@ -237,7 +236,7 @@ func (j *Job) Run(ctx context.Context) (err error) {
 		return err
 	}
 	defer closeStore()
-	fp := failpoint.HookOf(ctx)
+	fp := pointsOf(ctx)
 	// The work goes on after ctx is done, for the final checkpoint, until
 	// the stop deadline.
 	wctx, endWork := stopContext(ctx, j.cfg.StopTimeout)
@@ -264,7 +263,7 @@ func (j *Job) Run(ctx context.Context) (err error) {
 			}
 			return fmt.Errorf("keyed: job %s: %w after %v (%w); the next start recovers from what the sink recorded", j.name, ErrStopTimeout, j.cfg.StopTimeout, err)
 		}
-		if errors.Is(err, failpoint.ErrCrashed) || errors.Is(err, ErrPermanent) {
+		if crashed(err) || errors.Is(err, ErrPermanent) {
 			return err
 		}
 		if progressed {
@@ -443,7 +442,7 @@ func (j *Job) commitTimeout() time.Duration {
 // runOnce runs one attempt. ctx done asks for a graceful stop; wctx bounds
 // the work (see stopContext). progressed reports that a checkpoint
 // committed during it.
-func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp failpoint.Hook) (progressed bool, err error) {
+func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp points) (progressed bool, err error) {
 	// Startup is not cut short by a stop request (the job then stops with
 	// a final checkpoint), except when the sink cannot start: a stop then
 	// ends the wait for the brokers after a short grace.
@@ -590,7 +589,7 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 	default:
 		r.log.Info("keyed: recovery", "run", r.runID, "decision", d.Note, "checkpoint", d.Ref.String())
 	}
-	if err := r.point(failpoint.DuringRestore); err != nil {
+	if err := r.point(pointDuringRestore); err != nil {
 		return nil, err
 	}
 	rs := &restoreState{positions: map[string]map[int32]int64{}}
@@ -696,10 +695,22 @@ func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkp
 		r.log.Warn("keyed: local committed marker", "err", err)
 	}
 	r.log.Debug("keyed: checkpoint committed", "run", r.runID, "checkpoint", 0)
-	if err := r.point(failpoint.AfterFreshCommitted); err != nil {
+	if err := r.point(pointAfterFreshCommitted); err != nil {
 		return err
 	}
 	rs.meta = m
+	return r.onCommit(0)
+}
+
+// onCommit calls the job's OnCommit function, if any, for checkpoint id,
+// which has committed.
+func (r *run) onCommit(id uint64) error {
+	if r.cfg.OnCommit == nil {
+		return nil
+	}
+	if err := r.cfg.OnCommit(id); err != nil {
+		return fmt.Errorf("keyed: job %s: OnCommit after checkpoint %d: %w", r.j.name, id, err)
+	}
 	return nil
 }
 
@@ -755,11 +766,11 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 						t <- tr
 					}
 				}
-				if err := r.point(failpoint.AfterBarrier); err != nil {
+				if err := r.point(pointAfterBarrier); err != nil {
 					return false, err
 				}
 			case checkpoint.WriteMetadata:
-				if err := r.point(failpoint.AfterSnapshots); err != nil {
+				if err := r.point(pointAfterSnapshots); err != nil {
 					return false, err
 				}
 				c := pending[e.ID]
@@ -778,12 +789,12 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					r.log.Warn("keyed: checkpoint metadata", "checkpoint", e.ID, "err", err)
 					return apply(lc.MetadataFailed(e.ID, time.Now()))
 				}
-				if err := r.point(failpoint.AfterMetadata); err != nil {
+				if err := r.point(pointAfterMetadata); err != nil {
 					return false, err
 				}
 				return apply(lc.MetadataDurable(e.ID))
 			case checkpoint.Commit:
-				if err := r.point(failpoint.BeforeCommit); err != nil {
+				if err := r.point(pointBeforeCommit); err != nil {
 					return false, err
 				}
 				// The commit is not cut short by a stop request (the final
@@ -797,7 +808,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					lc.CommitFailed(e.ID)
 					return false, fmt.Errorf("keyed: job %s: commit of checkpoint %d: %w", r.j.name, e.ID, err)
 				}
-				if err := r.point(failpoint.AfterCommit); err != nil {
+				if err := r.point(pointAfterCommit); err != nil {
 					return false, err
 				}
 				return apply(lc.CommitDone(e.ID, time.Now()))
@@ -807,7 +818,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				if r.assigned != nil {
 					// Shared storage: no marker (it is one process's), and
 					// retention only within this run (retainRun).
-					if err := r.point(failpoint.AfterMarker); err != nil {
+					if err := r.point(pointAfterMarker); err != nil {
 						return false, err
 					}
 					if err := retainRun(r.store, ref, retained); err != nil {
@@ -815,6 +826,9 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					}
 					r.sweepLater(rctx)
 					delete(pending, e.ID)
+					if err := r.onCommit(e.ID); err != nil {
+						return false, err
+					}
 					break
 				}
 				if err := checkpoint.SetCommitted(r.store, ref); err != nil {
@@ -822,7 +836,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					// matters when that record expires. Report and go on.
 					r.log.Error("keyed: local committed marker", "checkpoint", e.ID, "err", err)
 				}
-				if err := r.point(failpoint.AfterMarker); err != nil {
+				if err := r.point(pointAfterMarker); err != nil {
 					return false, err
 				}
 				if err := checkpoint.Retain(r.store, ref, retained); err != nil {
@@ -830,6 +844,9 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				}
 				r.log.Debug("keyed: checkpoint committed", "run", r.runID, "checkpoint", e.ID)
 				delete(pending, e.ID)
+				if err := r.onCommit(e.ID); err != nil {
+					return false, err
+				}
 			case checkpoint.Abort:
 				r.log.Warn("keyed: checkpoint aborted; its output commits with the next", "checkpoint", e.ID, "reason", e.Reason)
 				delete(pending, e.ID)
@@ -865,7 +882,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 		case a := <-r.acks:
 			if a.err != nil {
 				r.log.Warn("keyed: task declined checkpoint", "task", r.names[a.task], "checkpoint", a.id, "err", a.err)
-				if errors.Is(a.err, failpoint.ErrCrashed) {
+				if crashed(a.err) {
 					return progressed, a.err
 				}
 				effs = lc.TaskFailed(a.id, time.Now())

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
-	"github.com/kordproject/kord/internal/failpoint"
 )
 
 type sourceOf[T any] struct {
@@ -895,7 +894,7 @@ func (t *opTask[T, O]) writeSnapshot(snap *Snapshot, id uint64) ([]checkpoint.Fi
 	if err != nil {
 		return nil, err
 	}
-	if err := t.r.point(failpoint.DuringSnapshotWrite); err != nil {
+	if err := t.r.point(pointDuringSnapshotWrite); err != nil {
 		return nil, err
 	}
 	refs, err := checkpoint.PutAll(t.r.store, files)

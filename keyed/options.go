@@ -31,6 +31,7 @@ type config struct {
 	Credits          int
 	AcceptDuplicates bool
 	Failover         bool
+	OnCommit         func(checkpoint uint64) error
 	Logger           *slog.Logger
 	// warnLog receives what a user must see even with no Logger given:
 	// a restore that had to guess, a bounded run that read nothing. The
@@ -216,6 +217,16 @@ func AcceptDuplicates() Opt { return func(c *config) { c.AcceptDuplicates = true
 // that live on the cluster. Default off. Flink has no such switch: its
 // Kafka source restores the old offsets as they are.
 func Failover() Opt { return func(c *config) { c.Failover = true } }
+
+// OnCommit calls f with each checkpoint's id once the checkpoint has
+// committed (the transaction carrying it committed, with a Kafka sink):
+// the output and state up to it are then final. Checkpoint 0 of a fresh
+// start is one. f runs on the checkpoint coordinator: keep it short. An
+// error from f fails the run as a task's failure does, after the commit,
+// and the restart strategy applies: the next run restores that checkpoint.
+// The examples count commits with it and fail a run on purpose to show a
+// recovery. Default none.
+func OnCommit(f func(checkpoint uint64) error) Opt { return func(c *config) { c.OnCommit = f } }
 
 // StopTimeout bounds a graceful stop (the context given to Run done): the
 // final checkpoint, and any recovery it needs, must commit within d, or

@@ -1,3 +1,5 @@
+//go:build kordfailpoints
+
 package keyed_test
 
 import (

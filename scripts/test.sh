@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test of the project:
-#   gofmt and go vet;
+#   gofmt and go vet, of the plain build and of the build with failure
+#   points (the kordfailpoints tag);
 #   go test -race ./... in kord's module, where each Kafka test runs on the
-#   in-process kfake cluster and on a real Apache Kafka broker;
+#   in-process kfake cluster and on a real Apache Kafka broker, and the
+#   crash and fault tests (files built only with the tag) on tagged
+#   binaries;
 #   the engine's 1,000 seeded failure runs and the window model tests' 300
 #   seeds each, and the pooled decoder's allocation count, without the race
 #   detector;
@@ -29,14 +32,23 @@ if [ -n "$unformatted" ]; then
 	echo "$unformatted" >&2
 	exit 1
 fi
+# Two builds: the plain one users get, and the one with kord's failure
+# points (the kordfailpoints tag), which only the crash and fault tests use.
 go vet ./...
-# kafkaio's proofs take about 10 minutes under -race on 2 cores: more than
-# go test's default 10-minute timeout per package.
+go vet -tags kordfailpoints ./...
+# Every test runs once: the tests of untagged files on plain binaries, the
+# tests of files built only with the tag (scripts/failpoint-tests.sh lists
+# them per package) on tagged ones. kafkaio's proofs take about 10 minutes
+# under -race on 2 cores: more than go test's default 10-minute timeout per
+# package.
 go test -race -count=1 -timeout 25m "$@" ./...
+scripts/failpoint-tests.sh | while read -r pkg tests; do
+	go test -race -count=1 -timeout 25m -tags kordfailpoints -run "^($tests)\$" "$@" "$pkg"
+done
 # The race detector slows the engine tenfold, so under -race the seeded
 # failure test runs 150 seeds and the window model tests 45 and 30; here
 # they run 1,000 and 300 each without it.
-go test -count=1 -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/
+go test -count=1 -tags kordfailpoints -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/
 # Allocation counts that a sync.Pool makes: the race detector drops pooled
 # values on purpose, so these run without it.
 go test -count=1 -run 'TestDecoderAllocs' ./internal/jsonx/

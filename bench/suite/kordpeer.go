@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 )
@@ -121,7 +120,16 @@ func kordPeer(args []string) int {
 		fmt.Fprintln(os.Stderr, "kord-peer:", err)
 		return 2
 	}
-	j := keyed.NewJob(*id, keyed.Dir(*dir), keyed.CheckpointInterval(time.Duration(*commit)*time.Millisecond))
+	// "ready" once the first checkpoint after the start committed (the
+	// fresh start's is checkpoint 0): the job is then reading.
+	var once sync.Once
+	ready := keyed.OnCommit(func(id uint64) error {
+		if id > 0 {
+			once.Do(func() { fmt.Println("ready") })
+		}
+		return nil
+	})
+	j := keyed.NewJob(*id, keyed.Dir(*dir), keyed.CheckpointInterval(time.Duration(*commit)*time.Millisecond), ready)
 	src := kafkaio.NewSource(client, *input, consumer.JSONValue[event]())
 	sink := kafkaio.NewSink(client, *output, kafkaio.JSON(func(r result) string { return r.UUID }))
 	s := keyed.FromSource(j, "events", *par, keyed.Source[event](src))
@@ -137,14 +145,7 @@ func kordPeer(args []string) int {
 		return nil
 	})
 	keyed.ToSink(out, "results", keyed.Sink[result](sink))
-	var once sync.Once
-	hook := failpoint.WithHook(ctx, func(p string) error {
-		if p == failpoint.AfterCommit {
-			once.Do(func() { fmt.Println("ready") })
-		}
-		return nil
-	})
-	err = j.Run(hook)
+	err = j.Run(ctx)
 	if cerr := sink.Close(); err == nil {
 		err = cerr
 	}

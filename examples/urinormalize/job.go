@@ -14,7 +14,6 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 )
@@ -102,8 +101,11 @@ func decodeAccess() consumer.Deserializer[Access] {
 	}
 }
 
+// errOnPurpose is the failure -crash causes after the second commit.
+var errOnPurpose = errors.New("failed on purpose, after the second checkpoint committed")
+
 // process runs the keyed job over the input as it stands when the job
-// starts (a bounded source), crashing it once after its second committed
+// starts (a bounded source), failing it once after its second committed
 // checkpoint when o.crash is set.
 //
 // Which events are late is not fixed by the input: it depends on the
@@ -131,27 +133,31 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 	var commits atomic.Int64
 	var crashedAt atomic.Int64 // unix nanos
 	var recovered atomic.Int64
-	// hook sees every checkpoint step: it counts commits, measures the
-	// recovery, and crashes the job once, after the second commit.
-	hook := func(crash bool) failpoint.Hook {
-		return func(point string) error {
-			if point != failpoint.AfterCommit {
-				return nil
-			}
-			n := commits.Add(1)
-			if at := crashedAt.Load(); at != 0 && recovered.Load() == 0 {
-				recovered.Store(time.Now().UnixNano() - at)
-			}
-			if crash && n == 2 {
-				crashedAt.Store(time.Now().UnixNano())
-				return errors.New("crash on purpose, after the second checkpoint committed")
-			}
-			return nil
+	crash := o.crash
+	// onCommit sees every committed checkpoint (keyed.OnCommit): it counts
+	// them, measures the recovery, and fails the job once, after the
+	// second commit, as a failing task would. The restart strategy then
+	// restarts it from the checkpoint Kafka recorded.
+	// runCtx is the jobs' context: done when the output is complete (or
+	// the program is stopped), and the job then stops with a final
+	// checkpoint, which is not failed on purpose.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	onCommit := func(uint64) error {
+		n := commits.Add(1)
+		if at := crashedAt.Load(); at != 0 && recovered.Load() == 0 {
+			recovered.Store(time.Now().UnixNano() - at)
 		}
+		if crash && n == 2 && runCtx.Err() == nil && crashedAt.CompareAndSwap(0, time.Now().UnixNano()) {
+			sum.crashed = true
+			o.say("\njob failed on purpose after its second commit; the restart strategy restarts it from the checkpoint Kafka recorded\n")
+			return errOnPurpose
+		}
+		return nil
 	}
 	lateTopic := o.lateTopic()
 	build := func() *keyed.Job {
-		opts := []keyed.Opt{keyed.CheckpointInterval(o.interval), keyed.RestartStrategy(keyed.FixedDelay(3, time.Second))}
+		opts := []keyed.Opt{keyed.CheckpointInterval(o.interval), keyed.RestartStrategy(keyed.FixedDelay(3, time.Second)), keyed.OnCommit(onCommit)}
 		if dir != "" {
 			opts = append(opts, keyed.Dir(dir))
 		}
@@ -189,8 +195,6 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 		return j
 	}
 
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
 	watched := make(chan struct{})
 	if o.quiet {
 		close(watched)
@@ -200,17 +204,17 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 			watch(runCtx, o)
 		}()
 	}
-	crash := o.crash
 	start := time.Now()
 	for {
 		j := build()
-		err := j.Run(failpoint.WithHook(runCtx, hook(crash)))
+		err := j.Run(runCtx)
 		sum.lateCounted += j.LateRecords()
 		sum.deadCounted += j.DeadLetters()
-		if errors.Is(err, failpoint.ErrCrashed) {
-			o.say("\njob crashed on purpose (%v); restarting from the checkpoint Kafka recorded\n", err)
-			crash, sum.crashed = false, true
-			continue // the crashed incarnation's producer is fenced by the next one
+		if errors.Is(err, errOnPurpose) {
+			// The failure met the end of the bounded input: a stopping
+			// job is not restarted by its strategy, so start it again
+			// here, as a supervisor would.
+			continue
 		}
 		if err != nil {
 			stop()

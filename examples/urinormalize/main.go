@@ -16,8 +16,8 @@
 //     are no access event (malformed JSON) in a dead-letter topic, in the
 //     same transactions;
 //
-// crashes itself on purpose after its second committed checkpoint and
-// recovers from the checkpoint Kafka recorded as committed, and then
+// fails on purpose after its second committed checkpoint and recovers
+// from the checkpoint Kafka recorded as committed, and then
 // checks the three topics with an independent read_committed reader
 // against a model of the input, which it generates again from the seed.
 //
@@ -145,7 +145,7 @@ func parseFlags(args []string) (options, error) {
 	flag.DurationVar(&o.lateness, "lateness", 5*time.Second, "how far out of order events may come (the watermarks' bounded out-of-orderness)")
 	flag.DurationVar(&o.allowedLateness, "allowed-lateness", 30*time.Second, "how long a window that fired still takes events (and fires again); later ones go to the late topic")
 	flag.DurationVar(&o.idleness, "idleness", 10*time.Second, "a partition without records for this long stops holding event time back")
-	flag.BoolVar(&o.crash, "crash", true, "crash the job once, after its second committed checkpoint, and recover")
+	flag.BoolVar(&o.crash, "crash", true, "fail the job once, after its second committed checkpoint (keyed.OnCommit), and let the restart strategy recover it from the checkpoint Kafka recorded")
 	// 250 ms, not the main example's 1 s: the embedded cluster reads the
 	// default 50,000 events in about 1.5 s, and at 1 s the job would
 	// commit only its final checkpoint, so -crash would never fire.

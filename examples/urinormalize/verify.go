@@ -264,7 +264,7 @@ func report(o options, sum *summary, c reportCounts, bad *problems) {
 		fmt.Fprintf(w, "kord counted:               %d late, %d dead letters (replays after the crash included)\n", sum.lateCounted, sum.deadCounted)
 		fmt.Fprintf(w, "checkpoints committed:      %d", sum.checkpoints)
 		if sum.crashed {
-			fmt.Fprintf(w, " (crashed on purpose once; the first commit after it came %v later)", sum.recovery.Round(time.Millisecond))
+			fmt.Fprintf(w, " (failed on purpose once; the first commit after it came %v later)", sum.recovery.Round(time.Millisecond))
 		}
 		fmt.Fprintln(w)
 	}

@@ -22,7 +22,6 @@ import (
 
 	"github.com/kordproject/kord/checkpoint/blobstore"
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 )
@@ -109,24 +108,26 @@ func process(ctx context.Context, o options, sum *summary) error {
 	var commits atomic.Int64
 	var crashedAt atomic.Int64 // unix nanos
 	var recovered atomic.Int64
-	// hook sees every checkpoint step (and fires KORD_FAILPOINTS' crashes
-	// first, for the crash tests): it counts commits, measures the
-	// recovery, and crashes the job once, after the second commit.
-	hook := func(crash bool) failpoint.Hook {
-		return func(point string) error {
-			if point != failpoint.AfterCommit {
-				return nil
-			}
-			n := commits.Add(1)
-			if at := crashedAt.Load(); at != 0 && recovered.Load() == 0 {
-				recovered.Store(time.Now().UnixNano() - at)
-			}
-			if crash && n == 2 {
-				crashedAt.Store(time.Now().UnixNano())
-				return errors.New("crash on purpose, after the second checkpoint committed")
-			}
-			return nil
+	crash := o.crash && o.instance == ""
+	// onCommit sees every committed checkpoint (keyed.OnCommit): it counts
+	// them, measures the recovery, and fails the job once, after the
+	// second commit, as a failing task would. The restart strategy then
+	// restarts it from the checkpoint Kafka recorded.
+	// runCtx is the jobs' context: done when the output is complete (or
+	// the program is stopped), and the job then stops with a final
+	// checkpoint, which is not failed on purpose.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	onCommit := func(uint64) error {
+		n := commits.Add(1)
+		if at := crashedAt.Load(); at != 0 && recovered.Load() == 0 {
+			recovered.Store(time.Now().UnixNano() - at)
 		}
+		if crash && n == 2 && runCtx.Err() == nil && crashedAt.CompareAndSwap(0, time.Now().UnixNano()) {
+			o.say("\njob failed on purpose after its second commit; the restart strategy restarts it from the checkpoint Kafka recorded\n")
+			return errOnPurpose
+		}
+		return nil
 	}
 	client := o.client
 	// storage is where a job keeps its checkpoints: sub names the
@@ -145,7 +146,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 	// build declares the job: one keyed.Job, or on several processes with
 	// -keyby two, the repartition stage and the job proper (run together).
 	build := func() ([]*keyed.Job, *kafkaio.Repartition[Event]) {
-		opts := []keyed.Opt{keyed.CheckpointInterval(o.interval), keyed.RestartStrategy(keyed.FixedDelay(3, time.Second))}
+		opts := []keyed.Opt{keyed.CheckpointInterval(o.interval), keyed.RestartStrategy(keyed.FixedDelay(3, time.Second)), keyed.OnCommit(onCommit)}
 		if o.atLeastOnce {
 			opts = append(opts, keyed.AtLeastOnce())
 		}
@@ -198,8 +199,6 @@ func process(ctx context.Context, o options, sum *summary) error {
 		o.say("job %s forgotten: it starts over from the beginning of %s\n", name, o.topic)
 	}
 
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
 	watchErr := make(chan error, 1)
 	if o.instance == "" {
 		go func() { watchErr <- watch(runCtx, o, stop, nil) }()
@@ -209,15 +208,16 @@ func process(ctx context.Context, o options, sum *summary) error {
 		watchErr <- nil
 	}
 
-	crash := o.crash && o.instance == ""
 	start := time.Now()
 	for {
-		jobs, _ := build()
-		err := keyed.RunAll(failpoint.WithHook(runCtx, hook(crash)), jobs...)
-		if errors.Is(err, failpoint.ErrCrashed) {
-			o.say("\njob crashed on purpose (%v); restarting from the checkpoint Kafka recorded\n", err)
-			crash = false
-			continue // the crashed incarnation's producer is fenced by the next one
+		jobs, _ = build()
+		err := keyed.RunAll(runCtx, jobs...)
+		if errors.Is(err, errOnPurpose) {
+			// The failure met the stop that follows complete output: a
+			// stopping job is not restarted by its strategy, so start it
+			// again here, as a supervisor would. It restores the checkpoint
+			// Kafka recorded and stops with a final one.
+			continue
 		}
 		if err != nil {
 			return err
@@ -232,6 +232,9 @@ func process(ctx context.Context, o options, sum *summary) error {
 	o.say("\nprocessed in %v\n", time.Since(start).Round(time.Millisecond))
 	return nil
 }
+
+// errOnPurpose is the failure -crash causes after the second commit.
+var errOnPurpose = errors.New("failed on purpose, after the second checkpoint committed")
 
 // watch counts committed output with read_committed, shows progress, calls
 // progress (if not nil) with the count as it grows, and calls done when

@@ -2,8 +2,8 @@
 // user-behavior events keyed by user uuid through kord's producer
 // (Java-identical placement), runs a keyed job that counts each user's
 // events exactly once with checkpoints, writes one result per event to an
-// output topic through one transactional producer, crashes itself part-way
-// and recovers from the checkpoint Kafka recorded as committed, and then
+// output topic through one transactional producer, fails part-way on
+// purpose and recovers from the checkpoint Kafka recorded as committed, and then
 // checks the output with an independent read_committed reader: every event's
 // result exactly once, in per-user order, with the right counts.
 //
@@ -129,7 +129,7 @@ func parseFlags(args []string) (options, error) {
 	flag.StringVar(&o.output, "output", "", "output topic (default: <input>.counts)")
 	flag.StringVar(&o.phase, "phase", "all", "all, produce, process or verify")
 	flag.BoolVar(&o.keyBy, "keyby", false, "key by the uuid extracted from the event instead of by the record key (key group = partition): xxhash key groups shuffled in process, or with -processes and -instance a repartition topic between the processes")
-	flag.BoolVar(&o.crash, "crash", true, "crash the job part-way (after a checkpoint's commit) and recover; with -processes, SIGKILL one process and start it again")
+	flag.BoolVar(&o.crash, "crash", true, "fail the job part-way, after its second checkpoint committed (keyed.OnCommit), and let the restart strategy recover it from the checkpoint Kafka recorded; with -processes, SIGKILL one process and start it again")
 	flag.DurationVar(&o.interval, "interval", time.Second, "checkpoint interval")
 	flag.StringVar(&o.dir, "checkpoints", "", "checkpoint directory, or a bucket URL (file:///dir, mem://; s3://, gs://, azblob:// with their gocloud.dev drivers linked in) holding them under the job's name (default: a temporary directory on fresh topics, else keyed.DefaultDir of the job's name); shared by every process of the job")
 	flag.BoolVar(&o.reset, "reset", false, "forget the job's checkpoints and Kafka commit record first, so that -phase process starts over")

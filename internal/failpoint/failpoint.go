@@ -1,5 +1,9 @@
 // Package failpoint names the points of kord's checkpoint lifecycle where
-// tests inject failures, and injects them, three ways:
+// tests inject failures, and injects them. Only test builds link it: keyed
+// and kafkaio reach it from files built with the kordfailpoints tag
+// (keyed/points_on.go, kafkaio/points_on.go), and a plain build passes
+// their points to nothing (internal/layers checks it). It injects three
+// ways:
 //
 //   - Hit kills the process at a point armed by the environment variable
 //     KORD_FAILPOINTS, a comma-separated list of name or name@N (fire on

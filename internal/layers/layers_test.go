@@ -1,7 +1,9 @@
 package layers
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -98,5 +100,103 @@ func TestViolations(t *testing.T) {
 	want := []string{mod + "/keyed", mod + "/producer/internal"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("violations = %v, want %v", got, want)
+	}
+}
+
+// listDeps is go list -deps of pkg (a path under the module) with build
+// tags tags ("" for none).
+func listDeps(t *testing.T, pkg, tags string) []string {
+	t.Helper()
+	args := []string{"list", "-deps", "-f", "{{.ImportPath}}"}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	out, err := exec.Command("go", append(args, mod+"/"+pkg)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+	}
+	return strings.Fields(string(out))
+}
+
+// programs are the example binaries users copy.
+var programs = []string{"examples/userbehavior", "examples/urinormalize"}
+
+// TestFailpointsOnlyInTestBuilds: a plain build of the engine, the edge,
+// the test cluster and the examples links no failure point (nothing that
+// reads KORD_FAILPOINTS and can SIGKILL the process); a build with the
+// kordfailpoints tag does, so this test cannot pass because the package
+// moved.
+func TestFailpointsOnlyInTestBuilds(t *testing.T) {
+	fp := []string{mod + "/internal/failpoint"}
+	for _, pkg := range append([]string{"checkpoint", "keyed", "kafkaio", "kordtest", "producer", "consumer"}, programs...) {
+		if bad := violations(listDeps(t, pkg, ""), fp); len(bad) > 0 {
+			t.Errorf("a plain build of %s links %v", pkg, bad)
+		}
+	}
+	for _, pkg := range []string{"keyed", "kafkaio"} {
+		if len(violations(listDeps(t, pkg, "kordfailpoints"), fp)) == 0 {
+			t.Errorf("a kordfailpoints build of %s links no failure point: the tagged files are gone or renamed", pkg)
+		}
+	}
+}
+
+// TestExamplesImportNoInternal: an example imports only public packages,
+// so that a user can copy it out of the module.
+func TestExamplesImportNoInternal(t *testing.T) {
+	for _, pkg := range programs {
+		out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, mod+"/"+pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+		}
+		if bad := violations(strings.Fields(string(out)), []string{mod + "/internal"}); len(bad) > 0 {
+			t.Errorf("%s imports %v", pkg, bad)
+		}
+	}
+}
+
+// TestExamplesBuildOutside copies each example's sources into a module of
+// its own outside kord's, requiring kord (replaced by this checkout), and
+// builds it: what a user who copies an example does.
+func TestExamplesBuildOutside(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds every example in a module of its own")
+	}
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := strings.TrimSpace(string(root))
+	for _, pkg := range programs {
+		t.Run(pkg, func(t *testing.T) {
+			dir := t.TempDir()
+			files, err := filepath.Glob(filepath.Join(repo, pkg, "*.go"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range files {
+				if strings.HasSuffix(f, "_test.go") {
+					continue
+				}
+				b, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gomod := "module example.com/copied\n\ngo 1.26.0\n\nrequire " + mod + " v0.0.0\n\nreplace " + mod + " => " + repo + "\n"
+			if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range [][]string{{"mod", "tidy"}, {"build", "-o", filepath.Join(dir, "bin"), "."}} {
+				cmd := exec.Command("go", args...)
+				cmd.Dir = dir
+				cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("go %s in a copy of %s: %v\n%s", strings.Join(args, " "), pkg, err, out)
+				}
+			}
+		})
 	}
 }

@@ -1,0 +1,96 @@
+//go:build kordfailpoints
+
+package main
+
+// The crash torture runs the job's process phase in child processes (this
+// test binary) killed by failpoints: built only with the kordfailpoints
+// tag, like the engine's failure points.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/internal/crashtest"
+	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/internal/kafkatest"
+)
+
+// TestCrashTorture: the job's process phase runs as a child process that
+// is SIGKILLed at checkpoint failpoints and at random times, then
+// restarted, at least five times; a last run finishes, and the independent
+// read_committed verification must find every result exactly once, in
+// per-user order, with the right counts. In at-least-once mode the same
+// torture may repeat results but must lose none, and counts stay right.
+func TestCrashTorture(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		t.Run("exactly-once", func(t *testing.T) { torture(t, c, false) })
+		t.Run("at-least-once", func(t *testing.T) { torture(t, c, true) })
+	})
+}
+
+func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	// Input keeps arriving (2,000 events/s) while the job is killed and
+	// restarted.
+	o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: tortureEvents(), users: 500, partitions: 6, seed: 9,
+		phase: "produce", quiet: true, rate: 2_000, atLeastOnce: atLeastOnce}
+	var err error
+	o.client, err = o.newClient()
+	require.NoError(t, err)
+	_, err = ensureTopic(ctx, o, o.topic, o.partitions)
+	require.NoError(t, err)
+	produced := make(chan error, 1)
+	go func() { produced <- run(ctx, o) }()
+	dir := t.TempDir()
+	env := func(failpoints string) []string {
+		e := []string{"USERBEHAVIOR_CHILD=1", "UB_BROKERS=" + c.Brokers, "UB_INPUT=" + o.topic, "UB_DIR=" + dir, failpoint.Env + "=" + failpoints}
+		if atLeastOnce {
+			e = append(e, "UB_AT_LEAST_ONCE=1")
+		}
+		return e
+	}
+	r := rand.New(rand.NewPCG(4, 4))
+	cycles := []string{failpoint.AfterSnapshots + "@2", failpoint.AfterMetadata + "@2", failpoint.BeforeCommit + "@2",
+		failpoint.AfterCommit + "@2", failpoint.DuringRestore, "", ""}
+	// Long mode: KORD_TORTURE_CYCLES=50 (input then lasts long enough).
+	if n, _ := strconv.Atoi(os.Getenv("KORD_TORTURE_CYCLES")); n > len(cycles) {
+		points := []string{failpoint.AfterSnapshots, failpoint.AfterMetadata, failpoint.BeforeCommit, failpoint.AfterCommit, failpoint.AfterMarker}
+		for len(cycles) < n {
+			if r.IntN(2) == 0 {
+				cycles = append(cycles, "")
+			} else {
+				cycles = append(cycles, fmt.Sprintf("%s@%d", points[r.IntN(len(points))], 1+r.IntN(3)))
+			}
+		}
+	}
+	kills := 0
+	for _, fp := range cycles {
+		ch := crashtest.Start(t, env(fp)...)
+		// A random-time SIGKILL for "", else the failpoint's; a child that
+		// finished early because everything was done exits cleanly.
+		signaled, err := ch.Wait(time.Duration(200+r.IntN(1200))*time.Millisecond, fp == "")
+		require.NoError(t, err, "cycle %q: child failed\n%s", fp, ch.Stderr)
+		if signaled {
+			kills++
+		}
+	}
+	require.GreaterOrEqual(t, kills, 5, "the job finished before it could be killed often enough")
+	require.NoError(t, <-produced)
+	last := crashtest.Start(t, env("")...)
+	require.NoError(t, <-last.Done, "last run: %s", last.Stderr)
+	o.phase = "verify"
+	var summary bytes.Buffer
+	o.stdout = &summary
+	require.NoError(t, run(ctx, o))
+	t.Log(strings.TrimSpace(summary.String()))
+}
