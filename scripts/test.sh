@@ -36,22 +36,36 @@ fi
 # points (the kordfailpoints tag), which only the crash and fault tests use.
 go vet ./...
 go vet -tags kordfailpoints ./...
+# Every go test goes through internal/rig/testlog: it prints what go test
+# prints, and keeps each run's events (go test -json) and a report (package
+# times, the slowest tests, each failure's whole output) in $KORD_TEST_LOGS,
+# a new directory under /tmp unless set: what a run that failed once left.
+KORD_TEST_LOGS="${KORD_TEST_LOGS:-$(mktemp -d /tmp/kord-test-logs.XXXXXX)}"
+mkdir -p "$KORD_TEST_LOGS"
+echo "test.sh: test events and reports in $KORD_TEST_LOGS" >&2
+go build -o "$KORD_TEST_LOGS/testlog" ./internal/rig/testlog
+n=0
+gotest() {
+	n=$((n + 1))
+	go test -json "$@" </dev/null | "$KORD_TEST_LOGS/testlog" -json "$KORD_TEST_LOGS/$n.json" -report "$KORD_TEST_LOGS/$n.txt"
+}
 # Every test runs once: the tests of untagged files on plain binaries, the
 # tests of files built only with the tag (scripts/failpoint-tests.sh lists
 # them per package) on tagged ones. kafkaio's proofs take about 10 minutes
 # under -race on 2 cores: more than go test's default 10-minute timeout per
 # package.
-go test -race -count=1 -timeout 25m "$@" ./...
-scripts/failpoint-tests.sh | while read -r pkg tests; do
-	go test -race -count=1 -timeout 25m -tags kordfailpoints -run "^($tests)\$" "$@" "$pkg"
+gotest -race -count=1 -timeout 25m "$@" ./...
+mapfile -t tagged < <(scripts/failpoint-tests.sh)
+for line in "${tagged[@]}"; do
+	gotest -race -count=1 -timeout 25m -tags kordfailpoints -run "^(${line#* })\$" "$@" "${line%% *}"
 done
 # The race detector slows the engine tenfold, so under -race the seeded
 # failure test runs 150 seeds and the window model tests 45 and 30; here
 # they run 1,000 and 300 each without it.
-go test -count=1 -tags kordfailpoints -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/
+gotest -count=1 -tags kordfailpoints -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/
 # Allocation counts that a sync.Pool makes: the race detector drops pooled
 # values on purpose, so these run without it.
-go test -count=1 -run 'TestDecoderAllocs' ./internal/jsonx/
+gotest -count=1 -run 'TestDecoderAllocs' ./internal/jsonx/
 for m in bench/peers bench/peers/franz bench/peers/goka bench/peers/librdkafka bench/suite; do
 	if [ -f $m/go.mod ]; then
 		(cd $m && go vet ./... && go test -count=1 ./...)
