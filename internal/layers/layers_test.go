@@ -161,11 +161,7 @@ func TestExamplesBuildOutside(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every example in a module of its own")
 	}
-	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo := strings.TrimSpace(string(root))
+	repo := repoRoot(t)
 	for _, pkg := range programs {
 		t.Run(pkg, func(t *testing.T) {
 			dir := t.TempDir()
