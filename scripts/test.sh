@@ -66,7 +66,9 @@ gotest -count=1 -tags kordfailpoints -run 'TestSeededFailures|TestWindowsModel|T
 # Allocation counts that a sync.Pool makes: the race detector drops pooled
 # values on purpose, so these run without it.
 gotest -count=1 -run 'TestDecoderAllocs' ./internal/jsonx/
-for m in bench/peers bench/peers/franz bench/peers/goka bench/peers/librdkafka bench/suite; do
+# Modules of their own: the benchmark peers and suite, and the toy sink
+# written outside kord against its public connector interface only.
+for m in bench/peers bench/peers/franz bench/peers/goka bench/peers/librdkafka bench/suite examples/toysink; do
 	if [ -f $m/go.mod ]; then
 		(cd $m && go vet ./... && go test -count=1 ./...)
 	fi
