@@ -31,8 +31,9 @@ type Config struct {
 	TransactionMaxTimeout time.Duration
 }
 
-// withDefaults fills zero fields.
-func (c Config) withDefaults() Config {
+// WithDefaults fills zero fields with their defaults: the one place they
+// are set (keyed's options apply it).
+func (c Config) WithDefaults() Config {
 	if c.Interval == 0 {
 		c.Interval = time.Second
 	}
@@ -54,14 +55,14 @@ func (c Config) withDefaults() Config {
 // never in loss). Flink's 1 h default against the broker's 15 min maximum is
 // the classic failure this avoids.
 func (c Config) TransactionTimeout() time.Duration {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	d := time.Duration(c.TolerableFailures+1)*(c.Interval+c.Timeout+c.MinPause) + 10*time.Second
 	return min(d, c.TransactionMaxTimeout)
 }
 
 // Validate reports a configuration error.
 func (c Config) Validate() error {
-	c = c.withDefaults()
+	c = c.WithDefaults()
 	switch {
 	case c.Interval < time.Millisecond:
 		return fmt.Errorf("checkpoint: interval %v below 1ms", c.Interval)
@@ -208,7 +209,7 @@ func NewLifecycle(cfg Config, tasks int, committed uint64, now time.Time) (*Life
 	if tasks < 1 {
 		return nil, fmt.Errorf("checkpoint: lifecycle needs at least one task, got %d", tasks)
 	}
-	return &Lifecycle{cfg: cfg.withDefaults(), tasks: tasks, nextID: committed + 1, committed: committed, lastTrig: now, lastEnd: now}, nil
+	return &Lifecycle{cfg: cfg.WithDefaults(), tasks: tasks, nextID: committed + 1, committed: committed, lastTrig: now, lastEnd: now}, nil
 }
 
 // Committed returns the newest committed checkpoint id.

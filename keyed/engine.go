@@ -433,10 +433,7 @@ func (j *Job) sinkInfo() SinkInfo {
 
 // commitTimeout bounds every commit: the checkpoint timeout.
 func (j *Job) commitTimeout() time.Duration {
-	if t := j.cfg.Checkpoint.Timeout; t > 0 {
-		return t
-	}
-	return 60 * time.Second
+	return j.cfg.Checkpoint.Timeout
 }
 
 // runOnce runs one attempt. ctx done asks for a graceful stop; wctx bounds
@@ -730,9 +727,6 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 	}
 	pending := map[uint64]*collected{}
 	interval := r.cfg.Checkpoint.Interval
-	if interval == 0 {
-		interval = time.Second
-	}
 	tick := time.NewTicker(max(min(interval/4, 20*time.Millisecond), time.Millisecond))
 	defer tick.Stop()
 	stopping := false

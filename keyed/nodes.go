@@ -566,9 +566,6 @@ var testHookTick func()
 // default, StreamsConfig), never below BufferTimeout.
 func idleWait(cfg config, idleness time.Duration) time.Duration {
 	interval := cfg.Checkpoint.Interval
-	if interval == 0 {
-		interval = time.Second
-	}
 	w := min(interval/4, 100*time.Millisecond)
 	if idleness > 0 {
 		w = min(w, idleness/4)

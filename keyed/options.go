@@ -69,11 +69,9 @@ func (c config) withDefaults() config {
 	} else {
 		c.warnLog = c.Logger
 	}
+	c.Checkpoint = c.Checkpoint.WithDefaults()
 	if c.StopTimeout <= 0 {
 		c.StopTimeout = c.Checkpoint.Timeout
-		if c.StopTimeout <= 0 {
-			c.StopTimeout = 60 * time.Second
-		}
 	}
 	return c
 }
