@@ -9,7 +9,7 @@ import (
 // Objects is checkpoint storage shaped as immutable objects: put once, get,
 // list by prefix, delete. It is the shape several processes of one job can
 // share (a shared directory, object storage), since no object is ever
-// changed in place. Store (a directory, through an FS) is one;
+// changed in place. Store (a directory, through a vfs.FS) is one;
 // checkpoint/blobstore (object storage through gocloud.dev/blob) is
 // another.
 type Objects interface {

@@ -15,11 +15,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kordproject/kord/vfs"
 )
 
 // Store is checkpoint storage shaped like an object store: put an immutable
 // object, get, list, delete, and atomically replace a small pointer object.
-// This implementation keeps objects as files in one directory of an FS,
+// This implementation keeps objects as files in one directory of a vfs.FS,
 // written as temp file, write, fsync, close, rename, fsync directory.
 //
 // A Store from OpenStore holds an exclusive lock on its directory until
@@ -28,7 +30,7 @@ import (
 // (a shared filesystem), each object put once by whichever comes first.
 // Its methods are safe for concurrent use.
 type Store struct {
-	fs     FS
+	fs     vfs.FS
 	dir    string
 	lock   io.Closer
 	seq    atomic.Uint64
@@ -49,8 +51,8 @@ var errStoreClosed = errors.New("checkpoint: store closed")
 // OpenStore opens the checkpoint directory dir on fsys, creating it (and
 // making its entry durable) if needed, takes the lock dir/LOCK, and removes
 // temp files that a crashed writer left. If another process holds the lock,
-// the error names the lock file and satisfies errors.Is(err, ErrLocked).
-func OpenStore(fsys FS, dir string) (*Store, error) {
+// the error names the lock file and satisfies errors.Is(err, vfs.ErrLocked).
+func OpenStore(fsys vfs.FS, dir string) (*Store, error) {
 	dir = filepath.Clean(dir)
 	if err := fsys.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("checkpoint: create directory %s: %w", dir, err)
@@ -61,8 +63,8 @@ func OpenStore(fsys FS, dir string) (*Store, error) {
 	lockPath := filepath.Join(dir, LockName)
 	lock, err := fsys.Lock(lockPath)
 	if err != nil {
-		if errors.Is(err, ErrLocked) {
-			return nil, fmt.Errorf("checkpoint: directory %s is in use: lock %s is held by another process (or another Store in this one): %w", dir, lockPath, ErrLocked)
+		if errors.Is(err, vfs.ErrLocked) {
+			return nil, fmt.Errorf("checkpoint: directory %s is in use: lock %s is held by another process (or another Store in this one): %w", dir, lockPath, vfs.ErrLocked)
 		}
 		return nil, fmt.Errorf("checkpoint: lock %s: %w", lockPath, err)
 	}
@@ -98,7 +100,7 @@ func OpenStore(fsys FS, dir string) (*Store, error) {
 // succeeds, the other failing with fs.ErrExist. A crashed writer's temp
 // files stay (no process can tell them from another's write in progress);
 // their names start with ".tmp.".
-func OpenSharedStore(fsys FS, dir string) (*Store, error) {
+func OpenSharedStore(fsys vfs.FS, dir string) (*Store, error) {
 	dir = filepath.Clean(dir)
 	if err := fsys.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("checkpoint: create directory %s: %w", dir, err)

@@ -15,11 +15,26 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/vfs"
+	"github.com/kordproject/kord/vfs/errorfs"
 )
 
 const testDir = "/ckpt"
 
-func openMem(t testing.TB, fsys FS) *Store {
+func writeFile(t *testing.T, fsys vfs.FS, name, data string, sync bool) {
+	t.Helper()
+	f, err := fsys.Create(name)
+	require.NoError(t, err)
+	_, err = f.Write([]byte(data))
+	require.NoError(t, err)
+	if sync {
+		require.NoError(t, f.Sync())
+	}
+	require.NoError(t, f.Close())
+}
+
+func openMem(t testing.TB, fsys vfs.FS) *Store {
 	t.Helper()
 	s, err := OpenStore(fsys, testDir)
 	require.NoError(t, err)
@@ -28,9 +43,9 @@ func openMem(t testing.TB, fsys FS) *Store {
 }
 
 func TestStoreObjects(t *testing.T) {
-	for name, newFS := range map[string]func(t *testing.T) (FS, string){
-		"mem": func(t *testing.T) (FS, string) { return NewMemFS(), testDir },
-		"os":  func(t *testing.T) (FS, string) { return OSFS(), filepath.Join(t.TempDir(), "ckpt") },
+	for name, newFS := range map[string]func(t *testing.T) (vfs.FS, string){
+		"mem": func(t *testing.T) (vfs.FS, string) { return vfs.NewMem(), testDir },
+		"os":  func(t *testing.T) (vfs.FS, string) { return vfs.Default(), filepath.Join(t.TempDir(), "ckpt") },
 	} {
 		t.Run(name, func(t *testing.T) {
 			fsys, dir := newFS(t)
@@ -95,7 +110,7 @@ func TestStoreObjects(t *testing.T) {
 }
 
 func TestOpenStoreLock(t *testing.T) {
-	for name, fsys := range map[string]FS{"os": OSFS(), "mem": NewMemFS()} {
+	for name, fsys := range map[string]vfs.FS{"os": vfs.Default(), "mem": vfs.NewMem()} {
 		t.Run(name, func(t *testing.T) {
 			dir := testDir
 			if name == "os" {
@@ -104,7 +119,7 @@ func TestOpenStoreLock(t *testing.T) {
 			s, err := OpenStore(fsys, dir)
 			require.NoError(t, err)
 			_, err = OpenStore(fsys, dir)
-			require.ErrorIs(t, err, ErrLocked)
+			require.ErrorIs(t, err, vfs.ErrLocked)
 			require.ErrorContains(t, err, filepath.Join(dir, LockName))
 			require.ErrorContains(t, err, "another process")
 			require.NoError(t, s.Close())
@@ -116,7 +131,7 @@ func TestOpenStoreLock(t *testing.T) {
 }
 
 func TestOpenStoreRemovesTempFiles(t *testing.T) {
-	m := NewMemFS()
+	m := vfs.NewMem()
 	s := openMem(t, m)
 	require.NoError(t, s.Put("a", []byte("1")))
 	writeFile(t, m, s.Path(tempPrefix+"a.7"), "partial", false)
@@ -136,14 +151,14 @@ func TestOpenStoreRemovesTempFiles(t *testing.T) {
 // every later one: the process died there.
 type crashFS struct {
 	mu    sync.Mutex // WriteCheckpoint writes files in parallel
-	mem   *MemFS
+	mem   *vfs.MemFS
 	n, at int
-	clone *MemFS
+	clone *vfs.MemFS
 }
 
-func newCrashFS(mem *MemFS, at int) (*crashFS, FS) {
+func newCrashFS(mem *vfs.MemFS, at int) (*crashFS, vfs.FS) {
 	c := &crashFS{mem: mem, at: at}
-	return c, NewErrorFS(mem, func(op Op, name string) error {
+	return c, errorfs.New(mem, func(op errorfs.Op, name string) error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.n++
@@ -151,7 +166,7 @@ func newCrashFS(mem *MemFS, at int) (*crashFS, FS) {
 			c.clone = c.mem.CrashClone()
 		}
 		if c.clone != nil {
-			return ErrInjected
+			return errorfs.ErrInjected
 		}
 		return nil
 	})
@@ -159,7 +174,7 @@ func newCrashFS(mem *MemFS, at int) (*crashFS, FS) {
 
 // crashed returns the filesystem after the crash, or after the run if it
 // ended first.
-func (c *crashFS) crashed() *MemFS {
+func (c *crashFS) crashed() *vfs.MemFS {
 	if c.clone != nil {
 		return c.clone
 	}
@@ -170,7 +185,7 @@ func TestPutCrash(t *testing.T) {
 	// Put's operations: open (exists check), create, write, sync, close,
 	// rename, syncdir.
 	for at := 1; ; at++ {
-		mem := NewMemFS()
+		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
 		require.NoError(t, s0.Close())
 		c, fsys := newCrashFS(mem, 0)
@@ -205,18 +220,18 @@ func TestPutCrash(t *testing.T) {
 // TestPutCrashBeforeDirSync is the named case: the rename happened, the
 // directory was not synced, the machine lost power: the object is gone.
 func TestPutCrashBeforeDirSync(t *testing.T) {
-	mem := NewMemFS()
+	mem := vfs.NewMem()
 	var synced bool
-	fsys := NewErrorFS(mem, func(op Op, name string) error {
-		if op == OpSyncDir && name == testDir && synced {
-			return ErrInjected
+	fsys := errorfs.New(mem, func(op errorfs.Op, name string) error {
+		if op == errorfs.OpSyncDir && name == testDir && synced {
+			return errorfs.ErrInjected
 		}
 		return nil
 	})
 	s := openMem(t, fsys)
 	synced = true
 	err := s.Put("obj", []byte("data"))
-	require.ErrorIs(t, err, ErrInjected)
+	require.ErrorIs(t, err, errorfs.ErrInjected)
 	require.ErrorContains(t, err, "fsync directory "+testDir)
 	got, err := s.Get("obj") // visible now...
 	require.NoError(t, err)
@@ -227,7 +242,7 @@ func TestPutCrashBeforeDirSync(t *testing.T) {
 
 func TestSetPointerCrash(t *testing.T) {
 	for at := 1; ; at++ {
-		mem := NewMemFS()
+		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
 		require.NoError(t, SetCommitted(s0, CheckpointRef{Run: "a", ID: 1}))
 		require.NoError(t, s0.Close())
@@ -273,7 +288,7 @@ func testMeta(run string, id uint64) *Metadata {
 }
 
 func TestWriteReadCheckpoint(t *testing.T) {
-	s := openMem(t, NewMemFS())
+	s := openMem(t, vfs.NewMem())
 	files := testFiles("a", 1, 4)
 	m := testMeta("a", 1)
 	require.NoError(t, WriteCheckpoint(s, m, files))
@@ -323,7 +338,7 @@ func TestWriteReadCheckpoint(t *testing.T) {
 }
 
 func TestReadCheckpointCorruption(t *testing.T) {
-	mem := NewMemFS()
+	mem := vfs.NewMem()
 	s := openMem(t, mem)
 	require.NoError(t, WriteCheckpoint(s, testMeta("a", 1), testFiles("a", 1, 3)))
 	names, err := s.List("")
@@ -416,7 +431,7 @@ func checkStoreInvariants(t *testing.T, s *Store) []CheckpointRef {
 
 func TestWriteCheckpointCrash(t *testing.T) {
 	for at := 1; ; at++ {
-		mem := NewMemFS()
+		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
 		require.NoError(t, WriteCheckpoint(s0, testMeta("a", 1), testFiles("a", 1, 2)))
 		require.NoError(t, SetCommitted(s0, CheckpointRef{"a", 1}))
@@ -466,7 +481,7 @@ func TestWriteCheckpointCrash(t *testing.T) {
 // complete new one.
 func TestInjectedFailures(t *testing.T) {
 	for at := 1; ; at++ {
-		mem := NewMemFS()
+		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
 		require.NoError(t, WriteCheckpoint(s0, testMeta("a", 1), testFiles("a", 1, 1)))
 		require.NoError(t, SetCommitted(s0, CheckpointRef{"a", 1}))
@@ -474,14 +489,14 @@ func TestInjectedFailures(t *testing.T) {
 
 		var mu sync.Mutex // WriteCheckpoint writes files in parallel
 		n, failAt := 0, 0
-		var failed Op = -1
-		fsys := NewErrorFS(mem, func(op Op, name string) error {
+		var failed errorfs.Op = -1
+		fsys := errorfs.New(mem, func(op errorfs.Op, name string) error {
 			mu.Lock()
 			defer mu.Unlock()
 			n++
 			if n == failAt {
 				failed = op
-				return ErrInjected
+				return errorfs.ErrInjected
 			}
 			return nil
 		})
@@ -500,7 +515,7 @@ func TestInjectedFailures(t *testing.T) {
 			s.Close()
 			break
 		}
-		require.ErrorIs(t, err, ErrInjected, "failed %v at op %d", failed, at)
+		require.ErrorIs(t, err, errorfs.ErrInjected, "failed %v at op %d", failed, at)
 		require.ErrorContains(t, err, testDir, "failed %v at op %d", failed, at)
 		refs := checkStoreInvariants(t, s)
 		require.Contains(t, refs, CheckpointRef{"a", 1})
@@ -519,21 +534,21 @@ func TestInjectedFailures(t *testing.T) {
 }
 
 func TestOpenStoreFailures(t *testing.T) {
-	for op := OpCreate; op < numOps; op++ {
+	for op := errorfs.OpCreate; op <= errorfs.OpLink; op++ {
 		t.Run(op.String(), func(t *testing.T) {
-			mem := NewMemFS()
+			mem := vfs.NewMem()
 			writeFile(t, mem, "/x", "", true) // so MkdirAll has work, not
 			require.NoError(t, mem.MkdirAll(testDir))
 			writeFile(t, mem, filepath.Join(testDir, tempPrefix+"a.1"), "", true)
-			_, err := OpenStore(NewErrorFS(mem, func(o Op, name string) error {
+			_, err := OpenStore(errorfs.New(mem, func(o errorfs.Op, name string) error {
 				if o == op {
-					return ErrInjected
+					return errorfs.ErrInjected
 				}
 				return nil
 			}), testDir)
 			switch op {
-			case OpMkdirAll, OpSyncDir, OpLock, OpReadDir, OpRemove:
-				require.ErrorIs(t, err, ErrInjected)
+			case errorfs.OpMkdirAll, errorfs.OpSyncDir, errorfs.OpLock, errorfs.OpReadDir, errorfs.OpRemove:
+				require.ErrorIs(t, err, errorfs.ErrInjected)
 				require.ErrorContains(t, err, testDir)
 			default:
 				require.NoError(t, err)
@@ -543,7 +558,7 @@ func TestOpenStoreFailures(t *testing.T) {
 }
 
 func TestRetain(t *testing.T) {
-	s := openMem(t, NewMemFS())
+	s := openMem(t, vfs.NewMem())
 	for _, r := range []CheckpointRef{{"a", 1}, {"a", 2}, {"b", 3}, {"c", 3}, {"c", 4}, {"c", 5}, {"c", 6}} {
 		require.NoError(t, WriteCheckpoint(s, testMeta(r.Run, r.ID), testFiles(r.Run, r.ID, 2)))
 	}
@@ -590,7 +605,7 @@ func TestRetain(t *testing.T) {
 // listed checkpoint intact and the committed one in place.
 func TestRetainCrash(t *testing.T) {
 	for at := 1; ; at++ {
-		mem := NewMemFS()
+		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
 		for id := range uint64(4) {
 			require.NoError(t, WriteCheckpoint(s0, testMeta("a", id), testFiles("a", id, 2)))
@@ -619,16 +634,16 @@ func TestRetainCrash(t *testing.T) {
 	}
 }
 
-func TestOSFSCheckpointRoundTrip(t *testing.T) {
+func TestDefaultFSCheckpointRoundTrip(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "ckpt")
-	s, err := OpenStore(OSFS(), dir)
+	s, err := OpenStore(vfs.Default(), dir)
 	require.NoError(t, err)
 	files := testFiles("ab", 1, 3)
 	require.NoError(t, WriteCheckpoint(s, testMeta("ab", 1), files))
 	require.NoError(t, SetCommitted(s, CheckpointRef{"ab", 1}))
 	require.NoError(t, s.Close())
 
-	s, err = OpenStore(OSFS(), dir)
+	s, err = OpenStore(vfs.Default(), dir)
 	require.NoError(t, err)
 	defer s.Close()
 	ref, ok, err := ReadCommitted(s)
@@ -686,8 +701,8 @@ func BenchmarkWriteCheckpoint(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			var fsyncs atomic.Int64
-			counting := NewErrorFS(OSFS(), func(op Op, _ string) error {
-				if op == OpSync || op == OpSyncDir {
+			counting := errorfs.New(vfs.Default(), func(op errorfs.Op, _ string) error {
+				if op == errorfs.OpSync || op == errorfs.OpSyncDir {
 					fsyncs.Add(1)
 				}
 				return nil
@@ -740,7 +755,7 @@ func BenchmarkWriteCheckpoint(b *testing.B) {
 // plays committed's part (newer ones may be in flight), and keep counts
 // the complete checkpoints older than it.
 func TestRetainNamed(t *testing.T) {
-	s, err := OpenSharedStore(NewMemFS(), testDir)
+	s, err := OpenSharedStore(vfs.NewMem(), testDir)
 	require.NoError(t, err)
 	for _, r := range []CheckpointRef{{"ab", 1}, {"ab", 2}, {"cd", 3}, {"ab", 4}, {"ab", 5}, {"ab", 6}, {"ab", 7}} {
 		require.NoError(t, WriteCheckpoint(s, testMeta(r.Run, r.ID), testFiles(r.Run, r.ID, 2)))
@@ -776,7 +791,7 @@ func TestRetainNamed(t *testing.T) {
 // ones, the current run's, undatable ones and leftovers with no later
 // dated checkpoint stay.
 func TestRetainOthers(t *testing.T) {
-	s := openMem(t, NewMemFS())
+	s := openMem(t, vfs.NewMem())
 	now := time.Now()
 	old, young := now.Add(-time.Hour), now
 	write := func(run string, id uint64, created time.Time) {

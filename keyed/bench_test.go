@@ -12,6 +12,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/vfs"
 )
 
 // genSource generates user-behavior events on the fly: the event at
@@ -251,7 +252,7 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 	for b.Loop() {
 		id++
 		dir := b.TempDir()
-		store, err := checkpoint.OpenStore(checkpoint.OSFS(), dir)
+		store, err := checkpoint.OpenStore(vfs.Default(), dir)
 		if err != nil {
 			b.Fatal(err)
 		}

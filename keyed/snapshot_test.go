@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/vfs"
 )
 
 const testRun = "abc123"
@@ -190,11 +191,11 @@ func decodeFilesAny(t testing.TB, files map[string][]byte) map[string]map[string
 }
 
 // checkpointOf snapshots and encodes every backend into one checkpoint of
-// maxP key groups, through a checkpoint.Store on a MemFS, and reads it
+// maxP key groups, through a checkpoint.Store on a vfs.MemFS, and reads it
 // back as the engine would.
 func checkpointOf(t testing.TB, id uint64, backends ...*Backend) (*checkpoint.Metadata, map[string][]byte) {
 	t.Helper()
-	store, err := checkpoint.OpenStore(checkpoint.NewMemFS(), "/ckpt")
+	store, err := checkpoint.OpenStore(vfs.NewMem(), "/ckpt")
 	require.NoError(t, err)
 	defer store.Close()
 	all := map[string][]byte{}

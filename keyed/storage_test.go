@@ -14,6 +14,7 @@ import (
 	"github.com/kordproject/kord/checkpoint/blobstore"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/vfs"
 )
 
 // TestCheckpointStorage: a job keeps its checkpoints in object storage
@@ -27,7 +28,7 @@ func TestCheckpointStorage(t *testing.T) {
 	st := blobstore.New(bucket, "jobs/users/")
 	src, want := input(11, 4, 50, 40_000)
 	sink := keyed.NewMemorySink[result]()
-	mem := checkpoint.NewMemFS()
+	mem := vfs.NewMem()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	crashes := []struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/vfs"
 )
 
 // memberSink is a MemorySink that runs its job as one of several processes
@@ -92,7 +93,7 @@ func TestSweepOtherRuns(t *testing.T) {
 			}
 			src, want := input(5, 4, 40, 30_000)
 			sink := newMemberSink("events", 4)
-			mem := checkpoint.NewMemFS()
+			mem := vfs.NewMem()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			runs := map[string]bool{}
