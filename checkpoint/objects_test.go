@@ -63,7 +63,7 @@ func TestSharedStoreConformance(t *testing.T) {
 			errs := make([]error, 2)
 			for j, s := range []*checkpoint.Store{a, b} {
 				wg.Add(1)
-				go func() { defer wg.Done(); errs[j] = s.Put(name, []byte{byte('a' + j)}) }()
+				go func() { defer wg.Done(); errs[j] = s.Put(t.Context(), name, []byte{byte('a' + j)}) }()
 			}
 			wg.Wait()
 			won := 0
@@ -88,13 +88,13 @@ func TestSharedStoreConformance(t *testing.T) {
 		mem := vfs.NewMem()
 		s, err := checkpoint.OpenSharedStore(mem, "/ckpt")
 		require.NoError(t, err)
-		require.NoError(t, s.Put("a", []byte("one")))
+		require.NoError(t, s.Put(t.Context(), "a", []byte("one")))
 		after, err := checkpoint.OpenSharedStore(mem.CrashClone(), "/ckpt")
 		require.NoError(t, err)
-		b, err := after.Get("a")
+		b, err := after.Get(t.Context(), "a")
 		require.NoError(t, err)
 		require.Equal(t, "one", string(b))
-		names, err := after.List("")
+		names, err := after.List(t.Context(), "")
 		require.NoError(t, err)
 		require.Equal(t, []string{"a"}, names, "no temp name survives")
 	})
@@ -105,9 +105,9 @@ func TestSharedStoreConformance(t *testing.T) {
 func TestClaimJob(t *testing.T) {
 	s, err := checkpoint.OpenSharedStore(vfs.NewMem(), "/shared")
 	require.NoError(t, err)
-	require.NoError(t, checkpoint.ClaimJob(s, "counts"))
-	require.NoError(t, checkpoint.ClaimJob(s, "counts"))
-	err = checkpoint.ClaimJob(s, "other")
+	require.NoError(t, checkpoint.ClaimJob(t.Context(), s, "counts"))
+	require.NoError(t, checkpoint.ClaimJob(t.Context(), s, "counts"))
+	err = checkpoint.ClaimJob(t.Context(), s, "other")
 	require.ErrorContains(t, err, `job "counts"`)
 	require.ErrorContains(t, err, `not of job "other"`)
 	require.ErrorContains(t, err, "/shared/JOB")

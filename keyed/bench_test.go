@@ -264,12 +264,12 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 			b.Fatal(err)
 		}
 		m := &checkpoint.Metadata{Run: "0123456789abcdef", ID: id, Created: time.Now(), MaxParallelism: keyed.DefaultMaxParallelism, Operators: snap.OperatorRefs()}
-		if err := checkpoint.WriteCheckpoint(store, m, files); err != nil {
+		if err := checkpoint.WriteCheckpoint(b.Context(), store, m, files); err != nil {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
 		snap.Release()
-		m2, files2, err := checkpoint.ReadCheckpoint(store, m.Run, m.ID)
+		m2, files2, err := checkpoint.ReadCheckpoint(b.Context(), store, m.Run, m.ID)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -223,8 +223,9 @@ func Failover() Opt { return func(c *config) { c.Failover = true } }
 // Run returns ErrStopTimeout. Every wait of the job is cancelled at the
 // deadline; a commit cut short has an unknown outcome, which the next
 // start settles from what the sink's system recorded. Not cancellable, and
-// so added to the bound: a checkpoint file write already under way, and
-// closing the sink's and sources' clients. Default the checkpoint timeout.
+// so added to the bound: a checkpoint file write already under way in a
+// directory (a request to object storage is cancelled), and closing the
+// sink's and sources' clients. Default the checkpoint timeout.
 func StopTimeout(d time.Duration) Opt { return func(c *config) { c.StopTimeout = d } }
 
 // PartitionDiscovery is how often each source's partitions are listed

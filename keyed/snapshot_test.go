@@ -217,8 +217,8 @@ func checkpointOf(t testing.TB, id uint64, backends ...*Backend) (*checkpoint.Me
 		}
 	}
 	m := &checkpoint.Metadata{Run: testRun, ID: id, Created: time.Now(), MaxParallelism: backends[0].MaxParallelism(), Operators: refs}
-	require.NoError(t, checkpoint.WriteCheckpoint(store, m, all))
-	m, files, err := checkpoint.ReadCheckpoint(store, testRun, id)
+	require.NoError(t, checkpoint.WriteCheckpoint(t.Context(), store, m, all))
+	m, files, err := checkpoint.ReadCheckpoint(t.Context(), store, testRun, id)
 	require.NoError(t, err)
 	return m, files
 }

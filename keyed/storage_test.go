@@ -58,7 +58,7 @@ func TestCheckpointStorage(t *testing.T) {
 	}
 	require.Equal(t, len(crashes), crashed, "every planned crash happened")
 	checkOutput(t, sink.Committed(), want)
-	names, err := st.List("")
+	names, err := st.List(t.Context(), "")
 	require.NoError(t, err)
 	var metas int
 	for _, n := range names {

@@ -110,7 +110,7 @@ func TestSweepOtherRuns(t *testing.T) {
 				err := j.Run(rctx)
 				st, oerr := checkpoint.OpenSharedStore(mem, "/shared")
 				require.NoError(t, oerr)
-				refs, lerr := checkpoint.ListCheckpoints(st)
+				refs, lerr := checkpoint.ListCheckpoints(t.Context(), st)
 				require.NoError(t, lerr)
 				for _, r := range refs {
 					runs[r.Run] = true
