@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,23 +10,29 @@ import (
 // Objects is checkpoint storage shaped as immutable objects: put once, get,
 // list by prefix, delete. It is the shape several processes of one job can
 // share (a shared directory, object storage), since no object is ever
-// changed in place. Store (a directory, through an FS) is one;
+// changed in place. Store (a directory, through a vfs.FS) is one;
 // checkpoint/blobstore (object storage through gocloud.dev/blob) is
 // another.
+//
+// Every method that does IO takes the context of the job it serves, and
+// a done ctx ends the call as soon as the storage lets it, with an error
+// satisfying errors.Is(err, ctx.Err()): a bucket's request is cancelled;
+// a Store checks ctx before each file operation, which once begun runs
+// to its end.
 type Objects interface {
 	// Put stores an immutable object, durable when Put returns nil. An
 	// existing object is never replaced: the error then satisfies
 	// errors.Is(err, fs.ErrExist).
-	Put(name string, data []byte) error
+	Put(ctx context.Context, name string, data []byte) error
 	// Get returns an object's contents; a missing object's error
 	// satisfies errors.Is(err, fs.ErrNotExist).
-	Get(name string) ([]byte, error)
+	Get(ctx context.Context, name string) ([]byte, error)
 	// List returns the names of the objects whose names start with
 	// prefix, sorted.
-	List(prefix string) ([]string, error)
+	List(ctx context.Context, prefix string) ([]string, error)
 	// Delete removes an object; deleting a missing object is not an
 	// error.
-	Delete(name string) error
+	Delete(ctx context.Context, name string) error
 }
 
 var _ Objects = (*Store)(nil)
@@ -38,10 +45,10 @@ var _ Objects = (*Store)(nil)
 type Storage interface {
 	Objects
 	// SetPointer atomically replaces the mutable object name with data.
-	SetPointer(name string, data []byte) error
+	SetPointer(ctx context.Context, name string, data []byte) error
 	// Pointer returns a mutable object's contents, and false if it does
 	// not exist.
-	Pointer(name string) ([]byte, bool, error)
+	Pointer(ctx context.Context, name string) ([]byte, bool, error)
 	// Where names an object for errors and logs: a file's path, a
 	// bucket's key.
 	Where(name string) string
@@ -71,12 +78,12 @@ func containsSep(s string) bool {
 // retention of other runs (RetainOthers) takes every run it finds for the
 // job's own: two jobs on one storage would delete each other's
 // checkpoints.
-func ClaimJob(o Objects, job string) error {
-	err := o.Put(JobName, []byte(job))
+func ClaimJob(ctx context.Context, o Objects, job string) error {
+	err := o.Put(ctx, JobName, []byte(job))
 	if err == nil || !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	b, err := o.Get(JobName)
+	b, err := o.Get(ctx, JobName)
 	if err != nil {
 		return err
 	}

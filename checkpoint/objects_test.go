@@ -11,13 +11,14 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/objectstest"
+	"github.com/kordproject/kord/vfs"
 )
 
 // The directory Store passes the Objects suite, on the OS and in memory.
 func TestStoreConformance(t *testing.T) {
 	t.Run("os", func(t *testing.T) {
 		objectstest.Run(t, func(t *testing.T) checkpoint.Objects {
-			s, err := checkpoint.OpenStore(checkpoint.OSFS(), t.TempDir())
+			s, err := checkpoint.OpenStore(vfs.Default(), t.TempDir())
 			require.NoError(t, err)
 			t.Cleanup(func() { s.Close() })
 			return s
@@ -25,7 +26,7 @@ func TestStoreConformance(t *testing.T) {
 	})
 	t.Run("mem", func(t *testing.T) {
 		objectstest.Run(t, func(t *testing.T) checkpoint.Objects {
-			s, err := checkpoint.OpenStore(checkpoint.NewMemFS(), "/ckpt")
+			s, err := checkpoint.OpenStore(vfs.NewMem(), "/ckpt")
 			require.NoError(t, err)
 			t.Cleanup(func() { s.Close() })
 			return s
@@ -38,23 +39,23 @@ func TestStoreConformance(t *testing.T) {
 func TestSharedStoreConformance(t *testing.T) {
 	t.Run("os", func(t *testing.T) {
 		objectstest.Run(t, func(t *testing.T) checkpoint.Objects {
-			s, err := checkpoint.OpenSharedStore(checkpoint.OSFS(), t.TempDir())
+			s, err := checkpoint.OpenSharedStore(vfs.Default(), t.TempDir())
 			require.NoError(t, err)
 			return s
 		})
 	})
 	t.Run("mem", func(t *testing.T) {
 		objectstest.Run(t, func(t *testing.T) checkpoint.Objects {
-			s, err := checkpoint.OpenSharedStore(checkpoint.NewMemFS(), "/ckpt")
+			s, err := checkpoint.OpenSharedStore(vfs.NewMem(), "/ckpt")
 			require.NoError(t, err)
 			return s
 		})
 	})
 	t.Run("two processes", func(t *testing.T) {
 		dir := t.TempDir()
-		a, err := checkpoint.OpenSharedStore(checkpoint.OSFS(), dir)
+		a, err := checkpoint.OpenSharedStore(vfs.Default(), dir)
 		require.NoError(t, err)
-		b, err := checkpoint.OpenSharedStore(checkpoint.OSFS(), dir)
+		b, err := checkpoint.OpenSharedStore(vfs.Default(), dir)
 		require.NoError(t, err, "a shared directory takes no lock")
 		for i := 0; i < 50; i++ {
 			name := fmt.Sprintf("obj-%d", i)
@@ -62,7 +63,7 @@ func TestSharedStoreConformance(t *testing.T) {
 			errs := make([]error, 2)
 			for j, s := range []*checkpoint.Store{a, b} {
 				wg.Add(1)
-				go func() { defer wg.Done(); errs[j] = s.Put(name, []byte{byte('a' + j)}) }()
+				go func() { defer wg.Done(); errs[j] = s.Put(t.Context(), name, []byte{byte('a' + j)}) }()
 			}
 			wg.Wait()
 			won := 0
@@ -80,20 +81,20 @@ func TestSharedStoreConformance(t *testing.T) {
 		require.Len(t, left, 50, "no temp file is left behind")
 		// A directory Store (one process) refuses a directory in shared use
 		// only by its lock; the shared ones hold none.
-		_, err = checkpoint.OpenStore(checkpoint.OSFS(), dir)
+		_, err = checkpoint.OpenStore(vfs.Default(), dir)
 		require.NoError(t, err)
 	})
 	t.Run("durable after a crash", func(t *testing.T) {
-		mem := checkpoint.NewMemFS()
+		mem := vfs.NewMem()
 		s, err := checkpoint.OpenSharedStore(mem, "/ckpt")
 		require.NoError(t, err)
-		require.NoError(t, s.Put("a", []byte("one")))
+		require.NoError(t, s.Put(t.Context(), "a", []byte("one")))
 		after, err := checkpoint.OpenSharedStore(mem.CrashClone(), "/ckpt")
 		require.NoError(t, err)
-		b, err := after.Get("a")
+		b, err := after.Get(t.Context(), "a")
 		require.NoError(t, err)
 		require.Equal(t, "one", string(b))
-		names, err := after.List("")
+		names, err := after.List(t.Context(), "")
 		require.NoError(t, err)
 		require.Equal(t, []string{"a"}, names, "no temp name survives")
 	})
@@ -102,11 +103,11 @@ func TestSharedStoreConformance(t *testing.T) {
 // TestClaimJob: the first job's claim holds; the same job claims again;
 // another job is refused with both names.
 func TestClaimJob(t *testing.T) {
-	s, err := checkpoint.OpenSharedStore(checkpoint.NewMemFS(), "/shared")
+	s, err := checkpoint.OpenSharedStore(vfs.NewMem(), "/shared")
 	require.NoError(t, err)
-	require.NoError(t, checkpoint.ClaimJob(s, "counts"))
-	require.NoError(t, checkpoint.ClaimJob(s, "counts"))
-	err = checkpoint.ClaimJob(s, "other")
+	require.NoError(t, checkpoint.ClaimJob(t.Context(), s, "counts"))
+	require.NoError(t, checkpoint.ClaimJob(t.Context(), s, "counts"))
+	err = checkpoint.ClaimJob(t.Context(), s, "other")
 	require.ErrorContains(t, err, `job "counts"`)
 	require.ErrorContains(t, err, `not of job "other"`)
 	require.ErrorContains(t, err, "/shared/JOB")

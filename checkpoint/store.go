@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -15,20 +16,23 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kordproject/kord/vfs"
 )
 
 // Store is checkpoint storage shaped like an object store: put an immutable
 // object, get, list, delete, and atomically replace a small pointer object.
-// This implementation keeps objects as files in one directory of an FS,
+// This implementation keeps objects as files in one directory of a vfs.FS,
 // written as temp file, write, fsync, close, rename, fsync directory.
 //
 // A Store from OpenStore holds an exclusive lock on its directory until
 // Close, so one process at a time writes to it. A Store from
 // OpenSharedStore takes no lock: several processes write to one directory
 // (a shared filesystem), each object put once by whichever comes first.
-// Its methods are safe for concurrent use.
+// Its methods are safe for concurrent use. They check their ctx before
+// an object's file operations begin; once begun, they run to their end.
 type Store struct {
-	fs     FS
+	fs     vfs.FS
 	dir    string
 	lock   io.Closer
 	seq    atomic.Uint64
@@ -49,8 +53,8 @@ var errStoreClosed = errors.New("checkpoint: store closed")
 // OpenStore opens the checkpoint directory dir on fsys, creating it (and
 // making its entry durable) if needed, takes the lock dir/LOCK, and removes
 // temp files that a crashed writer left. If another process holds the lock,
-// the error names the lock file and satisfies errors.Is(err, ErrLocked).
-func OpenStore(fsys FS, dir string) (*Store, error) {
+// the error names the lock file and satisfies errors.Is(err, vfs.ErrLocked).
+func OpenStore(fsys vfs.FS, dir string) (*Store, error) {
 	dir = filepath.Clean(dir)
 	if err := fsys.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("checkpoint: create directory %s: %w", dir, err)
@@ -61,8 +65,8 @@ func OpenStore(fsys FS, dir string) (*Store, error) {
 	lockPath := filepath.Join(dir, LockName)
 	lock, err := fsys.Lock(lockPath)
 	if err != nil {
-		if errors.Is(err, ErrLocked) {
-			return nil, fmt.Errorf("checkpoint: directory %s is in use: lock %s is held by another process (or another Store in this one): %w", dir, lockPath, ErrLocked)
+		if errors.Is(err, vfs.ErrLocked) {
+			return nil, fmt.Errorf("checkpoint: directory %s is in use: lock %s is held by another process (or another Store in this one): %w", dir, lockPath, vfs.ErrLocked)
 		}
 		return nil, fmt.Errorf("checkpoint: lock %s: %w", lockPath, err)
 	}
@@ -98,7 +102,7 @@ func OpenStore(fsys FS, dir string) (*Store, error) {
 // succeeds, the other failing with fs.ErrExist. A crashed writer's temp
 // files stay (no process can tell them from another's write in progress);
 // their names start with ".tmp.".
-func OpenSharedStore(fsys FS, dir string) (*Store, error) {
+func OpenSharedStore(fsys vfs.FS, dir string) (*Store, error) {
 	dir = filepath.Clean(dir)
 	if err := fsys.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("checkpoint: create directory %s: %w", dir, err)
@@ -133,12 +137,15 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) checkName(op, name string) error {
+func (s *Store) checkName(ctx context.Context, op, name string) error {
 	if s.closed.Load() {
 		return fmt.Errorf("checkpoint: %s %s: %w", op, s.Path(name), errStoreClosed)
 	}
 	if !ValidObjectName(name) {
 		return fmt.Errorf("checkpoint: %s %q: not a valid object name", op, name)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("checkpoint: %s %s: %w", op, s.Path(name), err)
 	}
 	return nil
 }
@@ -146,8 +153,8 @@ func (s *Store) checkName(op, name string) error {
 // Put stores an immutable object: it writes data to a temp file, fsyncs and
 // closes it, renames it to name and fsyncs the directory. When Put returns
 // nil the object is durable. It refuses to overwrite an existing object.
-func (s *Store) Put(name string, data []byte) error {
-	if err := s.put(name, data); err != nil {
+func (s *Store) Put(ctx context.Context, name string, data []byte) error {
+	if err := s.put(ctx, name, data); err != nil {
 		return err
 	}
 	return s.syncDir()
@@ -155,8 +162,8 @@ func (s *Store) Put(name string, data []byte) error {
 
 // put is Put without the directory fsync; the caller must sync the directory
 // before it relies on the object being durable.
-func (s *Store) put(name string, data []byte) error {
-	if err := s.checkName("put", name); err != nil {
+func (s *Store) put(ctx context.Context, name string, data []byte) error {
+	if err := s.checkName(ctx, "put", name); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -269,8 +276,8 @@ func (s *Store) syncDir() error {
 
 // Get returns an object's contents. A missing object's error satisfies
 // errors.Is(err, fs.ErrNotExist).
-func (s *Store) Get(name string) ([]byte, error) {
-	if err := s.checkName("get", name); err != nil {
+func (s *Store) Get(ctx context.Context, name string) ([]byte, error) {
+	if err := s.checkName(ctx, "get", name); err != nil {
 		return nil, err
 	}
 	b, err := s.fs.ReadFile(s.Path(name))
@@ -282,7 +289,10 @@ func (s *Store) Get(name string) ([]byte, error) {
 
 // List returns the names of the objects whose names start with prefix,
 // sorted. Temp files and the lock file are not objects.
-func (s *Store) List(prefix string) ([]string, error) {
+func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("checkpoint: list %s: %w", s.dir, err)
+	}
 	names, err := s.fs.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: list %s: %w", s.dir, err)
@@ -298,15 +308,15 @@ func (s *Store) List(prefix string) ([]string, error) {
 
 // Delete removes an object and fsyncs the directory. Deleting a missing
 // object is not an error.
-func (s *Store) Delete(name string) error {
-	if err := s.remove(name); err != nil {
+func (s *Store) Delete(ctx context.Context, name string) error {
+	if err := s.remove(ctx, name); err != nil {
 		return err
 	}
 	return s.syncDir()
 }
 
-func (s *Store) remove(name string) error {
-	if err := s.checkName("delete", name); err != nil {
+func (s *Store) remove(ctx context.Context, name string) error {
+	if err := s.checkName(ctx, "delete", name); err != nil {
 		return err
 	}
 	if err := s.fs.Remove(s.Path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -318,8 +328,8 @@ func (s *Store) remove(name string) error {
 // SetPointer atomically replaces the small mutable object name with data:
 // temp file, fsync, rename over name, fsync directory. A crash at any point
 // leaves either the old or the new contents, never a mix.
-func (s *Store) SetPointer(name string, data []byte) error {
-	if err := s.checkName("set pointer", name); err != nil {
+func (s *Store) SetPointer(ctx context.Context, name string, data []byte) error {
+	if err := s.checkName(ctx, "set pointer", name); err != nil {
 		return err
 	}
 	if err := s.writeAndRename("set pointer", name, data); err != nil {
@@ -330,8 +340,8 @@ func (s *Store) SetPointer(name string, data []byte) error {
 
 // Pointer returns the contents of pointer object name, and false if it does
 // not exist.
-func (s *Store) Pointer(name string) ([]byte, bool, error) {
-	if err := s.checkName("get pointer", name); err != nil {
+func (s *Store) Pointer(ctx context.Context, name string) ([]byte, bool, error) {
+	if err := s.checkName(ctx, "get pointer", name); err != nil {
 		return nil, false, err
 	}
 	b, err := s.fs.ReadFile(s.Path(name))
@@ -378,12 +388,12 @@ func forEach(n int, fn func(i int) error) error {
 // PutAll stores several immutable objects in o in parallel and returns
 // their references (as Store.PutAll): a Store's PutAll (one directory
 // fsync), or parallel Puts, each durable when it returns.
-func PutAll(o Objects, files map[string][]byte) ([]FileRef, error) {
+func PutAll(ctx context.Context, o Objects, files map[string][]byte) ([]FileRef, error) {
 	if st, ok := o.(*Store); ok {
-		return st.PutAll(files)
+		return st.PutAll(ctx, files)
 	}
 	names, refs := fileRefs(files)
-	if err := forEach(len(names), func(i int) error { return o.Put(names[i], files[names[i]]) }); err != nil {
+	if err := forEach(len(names), func(i int) error { return o.Put(ctx, names[i], files[names[i]]) }); err != nil {
 		return nil, err
 	}
 	return refs, nil
@@ -408,9 +418,9 @@ func fileRefs(files map[string][]byte) ([]string, []FileRef) {
 // directory fsync: when it returns nil every one is durable. It returns
 // their references (name, size, CRC32C, and operator and key group for state
 // file names), sorted by name.
-func (s *Store) PutAll(files map[string][]byte) ([]FileRef, error) {
+func (s *Store) PutAll(ctx context.Context, files map[string][]byte) ([]FileRef, error) {
 	names, refs := fileRefs(files)
-	if err := forEach(len(names), func(i int) error { return s.put(names[i], files[names[i]]) }); err != nil {
+	if err := forEach(len(names), func(i int) error { return s.put(ctx, names[i], files[names[i]]) }); err != nil {
 		return nil, err
 	}
 	if len(names) > 0 {
@@ -427,7 +437,7 @@ func (s *Store) PutAll(files map[string][]byte) ([]FileRef, error) {
 // durable exactly when its metadata object is, so a crash before that leaves
 // only files without metadata, which ListCheckpoints ignores and Retain
 // removes. WriteCheckpoint sets m.Files (sorted by name) and m.Version.
-func WriteCheckpoint(s Storage, m *Metadata, files map[string][]byte) error {
+func WriteCheckpoint(ctx context.Context, s Storage, m *Metadata, files map[string][]byte) error {
 	if err := ValidateRun(m.Run); err != nil {
 		return err
 	}
@@ -441,22 +451,22 @@ func WriteCheckpoint(s Storage, m *Metadata, files map[string][]byte) error {
 	if _, err := encodeMetadata(m); err != nil { // validate before writing anything
 		return err
 	}
-	refs, err := PutAll(s, files)
+	refs, err := PutAll(ctx, s, files)
 	if err != nil {
 		return err
 	}
 	m.Files = refs
-	return PutMetadata(s, m)
+	return PutMetadata(ctx, s, m)
 }
 
 // ReadCheckpoint reads checkpoint (run, id) and every state file, verifying
 // each file's size and CRC32C against the metadata. A missing metadata object
 // is ErrMissing; a corrupt or missing state file or corrupt metadata is a
 // *CorruptError naming the path, with expected and actual size or checksum.
-func ReadCheckpoint(s Storage, run string, id uint64) (*Metadata, map[string][]byte, error) {
+func ReadCheckpoint(ctx context.Context, s Storage, run string, id uint64) (*Metadata, map[string][]byte, error) {
 	metaName := MetaName(run, id)
 	metaPath := s.Where(metaName)
-	b, err := s.Get(metaName)
+	b, err := s.Get(ctx, metaName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, fmt.Errorf("%w: checkpoint %s/%d: no metadata %s", ErrMissing, run, id, metaPath)
 	}
@@ -474,7 +484,7 @@ func ReadCheckpoint(s Storage, run string, id uint64) (*Metadata, map[string][]b
 	err = forEach(len(m.Files), func(i int) error {
 		f := m.Files[i]
 		path := s.Where(f.Name)
-		b, err := s.Get(f.Name)
+		b, err := s.Get(ctx, f.Name)
 		if errors.Is(err, fs.ErrNotExist) {
 			return &CorruptError{Path: path, Reason: fmt.Sprintf("missing state file of checkpoint %s (expected size %d, crc32c %08x)", m.Ref(), f.Size, f.CRC32C), Err: err}
 		}
@@ -502,8 +512,8 @@ func ReadCheckpoint(s Storage, run string, id uint64) (*Metadata, map[string][]b
 
 // ListCheckpoints returns every checkpoint that has a metadata object, sorted
 // by ID, then run. It does not read or verify the metadata.
-func ListCheckpoints(s Objects) ([]CheckpointRef, error) {
-	names, err := s.List(namePrefix)
+func ListCheckpoints(ctx context.Context, s Objects) ([]CheckpointRef, error) {
+	names, err := s.List(ctx, namePrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -519,19 +529,19 @@ func ListCheckpoints(s Objects) ([]CheckpointRef, error) {
 
 // SetCommitted durably records ref as the newest committed checkpoint in
 // the local COMMITTED marker (checksummed, replaced atomically).
-func SetCommitted(s Storage, ref CheckpointRef) error {
+func SetCommitted(ctx context.Context, s Storage, ref CheckpointRef) error {
 	b, err := encodeCommitted(ref)
 	if err != nil {
 		return fmt.Errorf("checkpoint: set committed %s: %w", s.Where(CommittedName), err)
 	}
-	return s.SetPointer(CommittedName, b)
+	return s.SetPointer(ctx, CommittedName, b)
 }
 
 // ReadCommitted returns the checkpoint recorded by the local COMMITTED marker,
 // and false if there is none. A corrupt marker is a *CorruptError naming its
 // path.
-func ReadCommitted(s Storage) (CheckpointRef, bool, error) {
-	b, ok, err := s.Pointer(CommittedName)
+func ReadCommitted(ctx context.Context, s Storage) (CheckpointRef, bool, error) {
+	b, ok, err := s.Pointer(ctx, CommittedName)
 	if err != nil || !ok {
 		return CheckpointRef{}, false, err
 	}
@@ -550,14 +560,14 @@ func ReadCommitted(s Storage) (CheckpointRef, bool, error) {
 // files, so a crash midway leaves files without metadata, which the next
 // Retain removes along with every other such leftover not newer than
 // committed. Retain fails, deleting nothing, if committed has no metadata.
-func Retain(s Storage, committed CheckpointRef, keep int) error {
+func Retain(ctx context.Context, s Storage, committed CheckpointRef, keep int) error {
 	st, ok := s.(*Store)
 	if !ok {
-		_, err := retain(s, []CheckpointRef{committed}, keep, s.Delete)
+		_, err := retain(ctx, s, []CheckpointRef{committed}, keep, s.Delete)
 		return err
 	}
 	// A directory: unlink the state files, then one directory fsync.
-	deleted, err := retain(st, []CheckpointRef{committed}, keep, st.remove)
+	deleted, err := retain(ctx, st, []CheckpointRef{committed}, keep, st.remove)
 	if err == nil && deleted {
 		return st.syncDir()
 	}
@@ -571,22 +581,22 @@ func Retain(s Storage, committed CheckpointRef, keep int) error {
 // part. Read the records just before: a checkpoint named since may be
 // deleted only if it was not named then, and it is then newer than every
 // named one, which RetainNamed never touches.
-func RetainNamed(o Objects, named []CheckpointRef, keep int) error {
+func RetainNamed(ctx context.Context, o Objects, named []CheckpointRef, keep int) error {
 	if len(named) == 0 {
 		return fmt.Errorf("checkpoint: retain: no committed record names a checkpoint; deleting nothing")
 	}
-	_, err := retain(o, named, keep, o.Delete)
+	_, err := retain(ctx, o, named, keep, o.Delete)
 	return err
 }
 
 // retain deletes what Retain and RetainNamed doom, with del for state
 // files (the metadata goes through o.Delete first), and reports whether it
 // deleted anything.
-func retain(o Objects, named []CheckpointRef, keep int, del func(string) error) (bool, error) {
+func retain(ctx context.Context, o Objects, named []CheckpointRef, keep int, del func(context.Context, string) error) (bool, error) {
 	if keep < 1 {
 		return false, fmt.Errorf("checkpoint: retain: keep %d, want at least 1", keep)
 	}
-	names, err := o.List(namePrefix)
+	names, err := o.List(ctx, namePrefix)
 	if err != nil {
 		return false, err
 	}
@@ -624,7 +634,7 @@ func retain(o Objects, named []CheckpointRef, keep int, del func(string) error) 
 	}
 	slices.SortFunc(doomed, CheckpointRef.compare)
 	for _, ref := range doomed {
-		if err := all[ref].delete(o.Delete, del); err != nil {
+		if err := all[ref].delete(ctx, o.Delete, del); err != nil {
 			return false, err
 		}
 	}
@@ -634,12 +644,12 @@ func retain(o Objects, named []CheckpointRef, keep int, del func(string) error) 
 // PutMetadata encodes m (encodeMetadata) and puts it durably as checkpoint
 // (m.Run, m.ID)'s metadata object. Call it after every state file in m.Files
 // is durable (Put): the checkpoint is durable exactly when this returns nil.
-func PutMetadata(s Objects, m *Metadata) error {
+func PutMetadata(ctx context.Context, s Objects, m *Metadata) error {
 	b, err := encodeMetadata(m)
 	if err != nil {
 		return err
 	}
-	return s.Put(MetaName(m.Run, m.ID), b)
+	return s.Put(ctx, MetaName(m.Run, m.ID), b)
 }
 
 // RetainOthers is retention of other runs on storage several processes
@@ -658,8 +668,8 @@ func PutMetadata(s Objects, m *Metadata) error {
 // checkpoint deleted here can still be named. Metadata that does not
 // decode is left alone (its age is unknown), as are leftover state files
 // of a run with no later dated checkpoint.
-func RetainOthers(o Objects, named []CheckpointRef, run string, before time.Time) ([]CheckpointRef, error) {
-	names, err := o.List(namePrefix)
+func RetainOthers(ctx context.Context, o Objects, named []CheckpointRef, run string, before time.Time) ([]CheckpointRef, error) {
+	names, err := o.List(ctx, namePrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -676,7 +686,7 @@ func RetainOthers(o Objects, named []CheckpointRef, run string, before time.Time
 		if c.meta == "" {
 			continue
 		}
-		b, err := o.Get(c.meta)
+		b, err := o.Get(ctx, c.meta)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // deleted meanwhile, by another process's retention
@@ -701,7 +711,7 @@ func RetainOthers(o Objects, named []CheckpointRef, run string, before time.Time
 	}
 	slices.SortFunc(doomed, CheckpointRef.compare)
 	for _, ref := range doomed {
-		if err := all[ref].delete(o.Delete, o.Delete); err != nil {
+		if err := all[ref].delete(ctx, o.Delete, o.Delete); err != nil {
 			return nil, err
 		}
 	}
@@ -742,14 +752,14 @@ func checkpointObjects(names []string, skip string) map[CheckpointRef]*ckptObjec
 // delete deletes the checkpoint's metadata first (delMeta), so that a
 // crash midway leaves files without metadata, which no restore takes, then
 // its files (delFile).
-func (c *ckptObjects) delete(delMeta, delFile func(string) error) error {
+func (c *ckptObjects) delete(ctx context.Context, delMeta, delFile func(context.Context, string) error) error {
 	if c.meta != "" {
-		if err := delMeta(c.meta); err != nil {
+		if err := delMeta(ctx, c.meta); err != nil {
 			return err
 		}
 	}
 	for _, f := range c.files {
-		if err := delFile(f); err != nil {
+		if err := delFile(ctx, f); err != nil {
 			return err
 		}
 	}

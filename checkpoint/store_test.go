@@ -15,11 +15,26 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/vfs"
+	"github.com/kordproject/kord/vfs/errorfs"
 )
 
 const testDir = "/ckpt"
 
-func openMem(t testing.TB, fsys FS) *Store {
+func writeFile(t *testing.T, fsys vfs.FS, name, data string, sync bool) {
+	t.Helper()
+	f, err := fsys.Create(name)
+	require.NoError(t, err)
+	_, err = f.Write([]byte(data))
+	require.NoError(t, err)
+	if sync {
+		require.NoError(t, f.Sync())
+	}
+	require.NoError(t, f.Close())
+}
+
+func openMem(t testing.TB, fsys vfs.FS) *Store {
 	t.Helper()
 	s, err := OpenStore(fsys, testDir)
 	require.NoError(t, err)
@@ -28,9 +43,9 @@ func openMem(t testing.TB, fsys FS) *Store {
 }
 
 func TestStoreObjects(t *testing.T) {
-	for name, newFS := range map[string]func(t *testing.T) (FS, string){
-		"mem": func(t *testing.T) (FS, string) { return NewMemFS(), testDir },
-		"os":  func(t *testing.T) (FS, string) { return OSFS(), filepath.Join(t.TempDir(), "ckpt") },
+	for name, newFS := range map[string]func(t *testing.T) (vfs.FS, string){
+		"mem": func(t *testing.T) (vfs.FS, string) { return vfs.NewMem(), testDir },
+		"os":  func(t *testing.T) (vfs.FS, string) { return vfs.Default(), filepath.Join(t.TempDir(), "ckpt") },
 	} {
 		t.Run(name, func(t *testing.T) {
 			fsys, dir := newFS(t)
@@ -39,55 +54,55 @@ func TestStoreObjects(t *testing.T) {
 			defer s.Close()
 			require.Equal(t, filepath.Join(dir, "a"), s.Path("a"))
 
-			require.NoError(t, s.Put("b", []byte("2")))
-			require.NoError(t, s.Put("a", []byte("1")))
-			require.NoError(t, s.Put("empty", nil))
-			got, err := s.Get("a")
+			require.NoError(t, s.Put(t.Context(), "b", []byte("2")))
+			require.NoError(t, s.Put(t.Context(), "a", []byte("1")))
+			require.NoError(t, s.Put(t.Context(), "empty", nil))
+			got, err := s.Get(t.Context(), "a")
 			require.NoError(t, err)
 			require.Equal(t, "1", string(got))
-			got, err = s.Get("empty")
+			got, err = s.Get(t.Context(), "empty")
 			require.NoError(t, err)
 			require.Empty(t, got)
 
-			err = s.Put("a", []byte("other"))
+			err = s.Put(t.Context(), "a", []byte("other"))
 			require.ErrorIs(t, err, fs.ErrExist)
 			require.ErrorContains(t, err, s.Path("a"))
 
-			names, err := s.List("")
+			names, err := s.List(t.Context(), "")
 			require.NoError(t, err)
 			require.Equal(t, []string{"a", "b", "empty"}, names) // no LOCK, no temp files
-			names, err = s.List("b")
+			names, err = s.List(t.Context(), "b")
 			require.NoError(t, err)
 			require.Equal(t, []string{"b"}, names)
 
-			require.NoError(t, s.Delete("a"))
-			require.NoError(t, s.Delete("a")) // idempotent
-			_, err = s.Get("a")
+			require.NoError(t, s.Delete(t.Context(), "a"))
+			require.NoError(t, s.Delete(t.Context(), "a")) // idempotent
+			_, err = s.Get(t.Context(), "a")
 			require.ErrorIs(t, err, fs.ErrNotExist)
 			require.ErrorContains(t, err, s.Path("a"))
 
-			_, ok, err := s.Pointer("P")
+			_, ok, err := s.Pointer(t.Context(), "P")
 			require.NoError(t, err)
 			require.False(t, ok)
-			require.NoError(t, s.SetPointer("P", []byte("v1")))
-			require.NoError(t, s.SetPointer("P", []byte("v2")))
-			p, ok, err := s.Pointer("P")
+			require.NoError(t, s.SetPointer(t.Context(), "P", []byte("v1")))
+			require.NoError(t, s.SetPointer(t.Context(), "P", []byte("v2")))
+			p, ok, err := s.Pointer(t.Context(), "P")
 			require.NoError(t, err)
 			require.True(t, ok)
 			require.Equal(t, "v2", string(p))
 
 			for _, bad := range []string{"", "x/y", LockName, ".tmp.x", ".."} {
-				require.Error(t, s.Put(bad, nil), bad)
+				require.Error(t, s.Put(t.Context(), bad, nil), bad)
 			}
 			require.NoError(t, s.Close())
 			require.NoError(t, s.Close())
-			require.Error(t, s.Put("c", nil))
+			require.Error(t, s.Put(t.Context(), "c", nil))
 
 			// Reopen: objects persist.
 			s2, err := OpenStore(fsys, dir)
 			require.NoError(t, err)
 			defer s2.Close()
-			names, err = s2.List("")
+			names, err = s2.List(t.Context(), "")
 			require.NoError(t, err)
 			require.Equal(t, []string{"P", "b", "empty"}, names)
 		})
@@ -95,7 +110,7 @@ func TestStoreObjects(t *testing.T) {
 }
 
 func TestOpenStoreLock(t *testing.T) {
-	for name, fsys := range map[string]FS{"os": OSFS(), "mem": NewMemFS()} {
+	for name, fsys := range map[string]vfs.FS{"os": vfs.Default(), "mem": vfs.NewMem()} {
 		t.Run(name, func(t *testing.T) {
 			dir := testDir
 			if name == "os" {
@@ -104,7 +119,7 @@ func TestOpenStoreLock(t *testing.T) {
 			s, err := OpenStore(fsys, dir)
 			require.NoError(t, err)
 			_, err = OpenStore(fsys, dir)
-			require.ErrorIs(t, err, ErrLocked)
+			require.ErrorIs(t, err, vfs.ErrLocked)
 			require.ErrorContains(t, err, filepath.Join(dir, LockName))
 			require.ErrorContains(t, err, "another process")
 			require.NoError(t, s.Close())
@@ -116,9 +131,9 @@ func TestOpenStoreLock(t *testing.T) {
 }
 
 func TestOpenStoreRemovesTempFiles(t *testing.T) {
-	m := NewMemFS()
+	m := vfs.NewMem()
 	s := openMem(t, m)
-	require.NoError(t, s.Put("a", []byte("1")))
+	require.NoError(t, s.Put(t.Context(), "a", []byte("1")))
 	writeFile(t, m, s.Path(tempPrefix+"a.7"), "partial", false)
 	require.NoError(t, s.Close())
 	s = openMem(t, m)
@@ -136,14 +151,14 @@ func TestOpenStoreRemovesTempFiles(t *testing.T) {
 // every later one: the process died there.
 type crashFS struct {
 	mu    sync.Mutex // WriteCheckpoint writes files in parallel
-	mem   *MemFS
+	mem   *vfs.MemFS
 	n, at int
-	clone *MemFS
+	clone *vfs.MemFS
 }
 
-func newCrashFS(mem *MemFS, at int) (*crashFS, FS) {
+func newCrashFS(mem *vfs.MemFS, at int) (*crashFS, vfs.FS) {
 	c := &crashFS{mem: mem, at: at}
-	return c, NewErrorFS(mem, func(op Op, name string) error {
+	return c, errorfs.New(mem, func(op errorfs.Op, name string) error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		c.n++
@@ -151,7 +166,7 @@ func newCrashFS(mem *MemFS, at int) (*crashFS, FS) {
 			c.clone = c.mem.CrashClone()
 		}
 		if c.clone != nil {
-			return ErrInjected
+			return errorfs.ErrInjected
 		}
 		return nil
 	})
@@ -159,7 +174,7 @@ func newCrashFS(mem *MemFS, at int) (*crashFS, FS) {
 
 // crashed returns the filesystem after the crash, or after the run if it
 // ended first.
-func (c *crashFS) crashed() *MemFS {
+func (c *crashFS) crashed() *vfs.MemFS {
 	if c.clone != nil {
 		return c.clone
 	}
@@ -170,19 +185,19 @@ func TestPutCrash(t *testing.T) {
 	// Put's operations: open (exists check), create, write, sync, close,
 	// rename, syncdir.
 	for at := 1; ; at++ {
-		mem := NewMemFS()
+		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
 		require.NoError(t, s0.Close())
 		c, fsys := newCrashFS(mem, 0)
 		s, err := OpenStore(fsys, testDir)
 		require.NoError(t, err)
 		c.at = c.n + at // count from after OpenStore
-		err = s.Put("obj", []byte("data"))
+		err = s.Put(t.Context(), "obj", []byte("data"))
 		done := c.clone == nil
 		s.Close()
 
 		after := openMem(t, c.crashed())
-		got, err2 := after.Get("obj")
+		got, err2 := after.Get(t.Context(), "obj")
 		if done {
 			require.NoError(t, err)
 			require.NoError(t, err2, "Put returned nil: the object must be durable")
@@ -192,7 +207,7 @@ func TestPutCrash(t *testing.T) {
 		} else {
 			require.ErrorIs(t, err2, fs.ErrNotExist)
 		}
-		names, _ := after.List("")
+		names, _ := after.List(t.Context(), "")
 		require.Subset(t, []string{"obj"}, names)
 		after.Close()
 		if done {
@@ -205,43 +220,43 @@ func TestPutCrash(t *testing.T) {
 // TestPutCrashBeforeDirSync is the named case: the rename happened, the
 // directory was not synced, the machine lost power: the object is gone.
 func TestPutCrashBeforeDirSync(t *testing.T) {
-	mem := NewMemFS()
+	mem := vfs.NewMem()
 	var synced bool
-	fsys := NewErrorFS(mem, func(op Op, name string) error {
-		if op == OpSyncDir && name == testDir && synced {
-			return ErrInjected
+	fsys := errorfs.New(mem, func(op errorfs.Op, name string) error {
+		if op == errorfs.OpSyncDir && name == testDir && synced {
+			return errorfs.ErrInjected
 		}
 		return nil
 	})
 	s := openMem(t, fsys)
 	synced = true
-	err := s.Put("obj", []byte("data"))
-	require.ErrorIs(t, err, ErrInjected)
+	err := s.Put(t.Context(), "obj", []byte("data"))
+	require.ErrorIs(t, err, errorfs.ErrInjected)
 	require.ErrorContains(t, err, "fsync directory "+testDir)
-	got, err := s.Get("obj") // visible now...
+	got, err := s.Get(t.Context(), "obj") // visible now...
 	require.NoError(t, err)
 	require.Equal(t, "data", string(got))
-	_, err = openMem(t, mem.CrashClone()).Get("obj") // ...but not durable
+	_, err = openMem(t, mem.CrashClone()).Get(t.Context(), "obj") // ...but not durable
 	require.ErrorIs(t, err, fs.ErrNotExist)
 }
 
 func TestSetPointerCrash(t *testing.T) {
 	for at := 1; ; at++ {
-		mem := NewMemFS()
+		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
-		require.NoError(t, SetCommitted(s0, CheckpointRef{Run: "a", ID: 1}))
+		require.NoError(t, SetCommitted(t.Context(), s0, CheckpointRef{Run: "a", ID: 1}))
 		require.NoError(t, s0.Close())
 
 		c, fsys := newCrashFS(mem, 0)
 		s, err := OpenStore(fsys, testDir)
 		require.NoError(t, err)
 		c.at = c.n + at
-		err = SetCommitted(s, CheckpointRef{Run: "a", ID: 2})
+		err = SetCommitted(t.Context(), s, CheckpointRef{Run: "a", ID: 2})
 		done := c.clone == nil
 		s.Close()
 
 		after := openMem(t, c.crashed())
-		ref, ok, err2 := ReadCommitted(after)
+		ref, ok, err2 := ReadCommitted(t.Context(), after)
 		require.NoError(t, err2, "crash at op %d: never a torn pointer", at)
 		require.True(t, ok)
 		if done {
@@ -273,12 +288,12 @@ func testMeta(run string, id uint64) *Metadata {
 }
 
 func TestWriteReadCheckpoint(t *testing.T) {
-	s := openMem(t, NewMemFS())
+	s := openMem(t, vfs.NewMem())
 	files := testFiles("a", 1, 4)
 	m := testMeta("a", 1)
-	require.NoError(t, WriteCheckpoint(s, m, files))
+	require.NoError(t, WriteCheckpoint(t.Context(), s, m, files))
 	require.Len(t, m.Files, 4)
-	gm, gfiles, err := ReadCheckpoint(s, "a", 1)
+	gm, gfiles, err := ReadCheckpoint(t.Context(), s, "a", 1)
 	require.NoError(t, err)
 	require.Equal(t, m.Files, gm.Files)
 	require.Equal(t, files, gfiles)
@@ -288,21 +303,21 @@ func TestWriteReadCheckpoint(t *testing.T) {
 		require.Len(t, es, 10+f.KeyGroup)
 	}
 	// Objects are immutable: the same checkpoint cannot be written twice.
-	require.Error(t, WriteCheckpoint(s, testMeta("a", 1), testFiles("a", 1, 1)))
+	require.Error(t, WriteCheckpoint(t.Context(), s, testMeta("a", 1), testFiles("a", 1, 1)))
 	// A file of another checkpoint is refused before anything is written.
-	require.ErrorContains(t, WriteCheckpoint(s, testMeta("a", 2), testFiles("a", 3, 1)), "not a state file name of this checkpoint")
+	require.ErrorContains(t, WriteCheckpoint(t.Context(), s, testMeta("a", 2), testFiles("a", 3, 1)), "not a state file name of this checkpoint")
 
-	_, _, err = ReadCheckpoint(s, "a", 9)
+	_, _, err = ReadCheckpoint(t.Context(), s, "a", 9)
 	require.ErrorIs(t, err, ErrMissing)
 	require.ErrorContains(t, err, s.Path(MetaName("a", 9)))
 
-	refs, err := ListCheckpoints(s)
+	refs, err := ListCheckpoints(t.Context(), s)
 	require.NoError(t, err)
 	require.Equal(t, []CheckpointRef{{"a", 1}}, refs)
 
 	// Checkpoint 0 of a fresh job: offsets only.
-	require.NoError(t, WriteCheckpoint(s, testMeta("b", 0), nil))
-	refs, err = ListCheckpoints(s)
+	require.NoError(t, WriteCheckpoint(t.Context(), s, testMeta("b", 0), nil))
+	refs, err = ListCheckpoints(t.Context(), s)
 	require.NoError(t, err)
 	require.Equal(t, []CheckpointRef{{"b", 0}, {"a", 1}}, refs)
 
@@ -311,22 +326,22 @@ func TestWriteReadCheckpoint(t *testing.T) {
 	f := testFiles("b", 2, 1)
 	var refs2 []FileRef
 	for name, data := range f {
-		require.NoError(t, s.Put(name, data))
+		require.NoError(t, s.Put(t.Context(), name, data))
 		refs2 = append(refs2, FileRef{Name: name, Size: int64(len(data)), CRC32C: checksum(data), Operator: "count", KeyGroup: 0})
 	}
 	m2 := testMeta("b", 2)
 	m2.Files = refs2
-	require.NoError(t, PutMetadata(s, m2))
-	_, got, err := ReadCheckpoint(s, "b", 2)
+	require.NoError(t, PutMetadata(t.Context(), s, m2))
+	_, got, err := ReadCheckpoint(t.Context(), s, "b", 2)
 	require.NoError(t, err)
 	require.Equal(t, f, got)
 }
 
 func TestReadCheckpointCorruption(t *testing.T) {
-	mem := NewMemFS()
+	mem := vfs.NewMem()
 	s := openMem(t, mem)
-	require.NoError(t, WriteCheckpoint(s, testMeta("a", 1), testFiles("a", 1, 3)))
-	names, err := s.List("")
+	require.NoError(t, WriteCheckpoint(t.Context(), s, testMeta("a", 1), testFiles("a", 1, 3)))
+	names, err := s.List(t.Context(), "")
 	require.NoError(t, err)
 	require.Len(t, names, 4)
 
@@ -335,7 +350,7 @@ func TestReadCheckpointCorruption(t *testing.T) {
 		writeFile(t, mem, s.Path(name), string(b), true)
 	}
 	for _, name := range names {
-		orig, err := s.Get(name)
+		orig, err := s.Get(t.Context(), name)
 		require.NoError(t, err)
 		for _, tc := range []struct {
 			how  string
@@ -349,7 +364,7 @@ func TestReadCheckpointCorruption(t *testing.T) {
 			t.Run(name+"/"+tc.how, func(t *testing.T) {
 				replace(name, tc.edit(orig))
 				defer replace(name, orig)
-				_, _, err := ReadCheckpoint(s, "a", 1)
+				_, _, err := ReadCheckpoint(t.Context(), s, "a", 1)
 				var ce *CorruptError
 				require.ErrorAs(t, err, &ce)
 				require.Equal(t, s.Path(name), ce.Path)
@@ -371,7 +386,7 @@ func TestReadCheckpointCorruption(t *testing.T) {
 			t.Run(name+"/missing", func(t *testing.T) {
 				require.NoError(t, mem.Remove(s.Path(name)))
 				defer replace(name, orig)
-				_, _, err := ReadCheckpoint(s, "a", 1)
+				_, _, err := ReadCheckpoint(t.Context(), s, "a", 1)
 				var ce *CorruptError
 				require.ErrorAs(t, err, &ce)
 				require.Equal(t, s.Path(name), ce.Path)
@@ -380,20 +395,20 @@ func TestReadCheckpointCorruption(t *testing.T) {
 			})
 		}
 	}
-	_, _, err = ReadCheckpoint(s, "a", 1)
+	_, _, err = ReadCheckpoint(t.Context(), s, "a", 1)
 	require.NoError(t, err)
 
 	// A metadata object under the wrong name.
-	b, err := s.Get(MetaName("a", 1))
+	b, err := s.Get(t.Context(), MetaName("a", 1))
 	require.NoError(t, err)
-	require.NoError(t, s.Put(MetaName("a", 5), b))
-	_, _, err = ReadCheckpoint(s, "a", 5)
+	require.NoError(t, s.Put(t.Context(), MetaName("a", 5), b))
+	_, _, err = ReadCheckpoint(t.Context(), s, "a", 5)
 	var ce *CorruptError
 	require.ErrorAs(t, err, &ce)
 
 	// Corrupt committed marker.
-	require.NoError(t, s.SetPointer(CommittedName, []byte("KORDCMTD garbage")))
-	_, _, err = ReadCommitted(s)
+	require.NoError(t, s.SetPointer(t.Context(), CommittedName, []byte("KORDCMTD garbage")))
+	_, _, err = ReadCommitted(t.Context(), s)
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, s.Path(CommittedName), ce.Path)
 }
@@ -403,30 +418,30 @@ func TestReadCheckpointCorruption(t *testing.T) {
 // reopening, and the committed marker decodes.
 func checkStoreInvariants(t *testing.T, s *Store) []CheckpointRef {
 	t.Helper()
-	refs, err := ListCheckpoints(s)
+	refs, err := ListCheckpoints(t.Context(), s)
 	require.NoError(t, err)
 	for _, r := range refs {
-		_, _, err := ReadCheckpoint(s, r.Run, r.ID)
+		_, _, err := ReadCheckpoint(t.Context(), s, r.Run, r.ID)
 		require.NoError(t, err, "listed checkpoint %s", r)
 	}
-	_, _, err = ReadCommitted(s)
+	_, _, err = ReadCommitted(t.Context(), s)
 	require.NoError(t, err)
 	return refs
 }
 
 func TestWriteCheckpointCrash(t *testing.T) {
 	for at := 1; ; at++ {
-		mem := NewMemFS()
+		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
-		require.NoError(t, WriteCheckpoint(s0, testMeta("a", 1), testFiles("a", 1, 2)))
-		require.NoError(t, SetCommitted(s0, CheckpointRef{"a", 1}))
+		require.NoError(t, WriteCheckpoint(t.Context(), s0, testMeta("a", 1), testFiles("a", 1, 2)))
+		require.NoError(t, SetCommitted(t.Context(), s0, CheckpointRef{"a", 1}))
 		require.NoError(t, s0.Close())
 
 		c, fsys := newCrashFS(mem, 0)
 		s, err := OpenStore(fsys, testDir)
 		require.NoError(t, err)
 		c.at = c.n + at
-		err = WriteCheckpoint(s, testMeta("a", 2), testFiles("a", 2, 3))
+		err = WriteCheckpoint(t.Context(), s, testMeta("a", 2), testFiles("a", 2, 3))
 		done := c.clone == nil
 		s.Close()
 
@@ -440,15 +455,15 @@ func TestWriteCheckpointCrash(t *testing.T) {
 		require.Error(t, err)
 		require.Contains(t, refs, CheckpointRef{"a", 1})
 		if !slices.Contains(refs, CheckpointRef{"a", 2}) {
-			_, _, err := ReadCheckpoint(after, "a", 2)
+			_, _, err := ReadCheckpoint(t.Context(), after, "a", 2)
 			require.ErrorIs(t, err, ErrMissing)
 		}
 		// Restart as run b: restore a/1, checkpoint b/2 commits; Retain
 		// removes a/2's leftovers (complete or not) and keeps b/2 and a/1.
-		require.NoError(t, WriteCheckpoint(after, testMeta("b", 2), testFiles("b", 2, 1)))
-		require.NoError(t, SetCommitted(after, CheckpointRef{"b", 2}))
-		require.NoError(t, Retain(after, CheckpointRef{"b", 2}, 2))
-		names, err := after.List("")
+		require.NoError(t, WriteCheckpoint(t.Context(), after, testMeta("b", 2), testFiles("b", 2, 1)))
+		require.NoError(t, SetCommitted(t.Context(), after, CheckpointRef{"b", 2}))
+		require.NoError(t, Retain(t.Context(), after, CheckpointRef{"b", 2}, 2))
+		names, err := after.List(t.Context(), "")
 		require.NoError(t, err)
 		for _, n := range names {
 			require.False(t, strings.HasPrefix(n, checkpointPrefix("a", 2)) && !slices.Contains(refs, CheckpointRef{"a", 2}),
@@ -466,31 +481,31 @@ func TestWriteCheckpointCrash(t *testing.T) {
 // complete new one.
 func TestInjectedFailures(t *testing.T) {
 	for at := 1; ; at++ {
-		mem := NewMemFS()
+		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
-		require.NoError(t, WriteCheckpoint(s0, testMeta("a", 1), testFiles("a", 1, 1)))
-		require.NoError(t, SetCommitted(s0, CheckpointRef{"a", 1}))
+		require.NoError(t, WriteCheckpoint(t.Context(), s0, testMeta("a", 1), testFiles("a", 1, 1)))
+		require.NoError(t, SetCommitted(t.Context(), s0, CheckpointRef{"a", 1}))
 		require.NoError(t, s0.Close())
 
 		var mu sync.Mutex // WriteCheckpoint writes files in parallel
 		n, failAt := 0, 0
-		var failed Op = -1
-		fsys := NewErrorFS(mem, func(op Op, name string) error {
+		var failed errorfs.Op = -1
+		fsys := errorfs.New(mem, func(op errorfs.Op, name string) error {
 			mu.Lock()
 			defer mu.Unlock()
 			n++
 			if n == failAt {
 				failed = op
-				return ErrInjected
+				return errorfs.ErrInjected
 			}
 			return nil
 		})
 		s, err := OpenStore(fsys, testDir)
 		require.NoError(t, err)
 		failAt = n + at
-		err = WriteCheckpoint(s, testMeta("a", 2), testFiles("a", 2, 3))
+		err = WriteCheckpoint(t.Context(), s, testMeta("a", 2), testFiles("a", 2, 3))
 		if err == nil {
-			err = SetCommitted(s, CheckpointRef{"a", 2})
+			err = SetCommitted(t.Context(), s, CheckpointRef{"a", 2})
 		}
 		failAt = 0
 		if failed < 0 {
@@ -500,11 +515,11 @@ func TestInjectedFailures(t *testing.T) {
 			s.Close()
 			break
 		}
-		require.ErrorIs(t, err, ErrInjected, "failed %v at op %d", failed, at)
+		require.ErrorIs(t, err, errorfs.ErrInjected, "failed %v at op %d", failed, at)
 		require.ErrorContains(t, err, testDir, "failed %v at op %d", failed, at)
 		refs := checkStoreInvariants(t, s)
 		require.Contains(t, refs, CheckpointRef{"a", 1})
-		ref, _, err := ReadCommitted(s)
+		ref, _, err := ReadCommitted(t.Context(), s)
 		require.NoError(t, err)
 		require.Contains(t, []uint64{1, 2}, ref.ID)
 		if ref.ID == 2 {
@@ -519,21 +534,21 @@ func TestInjectedFailures(t *testing.T) {
 }
 
 func TestOpenStoreFailures(t *testing.T) {
-	for op := OpCreate; op < numOps; op++ {
+	for op := errorfs.OpCreate; op <= errorfs.OpLink; op++ {
 		t.Run(op.String(), func(t *testing.T) {
-			mem := NewMemFS()
+			mem := vfs.NewMem()
 			writeFile(t, mem, "/x", "", true) // so MkdirAll has work, not
 			require.NoError(t, mem.MkdirAll(testDir))
 			writeFile(t, mem, filepath.Join(testDir, tempPrefix+"a.1"), "", true)
-			_, err := OpenStore(NewErrorFS(mem, func(o Op, name string) error {
+			_, err := OpenStore(errorfs.New(mem, func(o errorfs.Op, name string) error {
 				if o == op {
-					return ErrInjected
+					return errorfs.ErrInjected
 				}
 				return nil
 			}), testDir)
 			switch op {
-			case OpMkdirAll, OpSyncDir, OpLock, OpReadDir, OpRemove:
-				require.ErrorIs(t, err, ErrInjected)
+			case errorfs.OpMkdirAll, errorfs.OpSyncDir, errorfs.OpLock, errorfs.OpReadDir, errorfs.OpRemove:
+				require.ErrorIs(t, err, errorfs.ErrInjected)
 				require.ErrorContains(t, err, testDir)
 			default:
 				require.NoError(t, err)
@@ -543,24 +558,24 @@ func TestOpenStoreFailures(t *testing.T) {
 }
 
 func TestRetain(t *testing.T) {
-	s := openMem(t, NewMemFS())
+	s := openMem(t, vfs.NewMem())
 	for _, r := range []CheckpointRef{{"a", 1}, {"a", 2}, {"b", 3}, {"c", 3}, {"c", 4}, {"c", 5}, {"c", 6}} {
-		require.NoError(t, WriteCheckpoint(s, testMeta(r.Run, r.ID), testFiles(r.Run, r.ID, 2)))
+		require.NoError(t, WriteCheckpoint(t.Context(), s, testMeta(r.Run, r.ID), testFiles(r.Run, r.ID, 2)))
 	}
 	// Leftovers of half-written checkpoints: older than committed, and in flight.
 	for _, name := range []string{StateFileName("a", 3, "count", 0), StateFileName("c", 7, "count", 0)} {
-		require.NoError(t, s.Put(name, []byte("x")))
+		require.NoError(t, s.Put(t.Context(), name, []byte("x")))
 	}
 	committed := CheckpointRef{"c", 5}
 
-	require.ErrorContains(t, Retain(s, committed, 0), "keep")
-	require.ErrorContains(t, Retain(s, CheckpointRef{"c", 99}, 1), "no metadata")
+	require.ErrorContains(t, Retain(t.Context(), s, committed, 0), "keep")
+	require.ErrorContains(t, Retain(t.Context(), s, CheckpointRef{"c", 99}, 1), "no metadata")
 
-	require.NoError(t, Retain(s, committed, 3))
-	refs, err := ListCheckpoints(s)
+	require.NoError(t, Retain(t.Context(), s, committed, 3))
+	refs, err := ListCheckpoints(t.Context(), s)
 	require.NoError(t, err)
 	require.Equal(t, []CheckpointRef{{"c", 3}, {"c", 4}, {"c", 5}, {"c", 6}}, refs)
-	names, err := s.List("")
+	names, err := s.List(t.Context(), "")
 	require.NoError(t, err)
 	require.Contains(t, names, StateFileName("c", 7, "count", 0), "in flight: kept")
 	require.NotContains(t, names, StateFileName("a", 3, "count", 0), "leftover: removed")
@@ -570,11 +585,11 @@ func TestRetain(t *testing.T) {
 		require.True(t, p.ID >= 3)
 	}
 
-	require.NoError(t, Retain(s, committed, 1))
-	refs, err = ListCheckpoints(s)
+	require.NoError(t, Retain(t.Context(), s, committed, 1))
+	refs, err = ListCheckpoints(t.Context(), s)
 	require.NoError(t, err)
 	require.Equal(t, []CheckpointRef{{"c", 5}, {"c", 6}}, refs)
-	names, err = s.List("")
+	names, err = s.List(t.Context(), "")
 	require.NoError(t, err)
 	got := map[CheckpointRef]int{}
 	for _, n := range names {
@@ -582,7 +597,7 @@ func TestRetain(t *testing.T) {
 		got[CheckpointRef{p.Run, p.ID}]++
 	}
 	require.Equal(t, map[CheckpointRef]int{{"c", 5}: 3, {"c", 6}: 3, {"c", 7}: 1}, got)
-	_, _, err = ReadCheckpoint(s, "c", 5)
+	_, _, err = ReadCheckpoint(t.Context(), s, "c", 5)
 	require.NoError(t, err)
 }
 
@@ -590,17 +605,17 @@ func TestRetain(t *testing.T) {
 // listed checkpoint intact and the committed one in place.
 func TestRetainCrash(t *testing.T) {
 	for at := 1; ; at++ {
-		mem := NewMemFS()
+		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
 		for id := range uint64(4) {
-			require.NoError(t, WriteCheckpoint(s0, testMeta("a", id), testFiles("a", id, 2)))
+			require.NoError(t, WriteCheckpoint(t.Context(), s0, testMeta("a", id), testFiles("a", id, 2)))
 		}
 		require.NoError(t, s0.Close())
 		c, fsys := newCrashFS(mem, 0)
 		s, err := OpenStore(fsys, testDir)
 		require.NoError(t, err)
 		c.at = c.n + at
-		err = Retain(s, CheckpointRef{"a", 3}, 1)
+		err = Retain(t.Context(), s, CheckpointRef{"a", 3}, 1)
 		done := c.clone == nil
 		s.Close()
 		after := openMem(t, c.crashed())
@@ -611,30 +626,30 @@ func TestRetainCrash(t *testing.T) {
 			require.Equal(t, []CheckpointRef{{"a", 3}}, refs)
 			break
 		}
-		require.NoError(t, Retain(after, CheckpointRef{"a", 3}, 1))
-		names, err := after.List("")
+		require.NoError(t, Retain(t.Context(), after, CheckpointRef{"a", 3}, 1))
+		names, err := after.List(t.Context(), "")
 		require.NoError(t, err)
 		require.Len(t, names, 3, "crash at op %d", at)
 		after.Close()
 	}
 }
 
-func TestOSFSCheckpointRoundTrip(t *testing.T) {
+func TestDefaultFSCheckpointRoundTrip(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "ckpt")
-	s, err := OpenStore(OSFS(), dir)
+	s, err := OpenStore(vfs.Default(), dir)
 	require.NoError(t, err)
 	files := testFiles("ab", 1, 3)
-	require.NoError(t, WriteCheckpoint(s, testMeta("ab", 1), files))
-	require.NoError(t, SetCommitted(s, CheckpointRef{"ab", 1}))
+	require.NoError(t, WriteCheckpoint(t.Context(), s, testMeta("ab", 1), files))
+	require.NoError(t, SetCommitted(t.Context(), s, CheckpointRef{"ab", 1}))
 	require.NoError(t, s.Close())
 
-	s, err = OpenStore(OSFS(), dir)
+	s, err = OpenStore(vfs.Default(), dir)
 	require.NoError(t, err)
 	defer s.Close()
-	ref, ok, err := ReadCommitted(s)
+	ref, ok, err := ReadCommitted(t.Context(), s)
 	require.NoError(t, err)
 	require.True(t, ok)
-	_, got, err := ReadCheckpoint(s, ref.Run, ref.ID)
+	_, got, err := ReadCheckpoint(t.Context(), s, ref.Run, ref.ID)
 	require.NoError(t, err)
 	require.Equal(t, files, got)
 	require.Equal(t, slices.Sorted(maps.Keys(files)), slices.Sorted(maps.Keys(got)))
@@ -686,8 +701,8 @@ func BenchmarkWriteCheckpoint(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			var fsyncs atomic.Int64
-			counting := NewErrorFS(OSFS(), func(op Op, _ string) error {
-				if op == OpSync || op == OpSyncDir {
+			counting := errorfs.New(vfs.Default(), func(op errorfs.Op, _ string) error {
+				if op == errorfs.OpSync || op == errorfs.OpSyncDir {
 					fsyncs.Add(1)
 				}
 				return nil
@@ -717,12 +732,12 @@ func BenchmarkWriteCheckpoint(b *testing.B) {
 				}
 				m := &Metadata{Run: "ab", ID: id, MaxParallelism: groups}
 				before := fsyncs.Load()
-				if err := WriteCheckpoint(s, m, files); err != nil {
+				if err := WriteCheckpoint(b.Context(), s, m, files); err != nil {
 					b.Fatal(err)
 				}
 				perCkpt = fsyncs.Load() - before
 				if id > 1 {
-					if err := Retain(s, CheckpointRef{"ab", id}, 1); err != nil {
+					if err := Retain(b.Context(), s, CheckpointRef{"ab", id}, 1); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -740,33 +755,33 @@ func BenchmarkWriteCheckpoint(b *testing.B) {
 // plays committed's part (newer ones may be in flight), and keep counts
 // the complete checkpoints older than it.
 func TestRetainNamed(t *testing.T) {
-	s, err := OpenSharedStore(NewMemFS(), testDir)
+	s, err := OpenSharedStore(vfs.NewMem(), testDir)
 	require.NoError(t, err)
 	for _, r := range []CheckpointRef{{"ab", 1}, {"ab", 2}, {"cd", 3}, {"ab", 4}, {"ab", 5}, {"ab", 6}, {"ab", 7}} {
-		require.NoError(t, WriteCheckpoint(s, testMeta(r.Run, r.ID), testFiles(r.Run, r.ID, 2)))
+		require.NoError(t, WriteCheckpoint(t.Context(), s, testMeta(r.Run, r.ID), testFiles(r.Run, r.ID, 2)))
 	}
-	require.NoError(t, s.Put(StateFileName("ab", 3, "count", 0), []byte("x"))) // a half-written leftover
+	require.NoError(t, s.Put(t.Context(), StateFileName("ab", 3, "count", 0), []byte("x"))) // a half-written leftover
 	// Partition 0's record still names checkpoint ab/1 (its process has not
 	// committed since), partition 1's names cd/3, partition 2's ab/6.
 	named := []CheckpointRef{{"ab", 1}, {"cd", 3}, {"ab", 6}}
 
-	require.ErrorContains(t, RetainNamed(s, nil, 1), "no committed record")
-	err = RetainNamed(s, append(named, CheckpointRef{"ab", 99}), 1)
+	require.ErrorContains(t, RetainNamed(t.Context(), s, nil, 1), "no committed record")
+	err = RetainNamed(t.Context(), s, append(named, CheckpointRef{"ab", 99}), 1)
 	require.ErrorContains(t, err, "committed checkpoint ab/99 has no metadata "+s.Path(MetaName("ab", 99)))
-	refs, err := ListCheckpoints(s)
+	refs, err := ListCheckpoints(t.Context(), s)
 	require.NoError(t, err)
 	require.Len(t, refs, 7, "a record naming a missing checkpoint deletes nothing")
 
-	require.NoError(t, RetainNamed(s, named, 2))
-	refs, err = ListCheckpoints(s)
+	require.NoError(t, RetainNamed(t.Context(), s, named, 2))
+	refs, err = ListCheckpoints(t.Context(), s)
 	require.NoError(t, err)
 	require.Equal(t, []CheckpointRef{{"ab", 1}, {"cd", 3}, {"ab", 5}, {"ab", 6}, {"ab", 7}}, refs,
 		"named ones kept, ab/5 kept as the one older checkpoint keep=2 allows, ab/7 in flight, ab/2 and ab/4 gone")
-	names, err := s.List("")
+	names, err := s.List(t.Context(), "")
 	require.NoError(t, err)
 	require.NotContains(t, names, StateFileName("ab", 3, "count", 0), "leftover: removed")
 	for _, r := range named {
-		_, _, err := ReadCheckpoint(s, r.Run, r.ID)
+		_, _, err := ReadCheckpoint(t.Context(), s, r.Run, r.ID)
 		require.NoError(t, err, "%s readable", r)
 	}
 }
@@ -776,13 +791,13 @@ func TestRetainNamed(t *testing.T) {
 // ones, the current run's, undatable ones and leftovers with no later
 // dated checkpoint stay.
 func TestRetainOthers(t *testing.T) {
-	s := openMem(t, NewMemFS())
+	s := openMem(t, vfs.NewMem())
 	now := time.Now()
 	old, young := now.Add(-time.Hour), now
 	write := func(run string, id uint64, created time.Time) {
 		m := testMeta(run, id)
 		m.Created = created
-		require.NoError(t, WriteCheckpoint(s, m, testFiles(run, id, 2)))
+		require.NoError(t, WriteCheckpoint(t.Context(), s, m, testFiles(run, id, 2)))
 	}
 	write("dead", 1, old)
 	write("dead", 3, old) // named
@@ -791,18 +806,18 @@ func TestRetainOthers(t *testing.T) {
 	write("beef", 6, old)
 	write("5e1f", 2, old)
 	for _, name := range []string{StateFileName("dead", 2, "count", 0), StateFileName("dead", 9, "count", 0), StateFileName("beef", 5, "count", 0)} {
-		require.NoError(t, s.Put(name, []byte("leftover")))
+		require.NoError(t, s.Put(t.Context(), name, []byte("leftover")))
 	}
-	require.NoError(t, s.Put(MetaName("bad", 1), []byte("not metadata")))
+	require.NoError(t, s.Put(t.Context(), MetaName("bad", 1), []byte("not metadata")))
 	named := []CheckpointRef{{"dead", 3}, {"beef", 7}}
 
-	deleted, err := RetainOthers(s, named, "5e1f", now.Add(-time.Minute))
+	deleted, err := RetainOthers(t.Context(), s, named, "5e1f", now.Add(-time.Minute))
 	require.NoError(t, err)
 	require.Equal(t, []CheckpointRef{{"dead", 1}, {"dead", 2}, {"dead", 4}, {"beef", 5}, {"beef", 6}}, deleted)
-	refs, err := ListCheckpoints(s)
+	refs, err := ListCheckpoints(t.Context(), s)
 	require.NoError(t, err)
 	require.ElementsMatch(t, []CheckpointRef{{"bad", 1}, {"5e1f", 2}, {"dead", 3}, {"beef", 7}}, refs)
-	names, err := s.List("")
+	names, err := s.List(t.Context(), "")
 	require.NoError(t, err)
 	for _, n := range names {
 		p, _ := ParseName(n)
@@ -810,11 +825,11 @@ func TestRetainOthers(t *testing.T) {
 		require.NotContains(t, deleted, ref, "%s was left behind", n)
 	}
 	require.Contains(t, names, StateFileName("dead", 9, "count", 0), "a leftover newer than every dated checkpoint of its run stays")
-	_, _, err = ReadCheckpoint(s, "dead", 3)
+	_, _, err = ReadCheckpoint(t.Context(), s, "dead", 3)
 	require.NoError(t, err, "the named checkpoint is whole")
 
 	// Nothing is old enough: nothing goes.
-	deleted, err = RetainOthers(s, nil, "5e1f", old.Add(-time.Minute))
+	deleted, err = RetainOthers(t.Context(), s, nil, "5e1f", old.Add(-time.Minute))
 	require.NoError(t, err)
 	require.Empty(t, deleted)
 }

@@ -31,6 +31,8 @@ import (
 	"github.com/kordproject/kord/internal/testdir"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/vfs"
+	"github.com/kordproject/kord/vfs/errorfs"
 )
 
 // The proofs of the exactly-once protocol (DESIGN.md, "Exactly-once to
@@ -273,12 +275,12 @@ func TestAbortedCheckpointMergesIntoNext(t *testing.T) {
 		f := newFixture(t, c, 6, 50)
 		prodErr := f.produceInBackground(2_000, 1_000, 2*time.Minute)
 		var injected atomic.Int32
-		fs := checkpoint.NewErrorFS(checkpoint.OSFS(), func(op checkpoint.Op, name string) error {
+		fs := errorfs.New(vfs.Default(), func(op errorfs.Op, name string) error {
 			// The first state file (of the first checkpoint with state),
 			// written by a snapshot goroutine while the job reads on.
-			if op == checkpoint.OpCreate && strings.Contains(filepath.Base(name), ".op-count.") && injected.Add(1) == 1 {
+			if op == errorfs.OpCreate && strings.Contains(filepath.Base(name), ".op-count.") && injected.Add(1) == 1 {
 				time.Sleep(300 * time.Millisecond)
-				return checkpoint.ErrInjected
+				return errorfs.ErrInjected
 			}
 			return nil
 		})
@@ -365,8 +367,8 @@ func TestEpochBufferBackpressure(t *testing.T) {
 			}
 		})
 		t.Cleanup(func() { kafkaio.SetEpochBufferHook(nil) })
-		fs := checkpoint.NewErrorFS(checkpoint.OSFS(), func(op checkpoint.Op, name string) error {
-			if op == checkpoint.OpCreate && strings.Contains(filepath.Base(name), ".op-count.") {
+		fs := errorfs.New(vfs.Default(), func(op errorfs.Op, name string) error {
+			if op == errorfs.OpCreate && strings.Contains(filepath.Base(name), ".op-count.") {
 				time.Sleep(200 * time.Millisecond)
 			}
 			return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/vfs"
 )
 
 // genSource generates user-behavior events on the fly: the event at
@@ -251,7 +252,7 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 	for b.Loop() {
 		id++
 		dir := b.TempDir()
-		store, err := checkpoint.OpenStore(checkpoint.OSFS(), dir)
+		store, err := checkpoint.OpenStore(vfs.Default(), dir)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -263,12 +264,12 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 			b.Fatal(err)
 		}
 		m := &checkpoint.Metadata{Run: "0123456789abcdef", ID: id, Created: time.Now(), MaxParallelism: keyed.DefaultMaxParallelism, Operators: snap.OperatorRefs()}
-		if err := checkpoint.WriteCheckpoint(store, m, files); err != nil {
+		if err := checkpoint.WriteCheckpoint(b.Context(), store, m, files); err != nil {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
 		snap.Release()
-		m2, files2, err := checkpoint.ReadCheckpoint(store, m.Run, m.ID)
+		m2, files2, err := checkpoint.ReadCheckpoint(b.Context(), store, m.Run, m.ID)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -231,16 +231,16 @@ func (j *Job) Run(ctx context.Context) (err error) {
 			}
 		}()
 	}
-	store, closeStore, err := j.openStorage()
+	// The work goes on after ctx is done, for the final checkpoint, until
+	// the stop deadline.
+	wctx, endWork := stopContext(ctx, j.cfg.StopTimeout)
+	defer endWork()
+	store, closeStore, err := j.openStorage(wctx)
 	if err != nil {
 		return err
 	}
 	defer closeStore()
 	fp := pointsOf(ctx)
-	// The work goes on after ctx is done, for the final checkpoint, until
-	// the stop deadline.
-	wctx, endWork := stopContext(ctx, j.cfg.StopTimeout)
-	defer endWork()
 	attempts, recoveries := 0, 0
 	stable := j.cfg.Restart.StableAfter
 	if stable <= 0 {
@@ -324,7 +324,7 @@ func (j *Job) Forget(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("keyed: job %s: sink %q cannot forget its commit record (it is no keyed.Forgetter)", j.name, j.sink.sinkName())
 	}
-	store, closeStore, err := j.openStorage()
+	store, closeStore, err := j.openStorage(ctx)
 	if err != nil {
 		return err
 	}
@@ -335,7 +335,7 @@ func (j *Job) Forget(ctx context.Context) error {
 	if err := f.Forget(ctx, j.sinkInfo()); err != nil {
 		return fmt.Errorf("keyed: job %s: %w", j.name, err)
 	}
-	names, err := store.List("")
+	names, err := store.List(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -344,7 +344,7 @@ func (j *Job) Forget(ctx context.Context) error {
 		if pn, ok := checkpoint.ParseName(n); !ok || pn.Kind == checkpoint.KindUnknown {
 			continue // not the job's: left alone
 		}
-		if err := store.Delete(n); err != nil {
+		if err := store.Delete(ctx, n); err != nil {
 			return err
 		}
 		deleted++
@@ -355,8 +355,9 @@ func (j *Job) Forget(ctx context.Context) error {
 
 // openStorage opens where the job keeps its checkpoints: the Storage
 // given (CheckpointStorage), as is; else the directory, locked by one
-// process, or shared unlocked by several (a Membership).
-func (j *Job) openStorage() (checkpoint.Storage, func(), error) {
+// process, or shared unlocked by several (a Membership). ctx bounds the
+// claim of a Storage.
+func (j *Job) openStorage(ctx context.Context) (checkpoint.Storage, func(), error) {
 	var st checkpoint.Storage
 	closeStore := func() {}
 	if j.cfg.Storage != nil {
@@ -376,7 +377,7 @@ func (j *Job) openStorage() (checkpoint.Storage, func(), error) {
 	}
 	if j.membership() != nil || j.cfg.Storage != nil {
 		// No lock keeps another job out: the job's name does.
-		if err := checkpoint.ClaimJob(st, j.name); err != nil {
+		if err := checkpoint.ClaimJob(ctx, st, j.name); err != nil {
 			closeStore()
 			return nil, nil, Permanent(fmt.Errorf("keyed: job %s: %w", j.name, err))
 		}
@@ -555,12 +556,12 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 	if rec != nil {
 		cr = &checkpoint.CommitRecord{Run: rec.Ref.Run, Checkpoint: rec.Ref.ID}
 	}
-	local, err := checkpoint.ListCheckpoints(r.store)
+	local, err := checkpoint.ListCheckpoints(ctx, r.store)
 	if err != nil {
 		return nil, err
 	}
 	var marker *checkpoint.CheckpointRef
-	if m, ok, err := checkpoint.ReadCommitted(r.store); err != nil {
+	if m, ok, err := checkpoint.ReadCommitted(ctx, r.store); err != nil {
 		r.log.Warn("keyed: local committed marker unreadable", "err", err)
 	} else if ok {
 		marker = &m
@@ -568,7 +569,7 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 	accept := j.cfg.AcceptDuplicates || j.cfg.Mode == checkpoint.AtLeastOnce
 	d, err := checkpoint.Decide(checkpoint.RecoveryInput{Record: cr, Local: local, Marker: marker, AcceptDuplicates: accept,
 		Valid: func(ref checkpoint.CheckpointRef) error {
-			_, _, err := checkpoint.ReadCheckpoint(r.store, ref.Run, ref.ID)
+			_, _, err := checkpoint.ReadCheckpoint(ctx, r.store, ref.Run, ref.ID)
 			return err
 		}})
 	if err != nil {
@@ -594,7 +595,7 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 		rs.fresh = true
 		return rs, nil
 	}
-	m, files, err := checkpoint.ReadCheckpoint(r.store, d.Ref.Run, d.Ref.ID)
+	m, files, err := checkpoint.ReadCheckpoint(ctx, r.store, d.Ref.Run, d.Ref.ID)
 	if err != nil {
 		return nil, Permanent(fmt.Errorf("keyed: job %s: %w; %s", j.name, err, j.waysForward(checkpoint.ErrCommittedMissing)))
 	}
@@ -678,7 +679,7 @@ func (j *Job) waysForward(err error) string {
 // through the sink; it is called by build once the partitions are known.
 func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkpoint.PartitionOffset) error {
 	m := &checkpoint.Metadata{Run: r.runID, ID: 0, Created: time.Now(), MaxParallelism: rs.maxP, Offsets: offsets, Operators: []checkpoint.OperatorRef{r.opRef}, Sources: r.sources}
-	if err := checkpoint.WriteCheckpoint(r.store, m, nil); err != nil {
+	if err := checkpoint.WriteCheckpoint(ctx, r.store, m, nil); err != nil {
 		return err
 	}
 	ref := checkpoint.CheckpointRef{Run: r.runID, ID: 0}
@@ -688,7 +689,7 @@ func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkp
 	if err != nil {
 		return fmt.Errorf("keyed: committing the fresh start: %w", err)
 	}
-	if err := checkpoint.SetCommitted(r.store, ref); err != nil {
+	if err := checkpoint.SetCommitted(ctx, r.store, ref); err != nil {
 		r.log.Warn("keyed: local committed marker", "err", err)
 	}
 	r.log.Debug("keyed: checkpoint committed", "run", r.runID, "checkpoint", 0)
@@ -779,7 +780,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					wm := c.wm
 					m.Watermark = &wm
 				}
-				if err := checkpoint.PutMetadata(r.store, m); err != nil {
+				if err := checkpoint.PutMetadata(rctx, r.store, m); err != nil {
 					r.log.Warn("keyed: checkpoint metadata", "checkpoint", e.ID, "err", err)
 					return apply(lc.MetadataFailed(e.ID, time.Now()))
 				}
@@ -815,7 +816,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					if err := r.point(pointAfterMarker); err != nil {
 						return false, err
 					}
-					if err := retainRun(r.store, ref, retained); err != nil {
+					if err := retainRun(rctx, r.store, ref, retained); err != nil {
 						r.log.Warn("keyed: retention", "err", err)
 					}
 					r.sweepLater(rctx)
@@ -825,7 +826,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					}
 					break
 				}
-				if err := checkpoint.SetCommitted(r.store, ref); err != nil {
+				if err := checkpoint.SetCommitted(rctx, r.store, ref); err != nil {
 					// The commit is in the sink's system; the marker only
 					// matters when that record expires. Report and go on.
 					r.log.Error("keyed: local committed marker", "checkpoint", e.ID, "err", err)
@@ -833,7 +834,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				if err := r.point(pointAfterMarker); err != nil {
 					return false, err
 				}
-				if err := checkpoint.Retain(r.store, ref, retained); err != nil {
+				if err := checkpoint.Retain(rctx, r.store, ref, retained); err != nil {
 					r.log.Warn("keyed: retention", "err", err)
 				}
 				r.log.Debug("keyed: checkpoint committed", "run", r.runID, "checkpoint", e.ID)

@@ -9,10 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/testjob"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/vfs"
 )
 
 // The counting job the tests run (internal/testjob).
@@ -87,7 +87,7 @@ func TestRunBounded(t *testing.T) {
 		t.Run(fmt.Sprintf("byPartition=%v", byPartition), func(t *testing.T) {
 			src, want := input(1, 6, 300, 20_000)
 			sink := keyed.NewMemorySink[result]()
-			fs := checkpoint.NewMemFS()
+			fs := vfs.NewMem()
 			j := newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/ckpt"), keyed.CheckpointInterval(20 * time.Millisecond)}, src, sink, byPartition, 3, 2)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

@@ -21,6 +21,8 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/vfs"
+	"github.com/kordproject/kord/vfs/errorfs"
 )
 
 // faultyCounter is counter with a fault plan: the nth event processed
@@ -103,7 +105,7 @@ func seedRun(t *testing.T, seed uint64, events int) {
 	byPartition := r.IntN(2) == 0
 	src, want := input(seed, parts, 20+r.IntN(400), events)
 	sink := keyed.NewMemorySink[result]()
-	mem := checkpoint.NewMemFS()
+	mem := vfs.NewMem()
 	maxOp := 4
 	if byPartition {
 		maxOp = min(maxOp, parts)
@@ -133,7 +135,7 @@ func seedRun(t *testing.T, seed uint64, events int) {
 		require.Less(t, incarnation, 20, "seed %d: too many incarnations", seed)
 		interval := time.Duration(1+r.IntN(10)) * time.Millisecond
 		batch, credits := 1+r.IntN(64), 1+r.IntN(4)
-		fs := checkpoint.FS(mem)
+		fs := vfs.FS(mem)
 		opts := []keyed.Opt{keyed.Dir("/ckpt"), keyed.CheckpointInterval(interval), keyed.RestartStrategy(keyed.FixedDelay(10, 0)),
 			keyed.BatchSize(batch), keyed.Credits(credits)}
 		if os.Getenv("KORD_DEBUG") != "" {
@@ -149,8 +151,8 @@ func seedRun(t *testing.T, seed uint64, events int) {
 		if r.IntN(8) == 0 {
 			var n atomic.Int64
 			failAt := int64(1 + r.IntN(40))
-			fs = checkpoint.NewErrorFS(mem, func(op checkpoint.Op, name string) error {
-				if op == checkpoint.OpSync && n.Add(1) == failAt {
+			fs = errorfs.New(mem, func(op errorfs.Op, name string) error {
+				if op == errorfs.OpSync && n.Add(1) == failAt {
 					return errors.New("injected fsync error")
 				}
 				return nil
@@ -186,7 +188,7 @@ func seedRun(t *testing.T, seed uint64, events int) {
 func TestNoDeadlockTinyCapacities(t *testing.T) {
 	src, want := input(3, 8, 500, 20_000)
 	sink := keyed.NewMemorySink[result]()
-	cfg := []keyed.Opt{keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/c"), keyed.CheckpointInterval(time.Millisecond), keyed.BatchSize(1), keyed.Credits(1)}
+	cfg := []keyed.Opt{keyed.FS(vfs.NewMem()), keyed.Dir("/c"), keyed.CheckpointInterval(time.Millisecond), keyed.BatchSize(1), keyed.Credits(1)}
 	j := newJob(t, cfg, src, sink, false, 8, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -200,11 +202,11 @@ func TestNoDeadlockTinyCapacities(t *testing.T) {
 func TestNoGoroutineLeft(t *testing.T) {
 	src, _ := input(4, 4, 50, 5_000)
 	for _, hook := range []failpoint.Hook{nil, crashAt(failpoint.AfterMetadata, 2)} {
-		cfg := []keyed.Opt{keyed.CheckpointInterval(2 * time.Millisecond), keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/c")}
+		cfg := []keyed.Opt{keyed.CheckpointInterval(2 * time.Millisecond), keyed.FS(vfs.NewMem()), keyed.Dir("/c")}
 		j := newJob(t, cfg, src, keyed.NewMemorySink[result](), false, 2, 3)
 		_ = j.Run(failpoint.WithHook(context.Background(), hook))
 	}
-	j := keyed.NewJob("users", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/c"), keyed.RestartStrategy(keyed.FixedDelay(2, 0)))
+	j := keyed.NewJob("users", keyed.FS(vfs.NewMem()), keyed.Dir("/c"), keyed.RestartStrategy(keyed.FixedDelay(2, 0)))
 	s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
 	out := keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 2, func() keyed.Operator[event, result] {
 		return &faultyCounter{plan: &opFault{at: 1}}
@@ -228,9 +230,9 @@ func TestFinalCheckpointRetried(t *testing.T) {
 	src, want := input(5, 4, 100, 2_000)
 	sink := keyed.NewMemorySink[result]()
 	var failed atomic.Int32
-	fs := checkpoint.NewErrorFS(checkpoint.NewMemFS(), func(op checkpoint.Op, name string) error {
-		if op == checkpoint.OpCreate && strings.Contains(name, ".op-count.") && failed.Add(1) == 1 {
-			return checkpoint.ErrInjected
+	fs := errorfs.New(vfs.NewMem(), func(op errorfs.Op, name string) error {
+		if op == errorfs.OpCreate && strings.Contains(name, ".op-count.") && failed.Add(1) == 1 {
+			return errorfs.ErrInjected
 		}
 		return nil
 	})

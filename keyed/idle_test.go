@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/vfs"
 )
 
 // TestOutboxPending: a flush would send records, a watermark or an
@@ -82,7 +82,7 @@ func TestIdleJobDoesNotWake(t *testing.T) {
 	defer func() { testHookTick = nil }()
 	src := &waitSource{MemorySource: NewMemorySource[int]("events", 1, false), got: make(chan struct{}, 16)}
 	sink := NewMemorySink[int]()
-	j := NewJob("idle", FS(checkpoint.NewMemFS()), Dir("/ckpt"), CheckpointInterval(400*time.Millisecond), BufferTimeout(buffer))
+	j := NewJob("idle", FS(vfs.NewMem()), Dir("/ckpt"), CheckpointInterval(400*time.Millisecond), BufferTimeout(buffer))
 	s := FromSource(j, "events", 1, Source[int](src))
 	out := ProcessValue(ByPartition(s), "pass", 1, Int64(), func(_ []byte, v int, _ *ValueState[int64], out *Collector[int]) error {
 		out.Emit(v)

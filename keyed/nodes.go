@@ -648,7 +648,7 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 			for _, p := range s.positions {
 				offs = append(offs, checkpoint.PartitionOffset{Topic: s.topic, Partition: p.Partition, Offset: pos[p.Partition]})
 			}
-			files, err := s.r.writeOpState(s.reader, s.name, s.instance, t.id)
+			files, err := s.r.writeOpState(ctx, s.reader, s.name, s.instance, t.id)
 			if err != nil {
 				return err
 			}
@@ -818,7 +818,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 				}
 				continue
 			case id := <-t.cancels:
-				if err := t.apply(t.al.Cancel(id, time.Now())); err != nil {
+				if err := t.apply(ctx, t.al.Cancel(id, time.Now())); err != nil {
 					return err
 				}
 				continue
@@ -851,7 +851,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 			effs = t.al.Barrier(m.from, m.barrier, time.Now())
 		}
 		t.in.done(m.from)
-		if err := t.apply(effs); err != nil {
+		if err := t.apply(ctx, effs); err != nil {
 			return err
 		}
 		if err := t.out.flushDue(timeout); err != nil {
@@ -860,7 +860,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 	}
 }
 
-func (t *opTask[T, O]) apply(effs []checkpoint.AlignEffect) error {
+func (t *opTask[T, O]) apply(ctx context.Context, effs []checkpoint.AlignEffect) error {
 	for _, e := range effs {
 		switch e.Kind {
 		case checkpoint.AlignSnapshot:
@@ -874,7 +874,7 @@ func (t *opTask[T, O]) apply(effs []checkpoint.AlignEffect) error {
 			t.r.bg.Add(1)
 			go func(id uint64) {
 				defer t.r.bg.Done()
-				files, err := t.writeSnapshot(snap, id)
+				files, err := t.writeSnapshot(ctx, snap, id)
 				t.r.ack(ack{task: t.task, id: id, files: files, refs: refs, err: err, wm: wm, opTask: true})
 			}(e.ID)
 		case checkpoint.AlignError:
@@ -884,8 +884,9 @@ func (t *opTask[T, O]) apply(effs []checkpoint.AlignEffect) error {
 	return nil
 }
 
-// writeSnapshot encodes the snapshot and writes its files durably.
-func (t *opTask[T, O]) writeSnapshot(snap *Snapshot, id uint64) ([]checkpoint.FileRef, error) {
+// writeSnapshot encodes the snapshot and writes its files durably, under
+// the run's context ctx.
+func (t *opTask[T, O]) writeSnapshot(ctx context.Context, snap *Snapshot, id uint64) ([]checkpoint.FileRef, error) {
 	defer snap.Release()
 	files, err := snap.Encode(t.r.runID, id, 1)
 	if err != nil {
@@ -894,7 +895,7 @@ func (t *opTask[T, O]) writeSnapshot(snap *Snapshot, id uint64) ([]checkpoint.Fi
 	if err := t.r.point(pointDuringSnapshotWrite); err != nil {
 		return nil, err
 	}
-	refs, err := checkpoint.PutAll(t.r.store, files)
+	refs, err := checkpoint.PutAll(ctx, t.r.store, files)
 	if err != nil {
 		return nil, err
 	}
@@ -946,7 +947,7 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 			case checkpoint.AlignSnapshot:
 				t.r.align.add(e.Alignment)
 				t.epoch = e.ID + 1
-				files, err := t.r.writeOpState(t.sink, t.name, 0, e.ID)
+				files, err := t.r.writeOpState(ctx, t.sink, t.name, 0, e.ID)
 				if err != nil {
 					return err
 				}
@@ -996,7 +997,7 @@ func opStateName(name string) string { return name + ".operator-state" }
 // writeOpState writes, if v keeps operator state, instance's snapshot for
 // checkpoint id as an Avro file (one entry per element, keyed by its
 // index), and returns its reference.
-func (r *run) writeOpState(v any, name string, instance int, id uint64) ([]checkpoint.FileRef, error) {
+func (r *run) writeOpState(ctx context.Context, v any, name string, instance int, id uint64) ([]checkpoint.FileRef, error) {
 	st, ok := v.(OperatorState)
 	if !ok {
 		return nil, nil
@@ -1013,7 +1014,7 @@ func (r *run) writeOpState(v any, name string, instance int, id uint64) ([]check
 	if err != nil {
 		return nil, fmt.Errorf("operator state of %s[%d]: %w", name, instance, err)
 	}
-	return checkpoint.PutAll(r.store, map[string][]byte{checkpoint.StateFileName(r.runID, id, opStateName(name), instance): data})
+	return checkpoint.PutAll(ctx, r.store, map[string][]byte{checkpoint.StateFileName(r.runID, id, opStateName(name), instance): data})
 }
 
 // checkOpStateNames refuses a checkpoint holding operator state of a

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/vfs"
 )
 
 // TestOnCommit: OnCommit sees every committed checkpoint, the fresh
@@ -21,7 +21,7 @@ func TestOnCommit(t *testing.T) {
 	sink := keyed.NewMemorySink[result]()
 	var seen []uint64
 	var failed atomic.Bool
-	j := provenanceJob(t, checkpoint.NewMemFS(), src, sink,
+	j := provenanceJob(t, vfs.NewMem(), src, sink,
 		keyed.RestartStrategy(keyed.FixedDelay(1, time.Millisecond)),
 		keyed.OnCommit(func(id uint64) error {
 			seen = append(seen, id)
@@ -44,7 +44,7 @@ func TestOnCommit(t *testing.T) {
 	// checkpoint.
 	sink2 := keyed.NewMemorySink[result]()
 	src2, _ := input(6, 4, 50, 5_000)
-	j = provenanceJob(t, checkpoint.NewMemFS(), src2, sink2, keyed.OnCommit(func(id uint64) error {
+	j = provenanceJob(t, vfs.NewMem(), src2, sink2, keyed.OnCommit(func(id uint64) error {
 		if id == 1 {
 			return errors.New("on purpose")
 		}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/vfs"
 )
 
 // posSource is a MemorySource whose readers keep operator state: their
@@ -128,7 +128,7 @@ func TestOperatorState(t *testing.T) {
 	src := &posSource{MemorySource: mem}
 	sink := &countSink{MemorySink: keyed.NewMemorySink[result]()}
 	src.committed = func() int { return len(sink.Committed()) }
-	fs := checkpoint.NewMemFS()
+	fs := vfs.NewMem()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	runs := []struct {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/vfs"
 )
 
 // Opt configures a Job (NewJob). Each option's doc gives its default and
@@ -21,7 +22,7 @@ type config struct {
 	MaxParallelism   int
 	Mode             checkpoint.Mode
 	Checkpoint       checkpoint.Config
-	FS               checkpoint.FS
+	FS               vfs.FS
 	Dir              string
 	Storage          checkpoint.Storage
 	Restart          Restart
@@ -46,7 +47,7 @@ func (c config) withDefaults() config {
 		c.Mode = checkpoint.ExactlyOnce
 	}
 	if c.FS == nil {
-		c.FS = checkpoint.OSFS()
+		c.FS = vfs.Default()
 	}
 	if c.Dir == "" {
 		c.Dir = DefaultDir(c.name)
@@ -126,9 +127,9 @@ func Dir(dir string) Opt { return func(c *config) { c.Dir = dir } }
 func CheckpointStorage(s checkpoint.Storage) Opt { return func(c *config) { c.Storage = s } }
 
 // FS is the file system the checkpoints are written through. Default the
-// operating system's (checkpoint.OSFS); checkpoint.NewMemFS keeps them in
-// memory, for tests.
-func FS(fs checkpoint.FS) Opt { return func(c *config) { c.FS = fs } }
+// operating system's (vfs.Default); vfs.NewMem keeps them in memory, for
+// tests.
+func FS(fs vfs.FS) Opt { return func(c *config) { c.FS = fs } }
 
 // AtLeastOnce runs the job at least once (Flink CheckpointingMode.
 // AT_LEAST_ONCE; Kafka Streams processing.guarantee=at_least_once):
@@ -231,8 +232,9 @@ func OnCommit(f func(checkpoint uint64) error) Opt { return func(c *config) { c.
 // Run returns ErrStopTimeout. Every wait of the job is cancelled at the
 // deadline; a commit cut short has an unknown outcome, which the next
 // start settles from what the sink's system recorded. Not cancellable, and
-// so added to the bound: a checkpoint file write already under way, and
-// closing the sink's and sources' clients. Default the checkpoint timeout.
+// so added to the bound: a checkpoint file write already under way in a
+// directory (a request to object storage is cancelled), and closing the
+// sink's and sources' clients. Default the checkpoint timeout.
 func StopTimeout(d time.Duration) Opt { return func(c *config) { c.StopTimeout = d } }
 
 // PartitionDiscovery is how often each source's partitions are listed

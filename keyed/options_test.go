@@ -15,6 +15,7 @@ import (
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/vfs"
 )
 
 // TestProcessFuncAndValue: the small operators get the key as the type the
@@ -32,7 +33,7 @@ func TestProcessFuncAndValue(t *testing.T) {
 			seq[u]++
 		}
 	}
-	fs := checkpoint.NewMemFS()
+	fs := vfs.NewMem()
 	sink := keyed.NewMemorySink[result]()
 	run := func() error {
 		j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"))
@@ -60,7 +61,7 @@ func TestProcessFuncAndValue(t *testing.T) {
 
 	src2, want := input(22, 4, 50, 1_000)
 	sink = keyed.NewMemorySink[result]()
-	j := keyed.NewJob("users", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/c"))
+	j := keyed.NewJob("users", keyed.FS(vfs.NewMem()), keyed.Dir("/c"))
 	k := keyed.KeyByString(func(e event) string { return e.UUID }, keyed.FromSource(j, "events", 1, keyed.Source[event](src2)))
 	keyed.ToSink(keyed.ProcessFunc(k, "echo", 2, func(key string, e event, out *keyed.Collector[result]) error {
 		if key != e.UUID {
@@ -86,7 +87,7 @@ func (s *closingSink) Close() error { s.closed++; return nil }
 // process closes nothing).
 func TestRunClosesSink(t *testing.T) {
 	src, _ := input(23, 2, 10, 200)
-	fs := checkpoint.NewMemFS()
+	fs := vfs.NewMem()
 	sink := &closingSink{MemorySink: keyed.NewMemorySink[result]()}
 	build := func() *keyed.Job {
 		j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"), keyed.CheckpointInterval(time.Millisecond))
@@ -106,7 +107,7 @@ func TestRunClosesSink(t *testing.T) {
 // restoring empty, as a renamed keyed state is.
 func TestRenamedOperatorStateRefused(t *testing.T) {
 	src, _ := input(24, 2, 10, 200)
-	fs := checkpoint.NewMemFS()
+	fs := vfs.NewMem()
 	run := func(sinkName string) error {
 		j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"))
 		s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
@@ -187,7 +188,7 @@ func (s *stuckSink) Write(ctx context.Context, epoch uint64, v result) error {
 func TestStuckSinkFailsRun(t *testing.T) {
 	src, _ := input(25, 2, 100, 20_000)
 	sink := &stuckSink{MemorySink: keyed.NewMemorySink[result]()}
-	j := keyed.NewJob("users", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/c"), keyed.CheckpointInterval(10*time.Millisecond),
+	j := keyed.NewJob("users", keyed.FS(vfs.NewMem()), keyed.Dir("/c"), keyed.CheckpointInterval(10*time.Millisecond),
 		keyed.CheckpointTimeout(100*time.Millisecond), keyed.TolerableFailures(3), keyed.Credits(4))
 	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
 	keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](sink))

@@ -13,6 +13,7 @@ import (
 	"github.com/kordproject/kord/internal/syncbuf"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/vfs"
 )
 
 // identified is a memory source that says which cluster and topic id it
@@ -26,7 +27,7 @@ func (s identified) Provenance(context.Context) (checkpoint.SourceRef, error) { 
 
 // provenanceJob is the counting job over src (a *MemorySource or an
 // identified one), keyed by partition.
-func provenanceJob(t *testing.T, fs checkpoint.FS, src keyed.Source[event], sink *keyed.MemorySink[result], opts ...keyed.Opt) *keyed.Job {
+func provenanceJob(t *testing.T, fs vfs.FS, src keyed.Source[event], sink *keyed.MemorySink[result], opts ...keyed.Opt) *keyed.Job {
 	j := keyed.NewJob("users", append([]keyed.Opt{keyed.FS(fs), keyed.Dir("/ckpt"), keyed.CheckpointInterval(20 * time.Millisecond)}, opts...)...)
 	out := keyed.Process(keyed.ByPartition(keyed.FromSource(j, "events", 2, src)), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
 	keyed.ToSink(out, "results", keyed.Sink[result](sink))
@@ -74,7 +75,7 @@ func TestProvenanceRefused(t *testing.T) {
 		{"recreated topic", checkpoint.SourceRef{Topic: "events", Cluster: "cluster-A", TopicID: "topic-2"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := checkpoint.NewMemFS()
+			fs := vfs.NewMem()
 			src, want := input(1, 4, 50, 2_000)
 			sink := keyed.NewMemorySink[result]()
 			require.NoError(t, runJob(t, provenanceJob(t, fs, identified{src, first}, sink)))
@@ -112,7 +113,7 @@ func TestProvenanceRefused(t *testing.T) {
 // start (offset 0 here), not from the old offsets: each key's count goes on
 // from the old cluster's.
 func TestProvenanceFailover(t *testing.T) {
-	fs := checkpoint.NewMemFS()
+	fs := vfs.NewMem()
 	src, want := input(2, 4, 50, 2_000)
 	sink := keyed.NewMemorySink[result]()
 	require.NoError(t, runJob(t, provenanceJob(t, fs, identified{src, checkpoint.SourceRef{Topic: "events", Cluster: "A", TopicID: "1"}}, sink)))
@@ -150,7 +151,7 @@ func TestProvenanceFailover(t *testing.T) {
 // (written before kord recorded it, or by a source that has none) restores
 // as before, with a warning.
 func TestProvenanceOldCheckpoint(t *testing.T) {
-	fs := checkpoint.NewMemFS()
+	fs := vfs.NewMem()
 	src, want := input(3, 4, 50, 2_000)
 	sink := keyed.NewMemorySink[result]()
 	require.NoError(t, runJob(t, provenanceJob(t, fs, src, sink)))
@@ -188,7 +189,7 @@ func TestRestoreSaysWhatItDecided(t *testing.T) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(&log, nil)))
 	defer slog.SetDefault(old)
 
-	fs := checkpoint.NewMemFS()
+	fs := vfs.NewMem()
 	src, want := input(4, 4, 50, 2_000)
 	sink := keyed.NewMemorySink[result]()
 	require.NoError(t, runJob(t, provenanceJob(t, fs, src, sink)))

@@ -18,6 +18,7 @@ import (
 	"github.com/kordproject/kord/internal/testjob"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/vfs"
 )
 
 // runUntil runs j until the sink has n committed results, then stops it
@@ -55,7 +56,7 @@ func TestRescale(t *testing.T) {
 			}
 			want := map[string]int64{}
 			sink := keyed.NewMemorySink[result]()
-			fs := checkpoint.NewMemFS()
+			fs := vfs.NewMem()
 			total := 0
 			for _, p := range []int{2, 3, 1} {
 				for i := 0; i < 10_000; i++ {
@@ -76,7 +77,7 @@ func TestRescale(t *testing.T) {
 // from the checkpoint's is refused with a clear error; 0 adopts it.
 func TestMaxParallelismChangeRefused(t *testing.T) {
 	src, _ := input(5, 4, 50, 2_000)
-	fs := checkpoint.NewMemFS()
+	fs := vfs.NewMem()
 	sink := keyed.NewMemorySink[result]()
 	j := newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/c"), keyed.MaxParallelism(64)}, src, sink, false, 2, 2)
 	require.NoError(t, j.Run(context.Background()))
@@ -92,7 +93,7 @@ func TestMaxParallelismChangeRefused(t *testing.T) {
 // whose state has another codec (schema) is refused, naming the state.
 func TestOperatorStateMismatchRefused(t *testing.T) {
 	src, _ := input(6, 2, 20, 500)
-	fs := checkpoint.NewMemFS()
+	fs := vfs.NewMem()
 	sink := keyed.NewMemorySink[result]()
 	require.NoError(t, newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/c")}, src, sink, false, 1, 1).Run(context.Background()))
 
@@ -124,7 +125,7 @@ func TestAtLeastOnce(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 3))
 		src, want := input(seed, 4, 100, 5_000)
 		sink := keyed.NewMemorySink[result]()
-		mem := checkpoint.NewMemFS()
+		mem := vfs.NewMem()
 		for inc := 0; ; inc++ {
 			require.Less(t, inc, 10)
 			cfg := []keyed.Opt{keyed.FS(mem), keyed.Dir("/c"), keyed.AtLeastOnce(), keyed.CheckpointInterval(2 * time.Millisecond), keyed.RestartStrategy(keyed.FixedDelay(3, 0))}
@@ -194,7 +195,7 @@ func requireAllSeen(t *testing.T, out []result, want map[string]int64) {
 // restored in keyBy mode (key groups mean different things).
 func TestKeyingModeChangeRefused(t *testing.T) {
 	src, _ := input(8, 4, 50, 2_000)
-	fs := checkpoint.NewMemFS()
+	fs := vfs.NewMem()
 	sink := keyed.NewMemorySink[result]()
 	require.NoError(t, newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/c")}, src, sink, true, 2, 2).Run(context.Background()))
 	err := newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/c")}, src, sink, false, 2, 2).Run(context.Background())

@@ -36,7 +36,7 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 	}
 	// With every partition's record just read: other runs' checkpoints
 	// that nothing names any more go (the named ones are restored below).
-	r.sweep(rec)
+	r.sweep(ctx, rec)
 	rs := &restoreState{positions: map[string]map[int32]int64{}, fresh: true}
 	own := map[string]map[int32]bool{}
 	for topic, ps := range r.assigned {
@@ -63,7 +63,7 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 	var operators []checkpoint.OperatorRef
 	for _, ref := range refs {
 		parts := byRef[ref]
-		m, files, err := checkpoint.ReadCheckpoint(r.store, ref.Run, ref.ID)
+		m, files, err := checkpoint.ReadCheckpoint(ctx, r.store, ref.Run, ref.ID)
 		if err != nil {
 			err = fmt.Errorf("%w: %w", checkpoint.ErrCommittedMissing, err)
 			return nil, Permanent(fmt.Errorf("keyed: job %s: %s[%d]'s record (%s) names checkpoint %s: %w (is the checkpoint directory %s shared by every process of the job?)",
@@ -174,12 +174,12 @@ func offsetOf(offs []checkpoint.PartitionOffset, topic string, p int32) (int64, 
 // record names an older one of the run. Other processes' checkpoints, and
 // this process's earlier runs (a partition revoked since may still name
 // one), are left alone.
-func retainRun(s checkpoint.Objects, committed checkpoint.CheckpointRef, keep int) error {
+func retainRun(ctx context.Context, s checkpoint.Objects, committed checkpoint.CheckpointRef, keep int) error {
 	if committed.ID < uint64(keep) {
 		return nil
 	}
 	below := committed.ID - uint64(keep) + 1 // delete ids < below
-	names, err := s.List("")
+	names, err := s.List(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func retainRun(s checkpoint.Objects, committed checkpoint.CheckpointRef, keep in
 		}
 	}
 	for _, name := range append(metas, files...) {
-		if err := s.Delete(name); err != nil {
+		if err := s.Delete(ctx, name); err != nil {
 			return err
 		}
 	}
@@ -226,7 +226,7 @@ var testSweepAge = func() *atomic.Int64 { var a atomic.Int64; a.Store(-1); retur
 // on. It deletes their checkpoints that no partition's record in rec names
 // and that are older than sweepAge (checkpoint.RetainOthers); rec must have
 // been read just before. This run's checkpoints are retainRun's.
-func (r *run) sweep(rec *Recorded) {
+func (r *run) sweep(ctx context.Context, rec *Recorded) {
 	var named []checkpoint.CheckpointRef
 	if rec != nil {
 		for _, p := range rec.Parts {
@@ -235,7 +235,7 @@ func (r *run) sweep(rec *Recorded) {
 	}
 	now := time.Now()
 	r.lastSweep.Store(now.UnixNano())
-	deleted, err := checkpoint.RetainOthers(r.store, named, r.runID, now.Add(-r.j.sweepAge()))
+	deleted, err := checkpoint.RetainOthers(ctx, r.store, named, r.runID, now.Add(-r.j.sweepAge()))
 	if err != nil {
 		r.log.Warn("keyed: retention of other runs' checkpoints", "err", err)
 		return
@@ -264,6 +264,6 @@ func (r *run) sweepLater(ctx context.Context) {
 			r.log.Warn("keyed: retention of other runs' checkpoints: reading the sink's commit records", "err", err)
 			return
 		}
-		r.sweep(rec)
+		r.sweep(ctx, rec)
 	}()
 }

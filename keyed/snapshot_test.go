@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/vfs"
 )
 
 const testRun = "abc123"
@@ -190,11 +191,11 @@ func decodeFilesAny(t testing.TB, files map[string][]byte) map[string]map[string
 }
 
 // checkpointOf snapshots and encodes every backend into one checkpoint of
-// maxP key groups, through a checkpoint.Store on a MemFS, and reads it
+// maxP key groups, through a checkpoint.Store on a vfs.MemFS, and reads it
 // back as the engine would.
 func checkpointOf(t testing.TB, id uint64, backends ...*Backend) (*checkpoint.Metadata, map[string][]byte) {
 	t.Helper()
-	store, err := checkpoint.OpenStore(checkpoint.NewMemFS(), "/ckpt")
+	store, err := checkpoint.OpenStore(vfs.NewMem(), "/ckpt")
 	require.NoError(t, err)
 	defer store.Close()
 	all := map[string][]byte{}
@@ -216,8 +217,8 @@ func checkpointOf(t testing.TB, id uint64, backends ...*Backend) (*checkpoint.Me
 		}
 	}
 	m := &checkpoint.Metadata{Run: testRun, ID: id, Created: time.Now(), MaxParallelism: backends[0].MaxParallelism(), Operators: refs}
-	require.NoError(t, checkpoint.WriteCheckpoint(store, m, all))
-	m, files, err := checkpoint.ReadCheckpoint(store, testRun, id)
+	require.NoError(t, checkpoint.WriteCheckpoint(t.Context(), store, m, all))
+	m, files, err := checkpoint.ReadCheckpoint(t.Context(), store, testRun, id)
 	require.NoError(t, err)
 	return m, files
 }

@@ -6,16 +6,21 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/driver"
 	"gocloud.dev/blob/memblob"
+	"gocloud.dev/gcerrors"
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/checkpoint/blobstore"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/vfs"
 )
 
 // TestCheckpointStorage: a job keeps its checkpoints in object storage
@@ -29,7 +34,7 @@ func TestCheckpointStorage(t *testing.T) {
 	st := blobstore.New(bucket, "jobs/users/")
 	src, want := input(11, 4, 50, 40_000)
 	sink := keyed.NewMemorySink[result]()
-	mem := checkpoint.NewMemFS()
+	mem := vfs.NewMem()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	crashes := []struct {
@@ -59,7 +64,7 @@ func TestCheckpointStorage(t *testing.T) {
 	}
 	require.Equal(t, len(crashes), crashed, "every planned crash happened")
 	checkOutput(t, sink.Committed(), want)
-	names, err := st.List("")
+	names, err := st.List(t.Context(), "")
 	require.NoError(t, err)
 	var metas int
 	for _, n := range names {
@@ -71,4 +76,79 @@ func TestCheckpointStorage(t *testing.T) {
 	require.Positive(t, metas, "checkpoints are in the bucket: %v", names)
 	local, err := mem.ReadDir("/unused")
 	require.True(t, err != nil || len(local) == 0, "nothing in the directory: %v %v", local, err)
+}
+
+// blockingBucket is a bucket driver whose writes block until their
+// context is done: object storage that stopped answering. (Writes are all
+// the test sends it.)
+type blockingBucket struct{ driver.Bucket }
+
+func (blockingBucket) NewTypedWriter(ctx context.Context, _, _ string, _ *driver.WriterOptions) (driver.Writer, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (blockingBucket) ErrorCode(error) gcerrors.ErrorCode { return gcerrors.Unknown }
+func (blockingBucket) Close() error                       { return nil }
+
+// hangingStorage keeps its objects in Storage but puts state files into
+// stuck, a blobstore over the blocking bucket, where each put waits for
+// its context.
+type hangingStorage struct {
+	checkpoint.Storage
+	stuck  checkpoint.Objects
+	once   sync.Once
+	hanged chan struct{} // closed at the first put into stuck
+}
+
+func (h *hangingStorage) Put(ctx context.Context, name string, data []byte) error {
+	if n, ok := checkpoint.ParseName(name); ok && n.Kind == checkpoint.KindState {
+		h.once.Do(func() { close(h.hanged) })
+		return h.stuck.Put(ctx, name, data)
+	}
+	return h.Storage.Put(ctx, name, data)
+}
+
+// TestCheckpointStorageCancel: cancelling a job reaches its checkpoint
+// storage. The bucket stops answering while a checkpoint's state files are
+// written; Run's context then passes its deadline, and Run ends within the
+// stop timeout and a margin, with the stop timeout's error, instead of
+// waiting for the bucket (an hour, the store's own timeout).
+func TestCheckpointStorageCancel(t *testing.T) {
+	bucket := memblob.OpenBucket(nil)
+	defer bucket.Close()
+	// Not closed: Close waits for the requests under way, which a store
+	// that ignored its context would leave blocked for an hour.
+	stuck := blob.NewBucket(blockingBucket{})
+	st := &hangingStorage{
+		Storage: blobstore.New(bucket, "jobs/users/"),
+		stuck:   blobstore.New(stuck, "jobs/users/", blobstore.Timeout(time.Hour)),
+		hanged:  make(chan struct{}),
+	}
+	src, _ := inputOf(11, 4, 50, 1_000, false)
+	j := keyed.NewJob("users", keyed.CheckpointStorage(st), keyed.FS(vfs.NewMem()), keyed.Dir("/unused"),
+		keyed.CheckpointInterval(2*time.Millisecond), keyed.StopTimeout(200*time.Millisecond))
+	s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
+	out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
+	keyed.ToSink(out, "results", keyed.Sink[result](keyed.NewMemorySink[result]()))
+
+	// Checkpoint 0 (the fresh start) has no state files: checkpoint 1 hangs.
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- j.Run(ctx) }()
+	select {
+	case <-st.hanged:
+	case <-ctx.Done():
+		t.Fatal("no state file was put before the deadline")
+	}
+	<-ctx.Done()
+	dl, _ := ctx.Deadline()
+	select {
+	case err := <-done:
+		t.Logf("Run returned %v after the deadline: %v", time.Since(dl), err)
+		require.ErrorIs(t, err, keyed.ErrStopTimeout)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still waits for the bucket 10s after its context's deadline")
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/vfs"
 )
 
 // memberSink is a MemorySink that runs its job as one of several processes
@@ -94,7 +95,7 @@ func TestSweepOtherRuns(t *testing.T) {
 			}
 			src, want := input(5, 4, 40, 30_000)
 			sink := newMemberSink("events", 4)
-			mem := checkpoint.NewMemFS()
+			mem := vfs.NewMem()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			runs := map[string]bool{}
@@ -111,7 +112,7 @@ func TestSweepOtherRuns(t *testing.T) {
 				err := j.Run(rctx)
 				st, oerr := checkpoint.OpenSharedStore(mem, "/shared")
 				require.NoError(t, oerr)
-				refs, lerr := checkpoint.ListCheckpoints(st)
+				refs, lerr := checkpoint.ListCheckpoints(t.Context(), st)
 				require.NoError(t, lerr)
 				for _, r := range refs {
 					runs[r.Run] = true

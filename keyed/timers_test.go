@@ -12,10 +12,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/vfs"
 )
 
 // bucketCounter counts each key's events per second of event time in map
@@ -82,7 +82,7 @@ func TestEventTimersExactlyOnce(t *testing.T) {
 				seq[u]++
 				model[fmt.Sprintf("%s/%d", u, clock[p]/1000)]++
 			}
-			mem := checkpoint.NewMemFS()
+			mem := vfs.NewMem()
 			sink := keyed.NewMemorySink[result]()
 			keyBy := r.IntN(2) == 0
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -129,7 +129,7 @@ func TestEventTimersExactlyOnce(t *testing.T) {
 // registers a timer fails the job, saying why.
 func TestTimerWithoutOnTimer(t *testing.T) {
 	src, _ := stampedInput(2, 5, 50)
-	j := keyed.NewJob("timers", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"), keyed.RestartStrategy(keyed.FixedDelay(0, 0)))
+	j := keyed.NewJob("timers", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.RestartStrategy(keyed.FixedDelay(0, 0)))
 	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
 	out := keyed.ProcessValue(keyed.ByPartition(s), "count", 1, keyed.Int64(),
 		func(key []byte, e event, n *keyed.ValueState[int64], out *keyed.Collector[result]) error {
@@ -179,7 +179,7 @@ func TestProcessingTimersExactlyOnce(t *testing.T) {
 		u := fmt.Sprintf("user-%02d", i)
 		src.AppendAt(partitioner.KeyPartition([]byte(u), 2), []byte(u), event{UUID: u}, time.UnixMilli(1))
 	}
-	mem := checkpoint.NewMemFS()
+	mem := vfs.NewMem()
 	sink := keyed.NewMemorySink[result]()
 	build := func() *keyed.Job {
 		j := keyed.NewJob("pings", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))

@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/vfs"
 )
 
 // stamper is the counter, noting for every event the time and key its
@@ -58,7 +58,7 @@ func TestRecordTimestamps(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			src, want := stampedInput(4, 50, 5_000)
 			seen := &sync.Map{}
-			j := keyed.NewJob("stamps", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
+			j := keyed.NewJob("stamps", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
 			s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
 			if c.extract {
 				s = s.Timestamps(func(e event, rt time.Time) time.Time {
@@ -101,7 +101,7 @@ func TestRecordTimestamps(t *testing.T) {
 // a time.
 func TestBadExtractedTimestamp(t *testing.T) {
 	src, _ := stampedInput(2, 10, 200)
-	j := keyed.NewJob("stamps", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond),
+	j := keyed.NewJob("stamps", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond),
 		keyed.RestartStrategy(keyed.FixedDelay(3, 0)))
 	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src)).Timestamps(func(e event, rt time.Time) time.Time {
 		if e.UUID == "user-0003" && e.Seq == 5 {

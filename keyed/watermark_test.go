@@ -17,6 +17,7 @@ import (
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/vfs"
 )
 
 // wmSeen is what watcher instances note: per record, its time and the
@@ -99,7 +100,7 @@ func TestWatermarks(t *testing.T) {
 					seq[u]++
 				}
 				seen := &wmSeen{}
-				j := keyed.NewJob("wm", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond), keyed.BatchSize(64))
+				j := keyed.NewJob("wm", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond), keyed.BatchSize(64))
 				s := keyed.FromSource(j, "events", 2, keyed.Source[event](src)).Watermarks(lateness)
 				k := keyed.ByPartition(s)
 				if keyBy {
@@ -139,7 +140,7 @@ func slicesMin(xs []int64) int64 {
 func TestNoWatermarks(t *testing.T) {
 	src, want := stampedInput(2, 20, 2_000)
 	seen := &wmSeen{}
-	j := keyed.NewJob("wm", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"))
+	j := keyed.NewJob("wm", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"))
 	s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
 	sink := keyed.NewMemorySink[result]()
 	out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &watcher{seen: seen} })
@@ -192,7 +193,7 @@ func TestIdleness(t *testing.T) {
 					source = blockingSource{MemorySource: src, asked: asked}
 				}
 				seen := &wmSeen{}
-				j := keyed.NewJob("idle", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(10*time.Millisecond))
+				j := keyed.NewJob("idle", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(10*time.Millisecond))
 				s := keyed.FromSource(j, "events", srcP, source).Watermarks(10 * time.Millisecond)
 				if c.idleness {
 					s = s.Idleness(50 * time.Millisecond)
@@ -247,7 +248,7 @@ func TestWatermarkAcrossRestore(t *testing.T) {
 		src.AppendAt(p, []byte(u), event{UUID: u, Seq: seq[u]}, time.UnixMilli(1_700_000_000_000+clock[p]))
 		seq[u]++
 	}
-	mem := checkpoint.NewMemFS()
+	mem := vfs.NewMem()
 	sink := keyed.NewMemorySink[result]()
 	build := func(seen *wmSeen) *keyed.Job {
 		j := keyed.NewJob("wm", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(2*time.Millisecond), keyed.BatchSize(32))
@@ -264,10 +265,10 @@ func TestWatermarkAcrossRestore(t *testing.T) {
 	mem = mem.CrashClone()
 	st, err := checkpoint.OpenStore(mem, "/ckpt")
 	require.NoError(t, err)
-	ref, ok, err := checkpoint.ReadCommitted(st)
+	ref, ok, err := checkpoint.ReadCommitted(t.Context(), st)
 	require.NoError(t, err)
 	require.True(t, ok)
-	m, _, err := checkpoint.ReadCheckpoint(st, ref.Run, ref.ID)
+	m, _, err := checkpoint.ReadCheckpoint(t.Context(), st, ref.Run, ref.ID)
 	require.NoError(t, err)
 	require.NoError(t, st.Close())
 	require.NotNil(t, m.Watermark, "checkpoint %s keeps no watermark", ref)

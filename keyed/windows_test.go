@@ -17,10 +17,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/vfs"
 )
 
 // windowCount is a window's result in the tests: a key's record count and
@@ -145,7 +145,7 @@ func TestWindowsModel(t *testing.T) {
 			if gap > 0 {
 				model = sessionModel(times, gap)
 			}
-			mem := checkpoint.NewMemFS()
+			mem := vfs.NewMem()
 			sink := keyed.NewMemorySink[windowCount]()
 			keyBy := r.IntN(2) == 0
 			apply := r.IntN(2) == 0
@@ -252,7 +252,7 @@ func windowStarts(size, slide, ts int64) []int64 {
 func TestWindowLateness(t *testing.T) {
 	src := keyed.NewMemorySource[event]("events", 1, false)
 	sink := keyed.NewMemorySink[windowCount]()
-	j := keyed.NewJob("late", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
+	j := keyed.NewJob("late", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
 	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src)).Watermarks(0)
 	w := keyed.Tumbling(time.Second).AllowedLateness(500 * time.Millisecond)
 	out := keyed.WindowAggregate(keyed.ByPartition(s), "windows", 1, w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
@@ -307,7 +307,7 @@ func TestWindowLateness(t *testing.T) {
 func TestSessionLateness(t *testing.T) {
 	src := keyed.NewMemorySource[event]("events", 1, false)
 	sink := keyed.NewMemorySink[windowCount]()
-	j := keyed.NewJob("sessions", keyed.FS(checkpoint.NewMemFS()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
+	j := keyed.NewJob("sessions", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
 	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src)).Watermarks(0)
 	w := keyed.Session(100 * time.Millisecond).AllowedLateness(150 * time.Millisecond)
 	out := keyed.WindowAggregate(keyed.ByPartition(s), "sessions", 1, w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
@@ -407,7 +407,7 @@ func TestWindowsLateModel(t *testing.T) {
 				seq[u]++
 				recs = append(recs, rec{key: u, start: windowStarts(size, size, ts)[0], seq: e.Seq, far: far})
 			}
-			mem := checkpoint.NewMemFS()
+			mem := vfs.NewMem()
 			sink := keyed.NewMemorySink[windowCount]()
 			apply := r.IntN(2) == 0
 			idle := time.Duration(1+r.IntN(20)) * time.Millisecond

@@ -40,7 +40,8 @@ var _ checkpoint.Storage = (*Store)(nil)
 // Opt configures a Store.
 type Opt func(*Store)
 
-// Timeout bounds each request to the bucket. Default 60s.
+// Timeout bounds each request to the bucket, within the context the
+// request is made with. Default 60s.
 func Timeout(d time.Duration) Opt { return func(s *Store) { s.timeout = d } }
 
 // New returns the objects of bucket b whose keys start with prefix (for
@@ -54,8 +55,9 @@ func New(b *blob.Bucket, prefix string, opts ...Opt) *Store {
 	return s
 }
 
-func (s *Store) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), s.timeout)
+// ctx bounds one request made under ctx by the store's timeout.
+func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
 }
 
 func (s *Store) key(op, name string) (string, error) {
@@ -68,12 +70,12 @@ func (s *Store) key(op, name string) (string, error) {
 // Put stores an immutable object with a conditional write (the bucket
 // refuses it when the key exists: IfNotExist), so that of two processes
 // putting one name, exactly one succeeds.
-func (s *Store) Put(name string, data []byte) error {
+func (s *Store) Put(ctx context.Context, name string, data []byte) error {
 	key, err := s.key("put", name)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	err = s.b.WriteAll(ctx, key, data, &blob.WriterOptions{IfNotExist: true, ContentType: "application/octet-stream"})
 	switch {
@@ -90,12 +92,12 @@ func (s *Store) Put(name string, data []byte) error {
 }
 
 // Get returns an object's contents.
-func (s *Store) Get(name string) ([]byte, error) {
+func (s *Store) Get(ctx context.Context, name string) ([]byte, error) {
 	key, err := s.key("get", name)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	b, err := s.b.ReadAll(ctx, key)
 	if gcerrors.Code(err) == gcerrors.NotFound {
@@ -110,8 +112,8 @@ func (s *Store) Get(name string) ([]byte, error) {
 // List returns the names of the objects under the store's prefix whose
 // names start with prefix, sorted. Keys below a further "/" are not this
 // store's objects and are left out.
-func (s *Store) List(prefix string) ([]string, error) {
-	ctx, cancel := s.ctx()
+func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
+	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	it := s.b.List(&blob.ListOptions{Prefix: s.prefix + prefix, Delimiter: "/"})
 	var out []string
@@ -137,12 +139,12 @@ func (s *Store) List(prefix string) ([]string, error) {
 }
 
 // Delete removes an object.
-func (s *Store) Delete(name string) error {
+func (s *Store) Delete(ctx context.Context, name string) error {
 	key, err := s.key("delete", name)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	if err := s.b.Delete(ctx, key); err != nil && gcerrors.Code(err) != gcerrors.NotFound {
 		return fmt.Errorf("checkpoint: delete %s: %w", key, err)
@@ -153,12 +155,12 @@ func (s *Store) Delete(name string) error {
 // SetPointer replaces the mutable object name with data in one unconditional
 // write: object stores replace an object whole, so a reader sees the old
 // contents or the new, never a mix.
-func (s *Store) SetPointer(name string, data []byte) error {
+func (s *Store) SetPointer(ctx context.Context, name string, data []byte) error {
 	key, err := s.key("set pointer", name)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.ctx()
+	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	if err := s.b.WriteAll(ctx, key, data, &blob.WriterOptions{ContentType: "application/octet-stream"}); err != nil {
 		return fmt.Errorf("checkpoint: set pointer %s: %w", key, err)
@@ -168,8 +170,8 @@ func (s *Store) SetPointer(name string, data []byte) error {
 
 // Pointer returns the mutable object name's contents, and false if it does
 // not exist.
-func (s *Store) Pointer(name string) ([]byte, bool, error) {
-	b, err := s.Get(name)
+func (s *Store) Pointer(ctx context.Context, name string) ([]byte, bool, error) {
+	b, err := s.Get(ctx, name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}

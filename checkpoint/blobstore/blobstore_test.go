@@ -4,10 +4,14 @@ import (
 	"context"
 	"io/fs"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"gocloud.dev/blob"
+	"gocloud.dev/blob/driver"
 	"gocloud.dev/blob/fileblob"
 	"gocloud.dev/blob/memblob"
+	"gocloud.dev/gcerrors"
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/checkpoint/blobstore"
@@ -38,13 +42,13 @@ func TestPrefixes(t *testing.T) {
 	b := memblob.OpenBucket(nil)
 	defer b.Close()
 	a, c := blobstore.New(b, "jobs/a/"), blobstore.New(b, "jobs/b/")
-	require.NoError(t, a.Put("x", []byte("a")))
-	require.NoError(t, c.Put("x", []byte("b")))
+	require.NoError(t, a.Put(t.Context(), "x", []byte("a")))
+	require.NoError(t, c.Put(t.Context(), "x", []byte("b")))
 	require.NoError(t, b.WriteAll(ctx, "jobs/a/sub/y", []byte("deeper"), nil))
-	names, err := a.List("")
+	names, err := a.List(t.Context(), "")
 	require.NoError(t, err)
 	require.Equal(t, []string{"x"}, names)
-	got, err := c.Get("x")
+	got, err := c.Get(t.Context(), "x")
 	require.NoError(t, err)
 	require.Equal(t, "b", string(got))
 	keys := []string{}
@@ -65,13 +69,79 @@ func TestFailingBucket(t *testing.T) {
 	b := memblob.OpenBucket(nil)
 	s := blobstore.New(b, "jobs/j/")
 	require.NoError(t, b.Close())
-	err := s.Put("x", []byte("y"))
+	err := s.Put(t.Context(), "x", []byte("y"))
 	require.ErrorContains(t, err, "put jobs/j/x")
 	require.NotErrorIs(t, err, fs.ErrExist)
-	_, err = s.Get("x")
+	_, err = s.Get(t.Context(), "x")
 	require.ErrorContains(t, err, "get jobs/j/x")
 	require.NotErrorIs(t, err, fs.ErrNotExist)
-	require.ErrorContains(t, s.Delete("x"), "delete jobs/j/x")
-	_, err = s.List("")
+	require.ErrorContains(t, s.Delete(t.Context(), "x"), "delete jobs/j/x")
+	_, err = s.List(t.Context(), "")
 	require.ErrorContains(t, err, "list jobs/j/")
+}
+
+// blockingBucket is a bucket driver whose every request blocks until its
+// context is done: object storage that stopped answering.
+type blockingBucket struct{ driver.Bucket }
+
+func wait(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (blockingBucket) Attributes(ctx context.Context, _ string) (*driver.Attributes, error) {
+	return nil, wait(ctx)
+}
+
+func (blockingBucket) ListPaged(ctx context.Context, _ *driver.ListOptions) (*driver.ListPage, error) {
+	return nil, wait(ctx)
+}
+
+func (blockingBucket) NewRangeReader(ctx context.Context, _ string, _, _ int64, _ *driver.ReaderOptions) (driver.Reader, error) {
+	return nil, wait(ctx)
+}
+
+func (blockingBucket) NewTypedWriter(ctx context.Context, _, _ string, _ *driver.WriterOptions) (driver.Writer, error) {
+	return nil, wait(ctx)
+}
+
+func (blockingBucket) Delete(ctx context.Context, _ string, _ *driver.DeleteOptions) error {
+	return wait(ctx)
+}
+
+func (blockingBucket) ErrorCode(error) gcerrors.ErrorCode { return gcerrors.Unknown }
+func (blockingBucket) As(any) bool                        { return false }
+func (blockingBucket) ErrorAs(error, any) bool            { return false }
+func (blockingBucket) Close() error                       { return nil }
+
+// TestContext: every request goes to the bucket under the caller's
+// context, so that cancelling it ends a request the bucket does not
+// answer, long before the store's own timeout.
+func TestContext(t *testing.T) {
+	// Not closed: Close waits for the requests under way, which a broken
+	// store would leave blocked for an hour.
+	b := blob.NewBucket(blockingBucket{})
+	s := blobstore.New(b, "jobs/j/", blobstore.Timeout(time.Hour))
+	for name, call := range map[string]func(ctx context.Context) error{
+		"put":         func(ctx context.Context) error { return s.Put(ctx, "x", []byte("y")) },
+		"get":         func(ctx context.Context) error { _, err := s.Get(ctx, "x"); return err },
+		"list":        func(ctx context.Context) error { _, err := s.List(ctx, ""); return err },
+		"delete":      func(ctx context.Context) error { return s.Delete(ctx, "x") },
+		"set pointer": func(ctx context.Context) error { return s.SetPointer(ctx, "p", []byte("y")) },
+		"pointer":     func(ctx context.Context) error { _, _, err := s.Pointer(ctx, "p"); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- call(ctx) }()
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				require.ErrorContains(t, err, "jobs/j/")
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: still waiting for the bucket 10s after its context's deadline", name)
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -194,5 +195,32 @@ func TestExamplesBuildOutside(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// only: for each package, the packages of kord its dependencies, direct or
+// not, may include; any other package of kord is a violation. (checkpoint
+// may import vfs: its Store is a directory on a vfs.FS.)
+var only = []struct {
+	pkg     string
+	allowed []string
+	why     string
+}{
+	{"vfs", nil, "vfs is the file systems under checkpoint: it imports nothing of kord"},
+	{"vfs/errorfs", []string{mod + "/vfs"}, "errorfs wraps a vfs.FS: it imports nothing of kord but vfs"},
+}
+
+// TestOnly: the packages that may import only the few of kord they list.
+func TestOnly(t *testing.T) {
+	for _, r := range only {
+		var bad []string
+		for _, d := range deps(t, r.pkg, false) {
+			if (d == mod || strings.HasPrefix(d, mod+"/")) && !slices.Contains(r.allowed, d) {
+				bad = append(bad, d)
+			}
+		}
+		if len(bad) > 0 {
+			t.Errorf("%s imports %v: %s", r.pkg, bad, r.why)
+		}
 	}
 }

@@ -30,22 +30,22 @@ func Run(t *testing.T, open func(t *testing.T) checkpoint.Objects, opts ...Optio
 	}
 	t.Run("put get", func(t *testing.T) {
 		o := open(t)
-		require.NoError(t, o.Put("a", []byte("one")))
-		require.NoError(t, o.Put("empty", nil))
-		b, err := o.Get("a")
+		require.NoError(t, o.Put(t.Context(), "a", []byte("one")))
+		require.NoError(t, o.Put(t.Context(), "empty", nil))
+		b, err := o.Get(t.Context(), "a")
 		require.NoError(t, err)
 		require.Equal(t, "one", string(b))
-		b, err = o.Get("empty")
+		b, err = o.Get(t.Context(), "empty")
 		require.NoError(t, err)
 		require.Empty(t, b)
 	})
 	t.Run("immutable", func(t *testing.T) {
 		o := open(t)
-		require.NoError(t, o.Put("a", []byte("one")))
-		err := o.Put("a", []byte("two"))
+		require.NoError(t, o.Put(t.Context(), "a", []byte("one")))
+		err := o.Put(t.Context(), "a", []byte("two"))
 		require.ErrorIs(t, err, fs.ErrExist)
 		require.ErrorContains(t, err, "a")
-		b, err := o.Get("a")
+		b, err := o.Get(t.Context(), "a")
 		require.NoError(t, err)
 		require.Equal(t, "one", string(b), "a refused put left the object as it was")
 	})
@@ -54,12 +54,12 @@ func Run(t *testing.T, open func(t *testing.T) checkpoint.Objects, opts ...Optio
 		if !ok {
 			t.Skip("not a checkpoint.Storage")
 		}
-		_, found, err := st.Pointer("COMMITTED")
+		_, found, err := st.Pointer(t.Context(), "COMMITTED")
 		require.NoError(t, err)
 		require.False(t, found)
-		require.NoError(t, st.SetPointer("COMMITTED", []byte("one")))
-		require.NoError(t, st.SetPointer("COMMITTED", []byte("two")), "a pointer is replaced, not refused")
-		b, found, err := st.Pointer("COMMITTED")
+		require.NoError(t, st.SetPointer(t.Context(), "COMMITTED", []byte("one")))
+		require.NoError(t, st.SetPointer(t.Context(), "COMMITTED", []byte("two")), "a pointer is replaced, not refused")
+		b, found, err := st.Pointer(t.Context(), "COMMITTED")
 		require.NoError(t, err)
 		require.True(t, found)
 		require.Equal(t, "two", string(b))
@@ -67,48 +67,48 @@ func Run(t *testing.T, open func(t *testing.T) checkpoint.Objects, opts ...Optio
 		// A whole checkpoint through the Storage, read back verified.
 		m := &checkpoint.Metadata{Run: "0123456789abcdef", ID: 3, MaxParallelism: 4}
 		files := map[string][]byte{checkpoint.StateFileName("0123456789abcdef", 3, "op", 1): []byte("state")}
-		require.NoError(t, checkpoint.WriteCheckpoint(st, m, files))
-		got, gotFiles, err := checkpoint.ReadCheckpoint(st, m.Run, m.ID)
+		require.NoError(t, checkpoint.WriteCheckpoint(t.Context(), st, m, files))
+		got, gotFiles, err := checkpoint.ReadCheckpoint(t.Context(), st, m.Run, m.ID)
 		require.NoError(t, err)
 		require.Equal(t, m.Files, got.Files)
 		require.Equal(t, files, gotFiles)
-		refs, err := checkpoint.ListCheckpoints(st)
+		refs, err := checkpoint.ListCheckpoints(t.Context(), st)
 		require.NoError(t, err)
 		require.Equal(t, []checkpoint.CheckpointRef{{Run: m.Run, ID: 3}}, refs)
 	})
 	t.Run("missing", func(t *testing.T) {
 		o := open(t)
-		_, err := o.Get("nope")
+		_, err := o.Get(t.Context(), "nope")
 		require.ErrorIs(t, err, fs.ErrNotExist)
 		require.ErrorContains(t, err, "nope")
-		require.NoError(t, o.Delete("nope"), "deleting a missing object is not an error")
+		require.NoError(t, o.Delete(t.Context(), "nope"), "deleting a missing object is not an error")
 	})
 	t.Run("list delete", func(t *testing.T) {
 		o := open(t)
 		for _, n := range []string{"ckpt-2", "ckpt-10", "ckpt-1", "meta-1", "c"} {
-			require.NoError(t, o.Put(n, []byte(n)))
+			require.NoError(t, o.Put(t.Context(), n, []byte(n)))
 		}
-		names, err := o.List("ckpt-")
+		names, err := o.List(t.Context(), "ckpt-")
 		require.NoError(t, err)
 		require.Equal(t, []string{"ckpt-1", "ckpt-10", "ckpt-2"}, names)
-		all, err := o.List("")
+		all, err := o.List(t.Context(), "")
 		require.NoError(t, err)
 		require.Equal(t, []string{"c", "ckpt-1", "ckpt-10", "ckpt-2", "meta-1"}, all)
-		require.NoError(t, o.Delete("ckpt-10"))
-		names, err = o.List("ckpt-")
+		require.NoError(t, o.Delete(t.Context(), "ckpt-10"))
+		names, err = o.List(t.Context(), "ckpt-")
 		require.NoError(t, err)
 		require.Equal(t, []string{"ckpt-1", "ckpt-2"}, names)
-		_, err = o.Get("ckpt-10")
+		_, err = o.Get(t.Context(), "ckpt-10")
 		require.ErrorIs(t, err, fs.ErrNotExist)
-		require.NoError(t, o.Put("ckpt-10", []byte("again")), "a deleted name can be put again")
+		require.NoError(t, o.Put(t.Context(), "ckpt-10", []byte("again")), "a deleted name can be put again")
 	})
 	t.Run("invalid names", func(t *testing.T) {
 		o := open(t)
 		for _, n := range []string{"", ".", "..", "a/b", `a\b`, checkpoint.LockName} {
-			require.Error(t, o.Put(n, []byte("x")), "%q", n)
-			_, err := o.Get(n)
+			require.Error(t, o.Put(t.Context(), n, []byte("x")), "%q", n)
+			_, err := o.Get(t.Context(), n)
 			require.Error(t, err, "%q", n)
-			require.Error(t, o.Delete(n), "%q", n)
+			require.Error(t, o.Delete(t.Context(), n), "%q", n)
 		}
 	})
 	if o.SingleWriter {
@@ -125,7 +125,7 @@ func Run(t *testing.T, open func(t *testing.T) checkpoint.Objects, opts ...Optio
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[i] = o.Put("race", []byte{byte('0' + i)})
+				errs[i] = o.Put(t.Context(), "race", []byte{byte('0' + i)})
 			}()
 		}
 		wg.Wait()
@@ -142,7 +142,7 @@ func Run(t *testing.T, open func(t *testing.T) checkpoint.Objects, opts ...Optio
 			}
 		}
 		require.NotEqual(t, -1, won, "no put succeeded")
-		b, err := o.Get("race")
+		b, err := o.Get(t.Context(), "race")
 		require.NoError(t, err)
 		require.Equal(t, []byte{byte('0' + won)}, b)
 	})

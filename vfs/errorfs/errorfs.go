@@ -1,9 +1,14 @@
-package checkpoint
+// Package errorfs wraps a vfs.FS to fail chosen operations, so that a
+// test can show what the code above does when a create, write, sync,
+// rename or any other operation fails (New).
+package errorfs
 
 import (
 	"errors"
 	"io"
 	"os"
+
+	"github.com/kordproject/kord/vfs"
 )
 
 // Op is a filesystem operation, as seen by the inject function of an
@@ -42,20 +47,20 @@ func (op Op) String() string {
 }
 
 // ErrInjected is a convenient error for inject functions to return.
-var ErrInjected = errors.New("checkpoint: injected error")
+var ErrInjected = errors.New("errorfs: injected error")
 
-// NewErrorFS returns an FS that calls inject before each operation on inner
+// New returns an FS that calls inject before each operation on inner
 // and, when inject returns an error, fails the operation with an
 // *os.PathError naming the operation and path and wrapping that error. For
 // OpRename the name is oldname. An injected OpWrite error fails part-way:
 // half of the buffer is written to inner before the error is returned.
 // An injected OpClose error still closes the inner file.
-func NewErrorFS(inner FS, inject func(op Op, name string) error) FS {
+func New(inner vfs.FS, inject func(op Op, name string) error) vfs.FS {
 	return &errorFS{inner: inner, inject: inject}
 }
 
 type errorFS struct {
-	inner  FS
+	inner  vfs.FS
 	inject func(Op, string) error
 }
 
@@ -66,7 +71,7 @@ func (e *errorFS) check(op Op, name string) error {
 	return nil
 }
 
-func (e *errorFS) Create(name string) (File, error) {
+func (e *errorFS) Create(name string) (vfs.File, error) {
 	if err := e.check(OpCreate, name); err != nil {
 		return nil, err
 	}
@@ -79,7 +84,7 @@ func (e *errorFS) Create(name string) (File, error) {
 
 type errorFile struct {
 	fs   *errorFS
-	f    File
+	f    vfs.File
 	name string
 }
 

@@ -1,4 +1,13 @@
-package checkpoint
+// Package vfs is the small file system interface kord's checkpoint
+// directory goes through (FS), with the operating system's file system
+// (Default) and an in-memory one that records what is durable, so that a
+// test can simulate a crash (NewMem, MemFS.CrashClone). Package
+// vfs/errorfs wraps an FS to inject errors.
+//
+// Durability follows POSIX: file data is durable after File.Sync, and a
+// create, rename or remove is durable only after SyncDir of the directory
+// that holds the name.
+package vfs
 
 import (
 	"errors"
@@ -8,9 +17,10 @@ import (
 	"syscall"
 )
 
-// FS is the small filesystem interface all checkpoint IO goes through, so
-// that tests can run the same code on an in-memory filesystem that simulates
-// crashes (NewMemFS) and on one that injects errors (NewErrorFS).
+// FS is a small file system: what a directory of checkpoints needs, so
+// that tests can run the same code on an in-memory file system that
+// simulates crashes (NewMem) and on one that injects errors
+// (vfs/errorfs).
 //
 // Durability follows POSIX: file data is durable after File.Sync, and a
 // create, rename or remove is durable only after SyncDir of the directory
@@ -53,14 +63,14 @@ type File interface {
 	Close() error
 }
 
-// ErrLocked is returned (wrapped) by FS.Lock and OpenStore when another
-// process, or another Store in this one, holds the lock.
-var ErrLocked = errors.New("checkpoint: locked by another process")
+// ErrLocked is returned (wrapped) by FS.Lock when another process, or
+// another open in this one, holds the lock.
+var ErrLocked = errors.New("vfs: locked by another process")
 
-// OSFS returns the FS of the operating system. It is POSIX only: Lock uses
+// Default returns the FS of the operating system. It is POSIX only: Lock uses
 // flock(2) with LOCK_EX|LOCK_NB, which conflicts between separate opens even
 // within one process, and SyncDir opens the directory and fsyncs it.
-func OSFS() FS { return osFS{} }
+func Default() FS { return osFS{} }
 
 type osFS struct{}
 

@@ -1,4 +1,4 @@
-package checkpoint
+package vfs
 
 import (
 	"errors"
@@ -122,7 +122,7 @@ func TestMemFSCrashClone(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := NewMemFS()
+			m := NewMem()
 			require.NoError(t, m.MkdirAll("/d"))
 			require.NoError(t, m.SyncDir("/"))
 			writeFile(t, m, "/d/a", "old", true)
@@ -140,7 +140,7 @@ func TestMemFSCrashClone(t *testing.T) {
 }
 
 func TestMemFSBasics(t *testing.T) {
-	m := NewMemFS()
+	m := NewMem()
 	require.NoError(t, m.MkdirAll("d"))
 	writeFile(t, m, "d/b", "2", false)
 	writeFile(t, m, "d/a", "1", false)
@@ -175,33 +175,4 @@ func TestMemFSBasics(t *testing.T) {
 	require.NoError(t, f.Close())
 	_, err = f.Write([]byte("x"))
 	require.Error(t, err)
-}
-
-func TestErrorFSPartialWrite(t *testing.T) {
-	m := NewMemFS()
-	var fail Op = -1
-	e := NewErrorFS(m, func(op Op, name string) error {
-		if op == fail {
-			return ErrInjected
-		}
-		return nil
-	})
-	f, err := e.Create("/a")
-	require.NoError(t, err)
-	fail = OpWrite
-	n, err := f.Write([]byte("abcdef"))
-	require.ErrorIs(t, err, ErrInjected)
-	require.ErrorContains(t, err, "write /a")
-	require.Equal(t, 3, n)
-	require.Equal(t, "abc", contents(t, m, "/a"))
-
-	for op := OpCreate; op < numOps; op++ {
-		require.NotEqual(t, "op?", op.String())
-	}
-	fail = OpRename
-	err = e.Rename("/a", "/b")
-	var pe *fs.PathError
-	require.ErrorAs(t, err, &pe)
-	require.Equal(t, "/a", pe.Path)
-	require.Equal(t, "rename", pe.Op)
 }

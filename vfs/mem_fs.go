@@ -1,4 +1,4 @@
-package checkpoint
+package vfs
 
 import (
 	"bytes"
@@ -39,8 +39,8 @@ func newMemDir() *memNode {
 	return &memNode{dir: true, children: map[string]*memNode{}, syncedChildren: map[string]*memNode{}}
 }
 
-// NewMemFS returns an empty in-memory FS.
-func NewMemFS() *MemFS {
+// NewMem returns an empty in-memory FS.
+func NewMem() *MemFS {
 	return &MemFS{root: newMemDir(), locks: map[string]bool{}}
 }
 
