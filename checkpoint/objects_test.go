@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
-	"github.com/kordproject/kord/internal/objectstest"
+	"github.com/kordproject/kord/internal/rig/objectstest"
 	"github.com/kordproject/kord/vfs"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
 )

@@ -21,8 +21,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/internal/crashtest"
 	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/internal/rig/crashtest"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 )

@@ -18,15 +18,15 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/internal/kafkatest"
-	"github.com/kordproject/kord/internal/syncbuf"
-	"github.com/kordproject/kord/internal/testjob"
+	"github.com/kordproject/kord/internal/rig/kafkatest"
+	"github.com/kordproject/kord/internal/rig/syncbuf"
+	"github.com/kordproject/kord/internal/rig/testjob"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
 )
 
-// The counting job the tests run (internal/testjob).
+// The counting job the tests run (internal/rig/testjob).
 type (
 	event           = testjob.Event
 	result          = testjob.Result

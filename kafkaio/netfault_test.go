@@ -16,15 +16,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/internal/failpoint"
-	"github.com/kordproject/kord/internal/faultproxy"
-	"github.com/kordproject/kord/internal/kafkatest"
-	"github.com/kordproject/kord/internal/syncbuf"
+	"github.com/kordproject/kord/internal/rig/faultproxy"
+	"github.com/kordproject/kord/internal/rig/kafkatest"
+	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 )
 
 // Real network faults between a job and the real broker: the job reaches
-// the broker only through a fault-injecting proxy (internal/faultproxy) on
+// the broker only through a fault-injecting proxy (internal/rig/faultproxy) on
 // the broker's proxied listener, which delays, drops or cuts chosen
 // requests and replies. Input and the independent read_committed verifier
 // go to the broker directly. Each scenario ends with the verifier: nothing

@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/internal/crashtest"
+	"github.com/kordproject/kord/internal/rig/crashtest"
 )
 
 // procs are processes of the fixture's job (startChild: SIGKILL-able

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"

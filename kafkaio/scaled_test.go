@@ -20,10 +20,10 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/internal/crashtest"
 	"github.com/kordproject/kord/internal/failpoint"
-	"github.com/kordproject/kord/internal/kafkatest"
-	"github.com/kordproject/kord/internal/syncbuf"
+	"github.com/kordproject/kord/internal/rig/crashtest"
+	"github.com/kordproject/kord/internal/rig/kafkatest"
+	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 )

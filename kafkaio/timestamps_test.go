@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"

@@ -9,13 +9,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/internal/testjob"
+	"github.com/kordproject/kord/internal/rig/testjob"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/vfs"
 )
 
-// The counting job the tests run (internal/testjob).
+// The counting job the tests run (internal/rig/testjob).
 type (
 	event   = testjob.Event
 	result  = testjob.Result

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
-	"github.com/kordproject/kord/internal/syncbuf"
+	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/vfs"

@@ -15,7 +15,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
-	"github.com/kordproject/kord/internal/testjob"
+	"github.com/kordproject/kord/internal/rig/testjob"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/vfs"

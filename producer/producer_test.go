@@ -23,8 +23,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kordproject/kord/internal/kafkatest"
-	"github.com/kordproject/kord/internal/syncbuf"
+	"github.com/kordproject/kord/internal/rig/kafkatest"
+	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
 )

@@ -33,7 +33,7 @@
 # Listeners (all on 127.0.0.1; the ports are chosen free at start and kept
 # by restart/resume; write_props lists them in one place):
 #   PLAINTEXT       the normal bootstrap address, printed by start
-#   PROXIED         for a fault-injecting proxy (internal/faultproxy): the
+#   PROXIED         for a fault-injecting proxy (internal/rig/faultproxy): the
 #                   broker binds BACKEND but advertises FRONT, where nothing
 #                   listens until a test runs a proxy there forwarding to
 #                   BACKEND. A client that bootstraps at FRONT learns FRONT as

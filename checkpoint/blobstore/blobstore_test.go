@@ -15,7 +15,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/checkpoint/blobstore"
-	"github.com/kordproject/kord/internal/objectstest"
+	"github.com/kordproject/kord/internal/rig/objectstest"
 )
 
 func TestMemBucket(t *testing.T) {

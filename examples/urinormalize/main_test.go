@@ -12,7 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/rig/kafkatest"
 )
 
 // testOptions are the command's defaults (its flags unset) on cluster c,

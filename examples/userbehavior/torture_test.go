@@ -19,9 +19,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/internal/crashtest"
 	"github.com/kordproject/kord/internal/failpoint"
-	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/rig/crashtest"
+	"github.com/kordproject/kord/internal/rig/kafkatest"
 )
 
 // TestCrashTorture: the job's process phase runs as a child process that

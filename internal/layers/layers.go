@@ -8,6 +8,9 @@
 //	checkpoint/                pure core: aligner, lifecycle, recovery, formats, storage
 //	producer/  consumer/       standalone clients on confluent-kafka-go
 //	partitioner/               Kafka's placement rules, pure functions
+//	vfs/                       file systems; vfs/errorfs injects errors
+//	internal/                  ground helpers (kafkaconf, jsonx, failpoint)
+//	internal/rig/              test rigs, above everything, linked by tests only
 //
 // It has no code: the rules live in its test, which reads the packages'
 // imports with `go list`.

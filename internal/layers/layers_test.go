@@ -29,7 +29,7 @@ var rules = []struct {
 		"the standalone clients know nothing of the engine"},
 	{"consumer", []string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio", mod + "/kordtest"},
 		"the standalone clients know nothing of the engine"},
-	{"kafkaio", []string{mod + "/kordtest", mod + "/internal/faultproxy", mod + "/internal/kafkatest", "github.com/twmb/franz-go"},
+	{"kafkaio", []string{mod + "/kordtest", mod + "/internal/rig", "github.com/twmb/franz-go"},
 		"the Kafka edge runs on kord's clients only; the test cluster is for tests"},
 	{"checkpoint", []string{"gocloud.dev"},
 		"object storage is checkpoint/blobstore's: a program that keeps its checkpoints on disk links no cloud SDK"},
@@ -221,6 +221,58 @@ func TestOnly(t *testing.T) {
 		}
 		if len(bad) > 0 {
 			t.Errorf("%s imports %v: %s", r.pkg, bad, r.why)
+		}
+	}
+}
+
+// internalPackages lists kord's internal packages, split into ground
+// helpers and test rigs (internal/rig/); internal/layers itself is
+// neither.
+func internalPackages(t *testing.T) (ground, rigs []string) {
+	t.Helper()
+	out, err := exec.Command("go", "list", mod+"/internal/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		rel := strings.TrimPrefix(p, mod+"/")
+		switch {
+		case rel == "internal/layers":
+		case strings.HasPrefix(rel, "internal/rig/"):
+			rigs = append(rigs, rel)
+		default:
+			ground = append(ground, rel)
+		}
+	}
+	return ground, rigs
+}
+
+// TestGroundBelowRigs: a ground helper imports nothing of kord but other
+// ground helpers (a helper that imported the engine or a test cluster
+// would run an arrow upwards); no package a program links depends on a
+// test rig.
+func TestGroundBelowRigs(t *testing.T) {
+	ground, rigs := internalPackages(t)
+	if len(ground) == 0 || len(rigs) == 0 {
+		t.Fatalf("ground helpers %v, rigs %v: the layout moved", ground, rigs)
+	}
+	isGround := map[string]bool{}
+	for _, g := range ground {
+		isGround[mod+"/"+g] = true
+	}
+	for _, g := range ground {
+		for _, d := range listDeps(t, g, "kordfailpoints") {
+			if (d == mod || strings.HasPrefix(d, mod+"/")) && d != mod+"/"+g && !isGround[d] {
+				t.Errorf("ground helper %s depends on %s: it may import only other ground helpers", g, d)
+			}
+		}
+	}
+	programs := append(publicPackages(t), programs...)
+	for _, pkg := range programs {
+		for _, tags := range []string{"", "kordfailpoints"} {
+			if bad := violations(listDeps(t, pkg, tags), []string{mod + "/internal/rig"}); len(bad) > 0 {
+				t.Errorf("%s (tags %q) links test rigs %v", pkg, tags, bad)
+			}
 		}
 	}
 }

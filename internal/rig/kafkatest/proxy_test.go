@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/kordproject/kord/internal/faultproxy"
+	"github.com/kordproject/kord/internal/rig/faultproxy"
 )
 
 // A record written before a restart is still there after it, the same

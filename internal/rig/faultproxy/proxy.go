@@ -19,7 +19,7 @@
 // advertise the proxy's address: scripts/kafka.sh gives its broker a PROXIED
 // listener bound to a backend port and advertised as a front port, and the
 // proxy listens on the front port and forwards to the backend (see
-// internal/kafkatest.Proxied and StartProxy).
+// internal/rig/kafkatest.Proxied and StartProxy).
 //
 // A test typically does:
 //

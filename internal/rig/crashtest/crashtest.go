@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kordproject/kord/internal/syncbuf"
+	"github.com/kordproject/kord/internal/rig/syncbuf"
 )
 
 // Child is the test binary re-run as a job, its output captured.

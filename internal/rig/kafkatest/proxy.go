@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kordproject/kord/internal/faultproxy"
+	"github.com/kordproject/kord/internal/rig/faultproxy"
 )
 
 // Environment variables for the proxied listener and the broker's state dir.

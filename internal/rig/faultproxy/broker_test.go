@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kordproject/kord/internal/faultproxy"
-	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/rig/faultproxy"
+	"github.com/kordproject/kord/internal/rig/kafkatest"
 )
 
 // dialHook records the address of every broker connection a kgo client
