@@ -197,7 +197,10 @@ func (c *Client) events() {
 			}
 			continue
 		}
-		c.log.Warn("kord admin: client error", "err", e)
+		// A broker down or unreachable: librdkafka logs it itself
+		// (its FAIL lines, suppressing repeats), while these events come
+		// once per attempt. Kept for a timeout's explanation (Event).
+		c.log.Debug("kord admin: client error", "err", e)
 	}
 }
 
@@ -245,6 +248,13 @@ func (c *Client) do(ctx context.Context, what string, call func(ctx context.Cont
 // Partitions returns the partition ids of topic, ascending, and fails
 // with ErrUnknownTopic when it does not exist.
 func (c *Client) Partitions(ctx context.Context, topic string) ([]int32, error) {
+	return c.partitions(ctx, topic, false)
+}
+
+// partitions is Partitions; created: the topic was just created, and
+// metadata that does not list it yet (a broker's metadata cache lags the
+// controller) is waited for.
+func (c *Client) partitions(ctx context.Context, topic string, created bool) ([]int32, error) {
 	var ids []int32
 	err := c.do(ctx, fmt.Sprintf("metadata of topic %q", topic), func(_ context.Context, slice time.Duration) error {
 		md, err := c.a.GetMetadata(&topic, false, max(int(slice.Milliseconds()), 1))
@@ -253,6 +263,9 @@ func (c *Client) Partitions(ctx context.Context, topic string) ([]int32, error) 
 		}
 		t, ok := md.Topics[topic]
 		if !ok || t.Error.Code() == kafka.ErrUnknownTopicOrPart || t.Error.Code() == kafka.ErrUnknownTopic || len(t.Partitions) == 0 {
+			if created {
+				return kafka.NewError(kafka.ErrLeaderNotAvailable, "the topic is not in the broker's metadata yet", false)
+			}
 			ids = nil
 			return nil
 		}
@@ -310,7 +323,7 @@ func (c *Client) CreateTopic(ctx context.Context, topic string, partitions int32
 	}
 	// The partitions' leaders: a producer or consumer made right after
 	// would otherwise meet LEADER_NOT_AVAILABLE.
-	if _, err := c.Partitions(ctx, topic); err != nil {
+	if _, err := c.partitions(ctx, topic, true); err != nil {
 		return created, err
 	}
 	return created, nil
