@@ -237,9 +237,9 @@ func process(ctx context.Context, o options, sum *summary) error {
 // progress (if not nil) with the count as it grows, and calls done when
 // every event's result is visible.
 func watch(ctx context.Context, o options, done func(), progress func(n int)) error {
-	c, err := kafka.NewConsumer(o.configMap(kafka.ConfigMap{
+	c, err := o.newReader(kafka.ConfigMap{
 		"group.id": "userbehavior-watch", "enable.auto.commit": false, "isolation.level": "read_committed",
-	}))
+	})
 	if err != nil {
 		return err
 	}
