@@ -116,6 +116,17 @@ var paths = []struct {
 		_, err = p.ProduceSync(ctx, producer.Record[string, string]{Topic: e.topic, Key: "k", Value: "v"})
 		return err
 	}},
+	{name: "producer init transactions", run: func(t *testing.T, ctx context.Context, e env) error {
+		// The one call not sliced (DESIGN.md, "Errors"): bounded by its
+		// context's deadline, here the clients' request timeout.
+		p, err := producer.New(producer.String(), producer.String(), producer.Properties(e.props), producer.Logger(e.log),
+			producer.TransactionalID(e.group))
+		require.NoError(t, err)
+		defer p.Close()
+		ictx, cancel := context.WithTimeout(ctx, kafkaconf.DefaultTimeout)
+		defer cancel()
+		return p.InitTransactions(ictx)
+	}},
 	{name: "kafkaio source (job)", missing: consumer.ErrUnknownTopic, run: func(t *testing.T, ctx context.Context, e env) error {
 		j := keyed.NewJob("connfail-source", keyed.Dir(t.TempDir()), keyed.Logger(e.log))
 		src := kafkaio.NewSource(e.client(t), e.topic, consumer.JSONValue[event](), kafkaio.Bounded())
