@@ -35,6 +35,16 @@
 // A failed delivery is never dropped: it reaches the record's callback, or,
 // for records produced without a callback, the next Flush or Close returns
 // it.
+//
+// # Failures to reach the cluster
+//
+// A metadata request (a topic's first use) succeeds or fails within
+// MetadataTimeout (10 s by default), with an error that names its cause in
+// the classes the consumer and package admin share: ErrAuth (credentials
+// or TLS refused, within about a second), ErrUnreachable, ErrDenied,
+// ErrUnknownTopic. InitTransactions is bounded by its context's deadline
+// alone, and its timeout is classified the same way (DESIGN.md,
+// "Errors"). librdkafka's log goes to Logger, never raw to stderr.
 package producer
 
 import (
