@@ -102,9 +102,15 @@ func Properties(path string) Opt {
 	}
 }
 
-// Logger sets where the client logs, librdkafka's log included. Default:
-// nothing is logged.
-func Logger(l *slog.Logger) Opt { return func(c *cfg) { c.log = l } }
+// Logger sets where the client logs, librdkafka's log included. Default
+// (and with nil): nothing is logged.
+func Logger(l *slog.Logger) Opt {
+	return func(c *cfg) {
+		if l != nil {
+			c.log = l
+		}
+	}
+}
 
 // RequestTimeout bounds each call: within it a call succeeds or fails
 // with a classified error (see the package doc). Default 10 s

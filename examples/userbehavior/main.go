@@ -248,7 +248,7 @@ func run(ctx context.Context, o options) error {
 // newClient is the one client configuration of the run: -brokers,
 // -properties and -X, in that order (later ones win).
 func (o options) newClient() (*kafkaio.Client, error) {
-	opts := []kafkaio.ClientOpt{kafkaio.Logger(o.log)}
+	opts := []kafkaio.ClientOpt{kafkaio.Logger(o.logger())}
 	if o.properties != "" {
 		opts = append(opts, kafkaio.Properties(o.properties))
 	}
@@ -285,17 +285,27 @@ func (o options) newReader(extra kafka.ConfigMap) (*kafka.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
+	log := o.logger()
 	go func() { // until c.Close closes the channel
 		for l := range c.Logs() {
-			o.log.Log(context.Background(), kafkaconf.SlogLevel(l.Level), "librdkafka: "+l.Message, "tag", l.Tag)
+			log.Log(context.Background(), kafkaconf.SlogLevel(l.Level), "librdkafka: "+l.Message, "tag", l.Tag)
 		}
 	}()
 	return c, nil
 }
 
+// logger is the run's log; nothing for options made without parseFlags
+// or run (a test's, before it calls run).
+func (o options) logger() *slog.Logger {
+	if o.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.log
+}
+
 // admin is an admin client of the run's configuration.
 func (o options) admin() (*admin.Client, error) {
-	opts := []admin.Opt{admin.Logger(o.log)}
+	opts := []admin.Opt{admin.Logger(o.logger())}
 	for k, v := range o.client.Settings() {
 		opts = append(opts, admin.Set(k, v))
 	}
@@ -310,7 +320,7 @@ func (o options) say(format string, args ...any) {
 
 // produce writes the events through kord's producer.
 func produce(ctx context.Context, o options, parts int) error {
-	opts := []producer.Opt{producer.Set("linger.ms", "10"), producer.Logger(o.log)}
+	opts := []producer.Opt{producer.Set("linger.ms", "10"), producer.Logger(o.logger())}
 	for k, v := range o.client.Settings() {
 		opts = append(opts, producer.Set(k, v))
 	}
