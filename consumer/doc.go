@@ -11,6 +11,16 @@
 // Reached tell when a partition's end is read (see Example). A kord job
 // reads Kafka through kafkaio.Source, which builds on this package.
 //
+// # Failures
+//
+// Every call that reaches for the cluster (metadata, watermarks, offsets,
+// and the admin requests: CreateTopic, GroupOffsets, DeleteGroup, ...)
+// succeeds or fails within RequestTimeout (10 s by default), with an
+// error that names its cause in the classes the producer and package
+// admin share: ErrAuth (credentials or TLS refused, within about a
+// second), ErrUnreachable, ErrDenied, ErrUnknownTopic (DESIGN.md,
+// "Errors"). librdkafka's log goes to Logger, never raw to stderr.
+//
 // # Group membership
 //
 // Join makes a Member of a consumer group, for a job on several processes

@@ -14,6 +14,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/kordproject/kord/internal/kafkaconf"
+	"github.com/kordproject/kord/runlog"
 )
 
 // TopicPartition names a partition.
@@ -90,8 +91,19 @@ var (
 	// partition's log (below its log start, or past its end). kord never
 	// resets it silently.
 	ErrOutOfRange = errors.New("consumer: offset out of range")
-	// ErrUnknownTopic means the topic does not exist.
-	ErrUnknownTopic = errors.New("consumer: unknown topic")
+	// ErrUnknownTopic means the topic does not exist. The same value as
+	// producer.ErrUnknownTopic and admin.ErrUnknownTopic.
+	ErrUnknownTopic = kafkaconf.ErrUnknownTopic
+	// ErrUnreachable means no broker of the cluster answered within the
+	// request timeout (RequestTimeout): the connection was refused, the
+	// host not found, or the connect timed out. The error names the
+	// bootstrap servers and the cause. It may pass: a job retries it by
+	// its restart strategy. The same value as producer.ErrUnreachable.
+	ErrUnreachable = kafkaconf.ErrUnreachable
+	// ErrDenied means the cluster's authorizer refused a request; the
+	// error names the request's resource. The same value as
+	// producer.ErrDenied.
+	ErrDenied = kafkaconf.ErrDenied
 )
 
 // OffsetError ties an error to a partition and offset.
@@ -160,7 +172,11 @@ func Properties(path string) Opt {
 // nothing is logged.
 func Logger(l *slog.Logger) Opt { return func(c *cfg) { c.log = l } }
 
-// RequestTimeout bounds metadata and watermark requests. Default 10s.
+// RequestTimeout bounds each call that reaches for the cluster: metadata,
+// watermark and offset requests and the admin requests (GroupOffsets,
+// CreateTopic, ...). Within it a call succeeds or fails classified
+// (ErrAuth, ErrUnreachable, ErrDenied, ErrUnknownTopic). Default 10s
+// (kafkaconf.DefaultTimeout).
 func RequestTimeout(d time.Duration) Opt { return func(c *cfg) { c.timeout = d } }
 
 var forced = map[string]string{
@@ -202,7 +218,7 @@ type Source struct {
 // bounds librdkafka's fetch queue (see the package doc) unless Set
 // overrides them.
 func New(opts ...Opt) (*Source, error) {
-	c := cfg{group: "kord.source", settings: map[string]string{}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), timeout: 10 * time.Second}
+	c := cfg{group: "kord.source", settings: map[string]string{}, log: slog.New(slog.NewTextHandler(io.Discard, nil)), timeout: kafkaconf.DefaultTimeout}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -284,17 +300,8 @@ func forwardLogs(logs chan kafka.LogEvent, stop <-chan struct{}, conn *kafkaconf
 		if !ok {
 			return
 		}
-		lvl := slog.LevelDebug
-		switch {
-		case l.Level <= 3:
-			lvl = slog.LevelError
-		case l.Level == 4:
-			lvl = slog.LevelWarn
-		case l.Level <= 6:
-			lvl = slog.LevelInfo
-		}
 		conn.Log(l.Tag, l.Message)
-		log.Log(context.Background(), lvl, "librdkafka: "+l.Message, "tag", l.Tag, "client", l.Name)
+		log.Log(context.Background(), runlog.SyslogLevel(l.Level), "librdkafka: "+l.Message, "tag", l.Tag, "client", l.Name)
 	}
 }
 
@@ -315,7 +322,7 @@ func (s *Source) timeoutMs(ctx context.Context) int {
 // Partitions returns the partition ids of topic, ascending.
 func (s *Source) Partitions(ctx context.Context, topic string) ([]int32, error) {
 	var md *kafka.Metadata
-	err := s.retry(ctx, fmt.Sprintf("metadata of topic %q", topic), func() error {
+	err := s.retry(ctx, fmt.Sprintf("metadata of topic %q", topic), func(ctx context.Context) error {
 		var err error
 		md, err = s.c.GetMetadata(&topic, false, s.timeoutMs(ctx))
 		return err
@@ -325,7 +332,7 @@ func (s *Source) Partitions(ctx context.Context, topic string) ([]int32, error) 
 	}
 	t, ok := md.Topics[topic]
 	if !ok || t.Error.Code() == kafka.ErrUnknownTopicOrPart || t.Error.Code() == kafka.ErrUnknownTopic || len(t.Partitions) == 0 {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+		return nil, fmt.Errorf("consumer: %w %q", ErrUnknownTopic, topic)
 	}
 	if t.Error.Code() != kafka.ErrNoError {
 		return nil, fmt.Errorf("consumer: metadata of topic %q: %w", topic, t.Error)
@@ -348,7 +355,7 @@ func (s *Source) Partitions(ctx context.Context, topic string) ([]int32, error) 
 // request timeout or ctx ends.
 func (s *Source) Watermarks(ctx context.Context, tp TopicPartition) (low, end int64, err error) {
 	refreshed := false
-	err = s.retry(ctx, "watermarks of "+tp.String(), func() error {
+	err = s.retry(ctx, "watermarks of "+tp.String(), func(ctx context.Context) error {
 		var err error
 		low, end, err = s.c.QueryWatermarkOffsets(tp.Topic, tp.Partition, s.timeoutMs(ctx))
 		var kerr kafka.Error
@@ -369,64 +376,28 @@ func (s *Source) Watermarks(ctx context.Context, tp TopicPartition) (low, end in
 	return low, end, nil
 }
 
-// retry calls fn until it succeeds, fails with an error that is not
-// transient, the request timeout passes or ctx ends. Each call of fn is
-// bounded by a growing slice of the request timeout (1 s, 2 s, 4 s, ...,
-// through timeoutMs), and between calls the consumer takes in the
-// client's errors (drain): an authentication or TLS failure (ErrAuth) then
-// ends the wait within a second, and a timeout names the client's last
-// error from the cluster. Errors name what.
-// transient reports whether a failed admin or metadata call may succeed
-// when made again: librdkafka's retriable errors, a partition leader or
-// coordinator moving, a timeout, and a dropped connection (__TRANSPORT:
-// the broker restarting, or too slow to answer under load; librdkafka
-// reconnects, but a metadata call made meanwhile returns it unmarked as
-// retriable, which failed a job in CI), and the errors Kafka's Java
-// client retries that admin results carry unmarked: no controller (a
-// broker just started; NotControllerException is a RetriableException in
-// kafka-clients) and a request timed out on the broker.
-func transient(err error) bool {
-	var kerr kafka.Error
-	if !errors.As(err, &kerr) {
-		return false
-	}
-	switch kerr.Code() {
-	case kafka.ErrNotLeaderForPartition, kafka.ErrLeaderNotAvailable, kafka.ErrNotCoordinator, kafka.ErrTimedOut, kafka.ErrTransport,
-		kafka.ErrNotController, kafka.ErrRequestTimedOut:
-		return true
-	}
-	return kerr.IsRetriable()
-}
+// transient is kafkaconf.Transient: what retry tries again.
+func transient(err error) bool { return kafkaconf.Transient(err) }
 
-func (s *Source) retry(ctx context.Context, what string, fn func() error) error {
-	if err := s.conn.Failed(); err != nil {
+// retry calls fn through the client's Conn.Do (internal/kafkaconf), the
+// one bounded and classified way kord's clients reach for the cluster:
+// each call of fn gets a context bounded by a growing slice of the request
+// timeout (1 s, 2 s, 4 s, ..., also through timeoutMs) and cancelled when
+// the cluster refuses the client; between calls the consumer takes in the
+// client's errors (drain). An authentication or TLS failure (ErrAuth) then
+// ends the wait within a second, an unreachable cluster fails at the
+// request timeout with kafkaconf.ErrUnreachable, and any failure is
+// classified and named by what.
+func (s *Source) retry(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	defer func() { s.slice = 0 }()
+	err := s.conn.Do(ctx, s.cfg.timeout, s.drain, func(ctx context.Context, slice time.Duration) error {
+		s.slice = slice
+		return fn(ctx)
+	})
+	if err != nil {
 		return fmt.Errorf("consumer: %s: %w", what, err)
 	}
-	deadline := time.Now().Add(s.cfg.timeout)
-	defer func() { s.slice = 0 }()
-	for step := time.Second; ; step *= 2 {
-		s.slice = max(min(step, time.Until(deadline)), time.Millisecond)
-		err := fn()
-		if err == nil {
-			s.conn.Served()
-			return nil
-		}
-		s.drain()
-		if err := s.conn.Failed(); err != nil {
-			return fmt.Errorf("consumer: %s: %w", what, err)
-		}
-		if !transient(err) || time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("consumer: %s: %w", what, s.conn.Explain(err))
-		}
-		if kerr := (kafka.Error{}); errors.As(err, &kerr) && kerr.Code() == kafka.ErrTimedOut {
-			continue // the slice was the wait
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("consumer: %s: %w (after %v)", what, context.Cause(ctx), err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return nil
 }
 
 // drain takes in the client's pending events while nothing is assigned
@@ -673,7 +644,20 @@ func (s *Source) GroupOffsets(ctx context.Context, group string, partitions []To
 	}
 	began := time.Now()
 	for {
-		res, err := a.ListConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: req}}, kafka.SetAdminRequireStableOffsets(true))
+		var res kafka.ListConsumerGroupOffsetsResult
+		var answer error // the broker's answer for the group as a whole
+		if err := s.retry(ctx, fmt.Sprintf("offsets of group %q", group), func(ctx context.Context) error {
+			var err error
+			res, err = a.ListConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: req}}, kafka.SetAdminRequireStableOffsets(true))
+			var kerr kafka.Error
+			if errors.As(err, &kerr) && (kerr.Code() == kafka.ErrUnstableOffsetCommit || kerr.Code() == kafka.ErrGroupIDNotFound) {
+				answer, err = err, nil
+			}
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		err := answer
 		if err == nil && len(res.ConsumerGroupsTopicPartitions) != 1 {
 			err = fmt.Errorf("%d results", len(res.ConsumerGroupsTopicPartitions))
 		}
@@ -743,9 +727,14 @@ func (s *Source) CommitGroupOffsets(ctx context.Context, group string, offsets [
 		topic, md := o.Topic, o.Metadata
 		tps[i] = kafka.TopicPartition{Topic: &topic, Partition: o.Partition, Offset: kafka.Offset(o.Offset), Metadata: &md}
 	}
-	res, err := a.AlterConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: tps}})
+	var res kafka.AlterConsumerGroupOffsetsResult
+	err = s.retry(ctx, fmt.Sprintf("commit offsets to group %q", group), func(ctx context.Context) error {
+		var err error
+		res, err = a.AlterConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: tps}})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("consumer: commit offsets to group %q: %w", group, err)
+		return err
 	}
 	for _, g := range res.ConsumerGroupsTopicPartitions {
 		for _, tp := range g.Partitions {
@@ -766,9 +755,14 @@ func (s *Source) DeleteGroup(ctx context.Context, group string) error {
 		return fmt.Errorf("consumer: admin client: %w", err)
 	}
 	defer a.Close()
-	res, err := a.DeleteConsumerGroups(ctx, []string{group})
+	var res kafka.DeleteConsumerGroupsResult
+	err = s.retry(ctx, fmt.Sprintf("delete group %q", group), func(ctx context.Context) error {
+		var err error
+		res, err = a.DeleteConsumerGroups(ctx, []string{group})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("consumer: delete group %q: %w", group, err)
+		return err
 	}
 	for _, r := range res.ConsumerGroupResults {
 		if c := r.Error.Code(); c != kafka.ErrNoError && c != kafka.ErrGroupIDNotFound {
@@ -786,13 +780,18 @@ func (s *Source) TopicConfig(ctx context.Context, topic, name string) (string, e
 		return "", fmt.Errorf("consumer: admin client: %w", err)
 	}
 	defer a.Close()
-	res, err := a.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}})
+	var res []kafka.ConfigResourceResult
+	err = s.retry(ctx, fmt.Sprintf("configuration of topic %q", topic), func(ctx context.Context) error {
+		var err error
+		res, err = a.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}})
+		return err
+	})
 	if err != nil {
-		return "", fmt.Errorf("consumer: configuration of topic %q: %w", topic, err)
+		return "", err
 	}
 	for _, r := range res {
 		if r.Error.Code() != kafka.ErrNoError {
-			return "", fmt.Errorf("consumer: configuration of topic %q: %w", topic, r.Error)
+			return "", fmt.Errorf("consumer: configuration of topic %q: %w", topic, s.conn.Classify(r.Error))
 		}
 		if e, ok := r.Config[name]; ok {
 			return e.Value, nil
@@ -815,7 +814,7 @@ func (s *Source) CreateTopic(ctx context.Context, topic string, partitions int32
 	// error (no controller yet on a broker just started, a timeout) is
 	// retried within the client's timeout; a retry after a create that
 	// did succeed finds the topic there.
-	err = s.retry(ctx, fmt.Sprintf("create topic %q with %d partitions", topic, partitions), func() error {
+	err = s.retry(ctx, fmt.Sprintf("create topic %q with %d partitions", topic, partitions), func(ctx context.Context) error {
 		res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: topic, NumPartitions: int(partitions), ReplicationFactor: -1, Config: configs}})
 		if err != nil {
 			return err
@@ -856,17 +855,22 @@ func (s *Source) Behind(ctx context.Context, tp TopicPartition) (bool, error) {
 	defer a.Close()
 	latest := func(level kafka.IsolationLevel) (int64, error) {
 		ktp := kafka.TopicPartition{Topic: &tp.Topic, Partition: tp.Partition}
-		res, err := a.ListOffsets(ctx, map[kafka.TopicPartition]kafka.OffsetSpec{ktp: kafka.LatestOffsetSpec}, kafka.SetAdminIsolationLevel(level))
-		if err != nil {
-			return 0, fmt.Errorf("consumer: latest offset of %s: %w", tp, err)
-		}
-		for _, info := range res.ResultInfos {
-			if info.Error.Code() != kafka.ErrNoError {
-				return 0, fmt.Errorf("consumer: latest offset of %s: %w", tp, info.Error)
+		var off int64
+		err := s.retry(ctx, "latest offset of "+tp.String(), func(ctx context.Context) error {
+			res, err := a.ListOffsets(ctx, map[kafka.TopicPartition]kafka.OffsetSpec{ktp: kafka.LatestOffsetSpec}, kafka.SetAdminIsolationLevel(level))
+			if err != nil {
+				return err
 			}
-			return int64(info.Offset), nil
-		}
-		return 0, fmt.Errorf("consumer: latest offset of %s: no answer", tp)
+			for _, info := range res.ResultInfos {
+				if info.Error.Code() != kafka.ErrNoError {
+					return info.Error
+				}
+				off = int64(info.Offset)
+				return nil
+			}
+			return errors.New("no answer")
+		})
+		return off, err
 	}
 	lso, err := latest(kafka.IsolationLevelReadCommitted)
 	if err != nil {
@@ -894,14 +898,12 @@ func (s *Source) Identity(ctx context.Context, topic string) (cluster, topicID s
 		return "", "", fmt.Errorf("consumer: admin client: %w", err)
 	}
 	defer a.Close()
-	err = s.retry(ctx, fmt.Sprintf("cluster id and topic id of topic %q", topic), func() error {
-		cctx, cancel := context.WithTimeout(ctx, time.Duration(s.timeoutMs(ctx))*time.Millisecond)
-		defer cancel()
-		cl, err := a.DescribeCluster(cctx)
+	err = s.retry(ctx, fmt.Sprintf("cluster id and topic id of topic %q", topic), func(ctx context.Context) error {
+		cl, err := a.DescribeCluster(ctx)
 		if err != nil {
 			return err
 		}
-		res, err := a.DescribeTopics(cctx, kafka.NewTopicCollectionOfTopicNames([]string{topic}))
+		res, err := a.DescribeTopics(ctx, kafka.NewTopicCollectionOfTopicNames([]string{topic}))
 		if err != nil {
 			return err
 		}

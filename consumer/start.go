@@ -300,7 +300,7 @@ func (r *resolution) atTime(ctx context.Context, parts []int32, t time.Time) err
 	}
 	var res []kafka.TopicPartition
 	what := fmt.Sprintf("offsets of topic %q at time %s", r.topic, t.UTC().Format(time.RFC3339Nano))
-	err := r.s.retry(ctx, what, func() error {
+	err := r.s.retry(ctx, what, func(ctx context.Context) error {
 		var err error
 		res, err = r.s.c.OffsetsForTimes(req, r.s.timeoutMs(ctx))
 		if err != nil {
@@ -477,11 +477,9 @@ func (s *Source) highWatermark(ctx context.Context, tp TopicPartition) (int64, e
 	}
 	defer a.Close()
 	var hw int64
-	err = s.retry(ctx, "high watermark of "+tp.String(), func() error {
-		rctx, cancel := context.WithTimeout(ctx, time.Duration(s.timeoutMs(ctx))*time.Millisecond)
-		defer cancel()
+	err = s.retry(ctx, "high watermark of "+tp.String(), func(ctx context.Context) error {
 		topic := tp.Topic
-		res, err := a.ListOffsets(rctx, map[kafka.TopicPartition]kafka.OffsetSpec{{Topic: &topic, Partition: tp.Partition}: kafka.LatestOffsetSpec},
+		res, err := a.ListOffsets(ctx, map[kafka.TopicPartition]kafka.OffsetSpec{{Topic: &topic, Partition: tp.Partition}: kafka.LatestOffsetSpec},
 			kafka.SetAdminIsolationLevel(kafka.IsolationLevelReadUncommitted))
 		if err != nil {
 			return err

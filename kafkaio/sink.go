@@ -402,9 +402,8 @@ func (s *Sink[T]) sizedSettings(ctx context.Context, settings map[string]string)
 	limit := int64(-1)
 	for _, topic := range s.topics() {
 		if _, err := c.Partitions(ctx, topic); err != nil {
-			if errors.Is(err, consumer.ErrUnknownTopic) {
-				err = fmt.Errorf("%w: %w", producer.ErrUnknownTopic, err)
-			}
+			// An unknown topic is producer.ErrUnknownTopic too: the same
+			// value as consumer.ErrUnknownTopic (internal/kafkaconf).
 			return nil, fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err)
 		}
 		v, err := c.TopicConfig(ctx, topic, "max.message.bytes")

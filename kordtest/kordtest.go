@@ -20,11 +20,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/kafkaio"
 )
@@ -108,52 +106,25 @@ func (c *Cluster) CreateTopic(ctx context.Context, name string, partitions int32
 }
 
 // CreateTopic creates topic on the cluster at brokers (any Kafka cluster,
-// not only an in-process one), with configs as its topic-level settings.
-// It returns once every partition has a leader.
+// not only an in-process one), with configs as its topic-level settings,
+// through kord's admin client: it returns once every partition has a
+// leader, and fails within the admin client's request timeout (10 s) with
+// its classified error (admin.ErrUnreachable, admin.ErrAuth, ...). A topic
+// that exists already is an error.
 func CreateTopic(ctx context.Context, brokers []string, name string, partitions int32, configs map[string]string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	a, err := admin.New(admin.Brokers(brokers...))
 	if err != nil {
 		return fmt.Errorf("kordtest: create topic %s: %w", name, err)
 	}
-	defer cl.Close()
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, 1
-	for k, v := range configs {
-		rc := kmsg.NewCreateTopicsRequestTopicConfig()
-		rc.Name, rc.Value = k, kmsg.StringPtr(v)
-		rt.Configs = append(rt.Configs, rc)
-	}
-	req.Topics = append(req.Topics, rt)
-	req.TimeoutMillis = 30000
-	resp, err := req.RequestWith(ctx, cl)
-	if err == nil {
-		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	defer a.Close()
+	created, err := a.CreateTopic(ctx, name, partitions, configs)
+	if err == nil && !created {
+		err = fmt.Errorf("topic %s exists already", name)
 	}
 	if err != nil {
 		return fmt.Errorf("kordtest: create topic %s at %s: %w", name, strings.Join(brokers, ","), err)
 	}
-	for {
-		mreq := kmsg.NewPtrMetadataRequest()
-		mt := kmsg.NewMetadataRequestTopic()
-		mt.Topic = kmsg.StringPtr(name)
-		mreq.Topics = append(mreq.Topics, mt)
-		mresp, err := mreq.RequestWith(ctx, cl)
-		if err == nil && len(mresp.Topics) == 1 && mresp.Topics[0].ErrorCode == 0 && len(mresp.Topics[0].Partitions) == int(partitions) {
-			ok := true
-			for _, p := range mresp.Topics[0].Partitions {
-				ok = ok && p.ErrorCode == 0 && p.Leader >= 0
-			}
-			if ok {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("kordtest: topic %s: partitions without a leader (last error %v): %w", name, err, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return nil
 }
 
 // ReadCommitted reads topic from its start to its end, as a read_committed

@@ -39,7 +39,7 @@ func defaultCfg() cfg {
 		settings:        map[string]string{},
 		log:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 		metadataMaxAge:  5 * time.Minute,
-		metadataTimeout: 10 * time.Second,
+		metadataTimeout: kafkaconf.DefaultTimeout,
 		closeTimeout:    30 * time.Second,
 	}
 }
@@ -103,7 +103,9 @@ func MetadataMaxAge(d time.Duration) Opt {
 	return opt(func(c *cfg) { c.metadataMaxAge = d })
 }
 
-// MetadataTimeout bounds one metadata request. Default 10s.
+// MetadataTimeout bounds one metadata request: within it the request
+// succeeds or fails classified (ErrAuth, ErrUnreachable, ErrDenied,
+// ErrUnknownTopic). Default 10s (kafkaconf.DefaultTimeout).
 func MetadataTimeout(d time.Duration) Opt {
 	return opt(func(c *cfg) { c.metadataTimeout = d })
 }

@@ -11,8 +11,18 @@ var (
 	// ErrClosed is returned by calls on a closed producer.
 	ErrClosed = errors.New("producer: closed")
 	// ErrUnknownTopic means the topic does not exist. kord never asks the
-	// broker to create topics.
-	ErrUnknownTopic = errors.New("producer: unknown topic")
+	// broker to create topics. The same value as consumer.ErrUnknownTopic
+	// and admin.ErrUnknownTopic.
+	ErrUnknownTopic = kafkaconf.ErrUnknownTopic
+	// ErrUnreachable means no broker of the cluster answered within the
+	// metadata timeout (MetadataTimeout): the connection was refused, the
+	// host not found, or the connect timed out. The error names the
+	// bootstrap servers and the cause. The same value as
+	// consumer.ErrUnreachable.
+	ErrUnreachable = kafkaconf.ErrUnreachable
+	// ErrDenied means the cluster's authorizer refused a request. The
+	// same value as consumer.ErrDenied.
+	ErrDenied = kafkaconf.ErrDenied
 	// ErrFailed means an earlier delivery failed in ordered mode: the
 	// producer stopped so that no later record of a key could be written
 	// after a gap. The error that stopped it is wrapped alongside.

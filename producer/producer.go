@@ -35,6 +35,16 @@
 // A failed delivery is never dropped: it reaches the record's callback, or,
 // for records produced without a callback, the next Flush or Close returns
 // it.
+//
+// # Failures to reach the cluster
+//
+// A metadata request (a topic's first use) succeeds or fails within
+// MetadataTimeout (10 s by default), with an error that names its cause in
+// the classes the consumer and package admin share: ErrAuth (credentials
+// or TLS refused, within about a second), ErrUnreachable, ErrDenied,
+// ErrUnknownTopic. InitTransactions is bounded by its context's deadline
+// alone, and its timeout is classified the same way (DESIGN.md,
+// "Errors"). librdkafka's log goes to Logger, never raw to stderr.
 package producer
 
 import (
@@ -50,6 +60,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/kordproject/kord/internal/kafkaconf"
+	"github.com/kordproject/kord/runlog"
 )
 
 // Record is one record to produce.
@@ -584,18 +595,7 @@ func (c *client) logs() {
 }
 
 // syslogLevel maps librdkafka's syslog levels (0 emergency .. 7 debug).
-func syslogLevel(l int) slog.Level {
-	switch {
-	case l <= 3:
-		return slog.LevelError
-	case l == 4:
-		return slog.LevelWarn
-	case l <= 6:
-		return slog.LevelInfo
-	default:
-		return slog.LevelDebug
-	}
-}
+func syslogLevel(l int) slog.Level { return runlog.SyslogLevel(l) }
 
 // topic returns the cached metadata of topic, fetching it on first use.
 func (c *client) topic(ctx context.Context, topic string) (*topicMeta, error) {
@@ -626,7 +626,7 @@ func (c *client) fetch(ctx context.Context, topic string) (*topicMeta, error) {
 	if err := ctx.Err(); err != nil || timeout <= 0 {
 		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Err: context.Cause(ctx)}
 	}
-	md, err := c.metadata(topic, timeout)
+	md, err := c.metadata(ctx, topic, timeout)
 	if err != nil {
 		return nil, &Error{Op: "metadata", Topic: topic, Partition: -1, Offset: -1, Err: err}
 	}
@@ -651,34 +651,34 @@ func (c *client) fetch(ctx context.Context, topic string) (*topicMeta, error) {
 	return tm, nil
 }
 
-// metadata asks for topic's metadata, for up to timeout, in growing
-// slices (1 s, 2 s, 4 s, ...), so that an authentication or TLS failure
-// (ErrAuth) ends the wait within a second rather than at its end, while a
-// slow answer still gets its time. A timeout names the client's last error
-// from the cluster.
-func (c *client) metadata(topic string, timeout time.Duration) (*kafka.Metadata, error) {
-	deadline := time.Now().Add(timeout)
-	for step := time.Second; ; step *= 2 {
-		slice := min(time.Until(deadline), step)
+// metadata asks for topic's metadata, for up to timeout, through the
+// client's Conn.Do (internal/kafkaconf), in growing slices (1 s, 2 s, 4 s,
+// ...), so that an authentication or TLS failure (ErrAuth, taken in by the
+// events goroutine) ends the wait within a second rather than at its end,
+// while a slow answer still gets its time; an unreachable cluster fails at
+// the timeout as ErrUnreachable, and any failure is classified.
+func (c *client) metadata(ctx context.Context, topic string, timeout time.Duration) (*kafka.Metadata, error) {
+	var md *kafka.Metadata
+	err := c.conn.Do(ctx, timeout, nil, func(_ context.Context, slice time.Duration) error {
 		c.closeMu.RLock()
+		defer c.closeMu.RUnlock()
 		if c.closed {
-			c.closeMu.RUnlock()
-			return nil, ErrClosed
+			return ErrClosed
 		}
-		md, err := c.kp.GetMetadata(&topic, false, max(int(slice.Milliseconds()), 1))
-		c.closeMu.RUnlock()
-		if err == nil {
-			c.conn.Served()
-			return md, nil
-		}
+		var err error
+		md, err = c.kp.GetMetadata(&topic, false, max(int(slice.Milliseconds()), 1))
+		return err
+	})
+	if errors.Is(err, ErrClosed) {
+		return nil, ErrClosed
+	}
+	if err != nil {
 		if f := c.failure(); f != nil {
 			return nil, f
 		}
-		var kerr kafka.Error
-		if !errors.As(err, &kerr) || kerr.Code() != kafka.ErrTimedOut || !time.Now().Before(deadline) {
-			return nil, c.conn.Explain(err)
-		}
+		return nil, err
 	}
+	return md, nil
 }
 
 // metaOf derives placement metadata. A partition is available when it has a

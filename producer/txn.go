@@ -111,11 +111,16 @@ func (p *Producer[K, V]) InitTransactions(ctx context.Context) error {
 	return p.c.initTransactions(ctx)
 }
 
-// initTransactions calls librdkafka's init once, bounded by ctx. A
-// timeout names the client's last error from the cluster. (It is one call:
-// slicing it to notice an authentication failure sooner made a restarted
-// broker's recovery flaky; a job meets such a failure first in the
-// metadata request before it, which is sliced.)
+// initTransactions calls librdkafka's init once, bounded by ctx's
+// deadline (librdkafka's init takes a timeout, which confluent-kafka-go
+// derives from the deadline; cancelling ctx does not end it). A timeout
+// is classified: the producer's ErrAuth when the cluster refused it
+// meanwhile, ErrUnreachable when no broker ever answered, else explained
+// by the client's last error from the cluster. (It is one call, not
+// sliced as kafkaconf's Conn.Do slices: resuming it after a slice made a
+// restarted broker's recovery flaky. A job meets a refusal or an
+// unreachable cluster first in the metadata requests before it, which are
+// sliced; see DESIGN.md, "Errors".)
 func (c *client) initTransactions(ctx context.Context) error {
 	if err := c.failure(); err != nil {
 		return &TxnError{Op: "init transactions", ID: c.cfg.transactionalID, Fatal: true, Err: err}
@@ -128,7 +133,10 @@ func (c *client) initTransactions(ctx context.Context) error {
 	var kerr kafka.Error
 	var te *TxnError
 	if errors.As(err, &kerr) && kerr.Code() == kafka.ErrTimedOut && errors.As(err, &te) {
-		te.Err = c.conn.Explain(te.Err)
+		te.Err = c.conn.Classify(te.Err)
+		if errors.Is(te.Err, ErrAuth) {
+			te.Fatal, te.Retriable = true, false // refused for good
+		}
 	}
 	return err
 }

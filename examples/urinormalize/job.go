@@ -241,9 +241,9 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 // dead letters are committed, as a read_committed reader sees them.
 func watch(ctx context.Context, o options) {
 	show := func(format string, args ...any) { fmt.Fprintf(o.out(), "\r"+format, args...) }
-	c, err := kafka.NewConsumer(o.configMap(kafka.ConfigMap{
+	c, err := o.newReader(kafka.ConfigMap{
 		"group.id": "urinormalize-watch", "enable.auto.commit": false, "isolation.level": "read_committed",
-	}))
+	})
 	if err != nil {
 		show("progress not shown: %v\n", err)
 		return

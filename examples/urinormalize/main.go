@@ -36,6 +36,11 @@
 // verify phase must be given the flags the produce phase had (-events,
 // -minutes, -seed, -late-fraction, -bad-fraction), and the process phase's
 // -rules, since it generates the input again to check the output.
+//
+// A cluster it cannot use ends the run within the clients' request
+// timeout (10 s) with one line that says why. The Kafka clients' own log
+// (librdkafka's included) is kept in memory: -v prints it as it comes;
+// otherwise a failed run sums it up in one more line.
 package main
 
 import (
@@ -44,6 +49,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -52,9 +58,11 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/runlog"
 )
 
 type options struct {
@@ -80,6 +88,9 @@ type options struct {
 	interval        time.Duration
 	dir             string
 	quiet           bool
+	verbose         bool         // -v: the clients' log as it comes
+	log             *slog.Logger // every client's log: to book
+	book            *runlog.Book
 	freshTopics     bool // the topics were named by this run: nothing to resume
 	stdout          io.Writer
 }
@@ -116,6 +127,9 @@ func cli(args []string) int {
 	defer stop()
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "urinormalize:", err)
+		if sum := o.book.Summary(); sum != "" && !o.verbose {
+			fmt.Fprintln(os.Stderr, sum)
+		}
 		return 1
 	}
 	return 0
@@ -152,7 +166,15 @@ func parseFlags(args []string) (options, error) {
 	flag.DurationVar(&o.interval, "interval", 250*time.Millisecond, "checkpoint interval")
 	flag.StringVar(&o.dir, "checkpoints", "", "checkpoint directory (default: a temporary directory on fresh topics, else keyed.DefaultDir of the job's name)")
 	flag.BoolVar(&o.quiet, "quiet", false, "print only the final summary, as key=value pairs")
-	return o, flag.Parse(args)
+	flag.BoolVar(&o.verbose, "v", false, "print the Kafka clients' log (kord's and librdkafka's) to stderr as it comes; without it, a failed run sums it up")
+	err := flag.Parse(args)
+	var live io.Writer
+	if o.verbose {
+		live = os.Stderr
+	}
+	o.book = runlog.New("urinormalize", live)
+	o.log = o.book.Logger()
+	return o, err
 }
 
 // validate checks the options that need no cluster.
@@ -180,6 +202,10 @@ func (o options) validate() error {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.book == nil { // a test's options
+		o.book = runlog.New("urinormalize", nil)
+		o.log = o.book.Logger()
+	}
 	if err := o.validate(); err != nil {
 		return err
 	}
@@ -212,14 +238,19 @@ func run(ctx context.Context, o options) error {
 		o.topic = fmt.Sprintf("access-log.%d", time.Now().UnixNano())
 		o.freshTopics = true
 	}
-	parts, err := ensureTopic(ctx, o, o.topic, o.partitions)
+	a, err := o.admin()
 	if err != nil {
 		return err
 	}
+	parts, err := ensureTopic(ctx, a, o.topic, o.partitions)
 	for _, t := range []string{o.windowsTopic(), o.lateTopic(), o.dlqTopic()} {
-		if _, err := ensureTopic(ctx, o, t, parts); err != nil {
-			return err
+		if err == nil {
+			_, err = ensureTopic(ctx, a, t, parts)
 		}
+	}
+	a.Close()
+	if err != nil {
+		return err
 	}
 	sum := &summary{}
 	if o.phase == "all" || o.phase == "produce" {
@@ -243,7 +274,7 @@ func run(ctx context.Context, o options) error {
 // newClient is the one client configuration of the run: -brokers,
 // -properties and -X, in that order (later ones win).
 func (o options) newClient() (*kafkaio.Client, error) {
-	var opts []kafkaio.ClientOpt
+	opts := []kafkaio.ClientOpt{kafkaio.Logger(o.logger())}
 	if o.properties != "" {
 		opts = append(opts, kafkaio.Properties(o.properties))
 	}
@@ -258,9 +289,9 @@ func (o options) newClient() (*kafkaio.Client, error) {
 }
 
 // configMap is the run's client configuration for a confluent-kafka-go
-// client of its own (the checking reader, topic creation), with extra.
+// client of its own (the checking readers), with extra.
 func (o options) configMap(extra kafka.ConfigMap) *kafka.ConfigMap {
-	cm := kafka.ConfigMap{"log_level": 3}
+	cm := kafka.ConfigMap{}
 	for k, v := range o.client.Settings() {
 		cm[k] = v
 	}
@@ -268,6 +299,43 @@ func (o options) configMap(extra kafka.ConfigMap) *kafka.ConfigMap {
 		cm[k] = v
 	}
 	return &cm
+}
+
+// newReader is a confluent-kafka-go consumer of the run's configuration
+// with extra, for a checking reader independent of kord's clients. Its
+// librdkafka log goes to the run's log, not raw to stderr.
+func (o options) newReader(extra kafka.ConfigMap) (*kafka.Consumer, error) {
+	cm := o.configMap(extra)
+	(*cm)["go.logs.channel.enable"] = true
+	c, err := kafka.NewConsumer(cm)
+	if err != nil {
+		return nil, err
+	}
+	log := o.logger()
+	go func() { // until c.Close closes the channel
+		for l := range c.Logs() {
+			log.Log(context.Background(), runlog.SyslogLevel(l.Level), "librdkafka: "+l.Message, "tag", l.Tag)
+		}
+	}()
+	return c, nil
+}
+
+// logger is the run's log; nothing for options made without parseFlags
+// or run (a test's, before it calls run).
+func (o options) logger() *slog.Logger {
+	if o.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.log
+}
+
+// admin is an admin client of the run's configuration.
+func (o options) admin() (*admin.Client, error) {
+	opts := []admin.Opt{admin.Logger(o.logger())}
+	for k, v := range o.client.Settings() {
+		opts = append(opts, admin.Set(k, v))
+	}
+	return admin.New(opts...)
 }
 
 func (o options) say(format string, args ...any) {
@@ -279,7 +347,7 @@ func (o options) say(format string, args ...any) {
 // produce writes the generated records through kord's producer, keyed by
 // request id: any key would do, as the job keys by pattern itself.
 func produce(ctx context.Context, o options, parts int) error {
-	opts := []producer.Opt{producer.Set("linger.ms", "10")}
+	opts := []producer.Opt{producer.Set("linger.ms", "10"), producer.Logger(o.logger())}
 	for k, v := range o.client.Settings() {
 		opts = append(opts, producer.Set(k, v))
 	}
@@ -311,24 +379,16 @@ func produce(ctx context.Context, o options, parts int) error {
 
 // ensureTopic creates the topic if it does not exist and returns its
 // partition count.
-func ensureTopic(ctx context.Context, o options, topic string, partitions int) (int, error) {
-	a, err := kafka.NewAdminClient(o.configMap(nil))
-	if err != nil {
+func ensureTopic(ctx context.Context, a *admin.Client, topic string, partitions int) (int, error) {
+	ids, err := a.Partitions(ctx, topic)
+	if err == nil {
+		return len(ids), nil
+	}
+	if !errors.Is(err, admin.ErrUnknownTopic) {
 		return 0, err
 	}
-	defer a.Close()
-	md, err := a.GetMetadata(&topic, false, 10_000)
-	if err == nil {
-		if t, ok := md.Topics[topic]; ok && t.Error.Code() == kafka.ErrNoError && len(t.Partitions) > 0 {
-			return len(t.Partitions), nil
-		}
-	}
-	res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}})
-	if err != nil {
-		return 0, fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	if e := res[0].Error; e.Code() != kafka.ErrNoError && e.Code() != kafka.ErrTopicAlreadyExists {
-		return 0, fmt.Errorf("create topic %s: %w", topic, e)
+	if _, err := a.CreateTopic(ctx, topic, int32(partitions), nil); err != nil {
+		return 0, err
 	}
 	return partitions, nil
 }

@@ -322,12 +322,12 @@ func header(m *kafka.Message, key string) string {
 // (its last stable offset: read_committed), and returns each topic's
 // records, each partition's in order.
 func readAll(ctx context.Context, o options, topics []string) (map[string][]*kafka.Message, error) {
-	c, err := kafka.NewConsumer(o.configMap(kafka.ConfigMap{
+	c, err := o.newReader(kafka.ConfigMap{
 		"group.id":             "urinormalize-verify",
 		"enable.auto.commit":   false,
 		"isolation.level":      "read_committed",
 		"enable.partition.eof": true,
-	}))
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -240,9 +240,9 @@ var errOnPurpose = errors.New("failed on purpose, after the second checkpoint co
 // progress (if not nil) with the count as it grows, and calls done when
 // every event's result is visible.
 func watch(ctx context.Context, o options, done func(), progress func(n int)) error {
-	c, err := kafka.NewConsumer(o.configMap(kafka.ConfigMap{
+	c, err := o.newReader(kafka.ConfigMap{
 		"group.id": "userbehavior-watch", "enable.auto.commit": false, "isolation.level": "read_committed",
-	}))
+	})
 	if err != nil {
 		return err
 	}

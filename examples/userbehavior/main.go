@@ -17,6 +17,12 @@
 // every client of the run, the job's and the checking reader's, gets the
 // same. -phase produce, process or verify runs one phase alone (name the
 // topics with -input and -output).
+//
+// A cluster it cannot use ends the run within the clients' request
+// timeout (10 s) with one line that says why (no broker answered, the
+// credentials or the certificate refused, ...). The Kafka clients' own
+// log (librdkafka's included) is kept in memory: -v prints it as it
+// comes; otherwise a failed run sums it up in one more line.
 package main
 
 import (
@@ -26,6 +32,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -35,9 +42,11 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/runlog"
 )
 
 // Event is one user action.
@@ -66,6 +75,9 @@ type options struct {
 	interval    time.Duration
 	dir         string
 	quiet       bool
+	verbose     bool         // -v: the clients' log as it comes
+	log         *slog.Logger // every client's log: to book
+	book        *runlog.Book
 	rate        int // events/s when producing; 0 = as fast as possible
 	atLeastOnce bool
 	reset       bool          // forget the job's committed state first (keyed.Job.Forget)
@@ -108,6 +120,9 @@ func cli(args []string) int {
 	defer stop()
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "userbehavior:", err)
+		if sum := o.book.Summary(); sum != "" && !o.verbose {
+			fmt.Fprintln(os.Stderr, sum)
+		}
 		return 1
 	}
 	return 0
@@ -134,6 +149,7 @@ func parseFlags(args []string) (options, error) {
 	flag.StringVar(&o.dir, "checkpoints", "", "checkpoint directory, or a bucket URL (file:///dir, mem://; s3://, gs://, azblob:// with their gocloud.dev drivers linked in) holding them under the job's name (default: a temporary directory on fresh topics, else keyed.DefaultDir of the job's name); shared by every process of the job")
 	flag.BoolVar(&o.reset, "reset", false, "forget the job's checkpoints and Kafka commit record first, so that -phase process starts over")
 	flag.BoolVar(&o.quiet, "quiet", false, "print only the final summary, as key=value pairs")
+	flag.BoolVar(&o.verbose, "v", false, "print the Kafka clients' log (kord's and librdkafka's) to stderr as it comes; without it, a failed run sums it up")
 	flag.BoolVar(&o.atLeastOnce, "at-least-once", false, "at-least-once checkpoints and output (written at once, offsets committed after): duplicates allowed, nothing lost")
 	flag.IntVar(&o.rate, "rate", 0, "events per second to produce (0: as fast as possible)")
 	flag.IntVar(&o.events, "events", 100_000, "events to produce")
@@ -143,10 +159,21 @@ func parseFlags(args []string) (options, error) {
 	flag.IntVar(&o.processes, "processes", 0, "run the job as this many processes on this machine (children of this one, instances p0, p1, ...), Kafka's consumer group sharing the partitions; 0: this process runs the job alone")
 	flag.StringVar(&o.instance, "instance", "", "run the job as this instance (a stable id: pod name, ordinal) of a job on several processes; every process of the job uses the same -checkpoints directory")
 	flag.DurationVar(&o.session, "session", 10*time.Second, "with -processes or -instance: how long Kafka waits for a dead process before it moves its partitions (session.timeout.ms)")
-	return o, flag.Parse(args)
+	err := flag.Parse(args)
+	var live io.Writer
+	if o.verbose {
+		live = os.Stderr
+	}
+	o.book = runlog.New("userbehavior", live)
+	o.log = o.book.Logger()
+	return o, err
 }
 
 func run(ctx context.Context, o options) error {
+	if o.book == nil { // a test's options
+		o.book = runlog.New("userbehavior", nil)
+		o.log = o.book.Logger()
+	}
 	if o.events <= 0 || o.users <= 0 || o.partitions <= 0 {
 		return errors.New("-events, -users and -partitions must be positive")
 	}
@@ -182,11 +209,16 @@ func run(ctx context.Context, o options) error {
 	if o.output == "" {
 		o.output = o.topic + ".counts"
 	}
-	parts, err := ensureTopic(ctx, o, o.topic, o.partitions)
+	a, err := o.admin()
 	if err != nil {
 		return err
 	}
-	if _, err := ensureTopic(ctx, o, o.output, parts); err != nil {
+	parts, err := ensureTopic(ctx, a, o.topic, o.partitions)
+	if err == nil {
+		_, err = ensureTopic(ctx, a, o.output, parts)
+	}
+	a.Close()
+	if err != nil {
 		return err
 	}
 	sum := &summary{}
@@ -215,7 +247,7 @@ func run(ctx context.Context, o options) error {
 // newClient is the one client configuration of the run: -brokers,
 // -properties and -X, in that order (later ones win).
 func (o options) newClient() (*kafkaio.Client, error) {
-	var opts []kafkaio.ClientOpt
+	opts := []kafkaio.ClientOpt{kafkaio.Logger(o.logger())}
 	if o.properties != "" {
 		opts = append(opts, kafkaio.Properties(o.properties))
 	}
@@ -230,9 +262,9 @@ func (o options) newClient() (*kafkaio.Client, error) {
 }
 
 // configMap is the run's client configuration for a confluent-kafka-go
-// client of its own (the checking reader, topic creation), with extra.
+// client of its own (the checking readers), with extra.
 func (o options) configMap(extra kafka.ConfigMap) *kafka.ConfigMap {
-	cm := kafka.ConfigMap{"log_level": 3}
+	cm := kafka.ConfigMap{}
 	for k, v := range o.client.Settings() {
 		cm[k] = v
 	}
@@ -240,6 +272,43 @@ func (o options) configMap(extra kafka.ConfigMap) *kafka.ConfigMap {
 		cm[k] = v
 	}
 	return &cm
+}
+
+// newReader is a confluent-kafka-go consumer of the run's configuration
+// with extra, for a checking reader independent of kord's clients. Its
+// librdkafka log goes to the run's log, not raw to stderr.
+func (o options) newReader(extra kafka.ConfigMap) (*kafka.Consumer, error) {
+	cm := o.configMap(extra)
+	(*cm)["go.logs.channel.enable"] = true
+	c, err := kafka.NewConsumer(cm)
+	if err != nil {
+		return nil, err
+	}
+	log := o.logger()
+	go func() { // until c.Close closes the channel
+		for l := range c.Logs() {
+			log.Log(context.Background(), runlog.SyslogLevel(l.Level), "librdkafka: "+l.Message, "tag", l.Tag)
+		}
+	}()
+	return c, nil
+}
+
+// logger is the run's log; nothing for options made without parseFlags
+// or run (a test's, before it calls run).
+func (o options) logger() *slog.Logger {
+	if o.log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.log
+}
+
+// admin is an admin client of the run's configuration.
+func (o options) admin() (*admin.Client, error) {
+	opts := []admin.Opt{admin.Logger(o.logger())}
+	for k, v := range o.client.Settings() {
+		opts = append(opts, admin.Set(k, v))
+	}
+	return admin.New(opts...)
 }
 
 func (o options) say(format string, args ...any) {
@@ -250,7 +319,7 @@ func (o options) say(format string, args ...any) {
 
 // produce writes the events through kord's producer.
 func produce(ctx context.Context, o options, parts int) error {
-	opts := []producer.Opt{producer.Set("linger.ms", "10")}
+	opts := []producer.Opt{producer.Set("linger.ms", "10"), producer.Logger(o.logger())}
 	for k, v := range o.client.Settings() {
 		opts = append(opts, producer.Set(k, v))
 	}
@@ -294,11 +363,11 @@ func produce(ctx context.Context, o options, parts int) error {
 // code, and checks every event's result is there once, in per-user order,
 // with the right count.
 func verify(ctx context.Context, o options, parts int, sum *summary) error {
-	c, err := kafka.NewConsumer(o.configMap(kafka.ConfigMap{
+	c, err := o.newReader(kafka.ConfigMap{
 		"group.id":           "userbehavior-verify",
 		"enable.auto.commit": false,
 		"isolation.level":    "read_committed",
-	}))
+	})
 	if err != nil {
 		return err
 	}
@@ -370,24 +439,16 @@ func verify(ctx context.Context, o options, parts int, sum *summary) error {
 
 // ensureTopic creates the topic if it does not exist and returns its
 // partition count.
-func ensureTopic(ctx context.Context, o options, topic string, partitions int) (int, error) {
-	a, err := kafka.NewAdminClient(o.configMap(nil))
-	if err != nil {
+func ensureTopic(ctx context.Context, a *admin.Client, topic string, partitions int) (int, error) {
+	ids, err := a.Partitions(ctx, topic)
+	if err == nil {
+		return len(ids), nil
+	}
+	if !errors.Is(err, admin.ErrUnknownTopic) {
 		return 0, err
 	}
-	defer a.Close()
-	md, err := a.GetMetadata(&topic, false, 10_000)
-	if err == nil {
-		if t, ok := md.Topics[topic]; ok && t.Error.Code() == kafka.ErrNoError && len(t.Partitions) > 0 {
-			return len(t.Partitions), nil
-		}
-	}
-	res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}})
-	if err != nil {
-		return 0, fmt.Errorf("create topic %s: %w", topic, err)
-	}
-	if e := res[0].Error; e.Code() != kafka.ErrNoError && e.Code() != kafka.ErrTopicAlreadyExists {
-		return 0, fmt.Errorf("create topic %s: %w", topic, e)
+	if _, err := a.CreateTopic(ctx, topic, int32(partitions), nil); err != nil {
+		return 0, err
 	}
 	return partitions, nil
 }

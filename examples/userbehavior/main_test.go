@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 )
 
@@ -135,6 +137,27 @@ func TestRunRejectsBadFlags(t *testing.T) {
 	require.ErrorContains(t, run(context.Background(), options{events: 1, users: 1, partitions: 1, phase: "all", processes: 2, atLeastOnce: true}), "exactly-once only")
 	require.Error(t, run(context.Background(), options{events: 0, users: 1, partitions: 1, phase: "all"}))
 	require.Error(t, run(context.Background(), options{events: 1, users: 1, partitions: 1, phase: "nope"}))
+}
+
+// TestUnreachableFailsFast: -brokers naming a port nothing listens on ends
+// the run within the admin client's request timeout (10 s, with slack),
+// with one error that names the address and the cause.
+func TestUnreachableFailsFast(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	l.Close()
+	o, err := parseFlags([]string{"-brokers", addr, "-quiet"})
+	require.NoError(t, err)
+	start := time.Now()
+	err = run(context.Background(), o)
+	took := time.Since(start)
+	t.Logf("after %v: %v\n%s", took.Round(time.Millisecond), err, o.book.Summary())
+	require.ErrorIs(t, err, admin.ErrUnreachable)
+	require.ErrorContains(t, err, "cannot reach the cluster at "+addr+" (connection refused)")
+	require.NotContains(t, err.Error(), "\n", "one line")
+	require.Less(t, took, 15*time.Second)
+	require.Contains(t, o.book.Summary(), "Connection refused", "the clients' log, summed up")
 }
 
 // TestMain runs the process phase as a child process for the crash test.

@@ -47,7 +47,10 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce bool) {
 	var err error
 	o.client, err = o.newClient()
 	require.NoError(t, err)
-	_, err = ensureTopic(ctx, o, o.topic, o.partitions)
+	a, err := o.admin()
+	require.NoError(t, err)
+	_, err = ensureTopic(ctx, a, o.topic, o.partitions)
+	a.Close()
 	require.NoError(t, err)
 	produced := make(chan error, 1)
 	go func() { produced <- run(ctx, o) }()

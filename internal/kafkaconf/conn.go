@@ -34,14 +34,17 @@ type Conn struct {
 
 	connected atomic.Bool // cheap: Served is called on every record
 
-	mu     sync.Mutex
-	failed error
-	last   string
-	diag   *string
+	mu      sync.Mutex
+	failed  error
+	refused chan struct{} // closed when failed is set
+	last    string
+	diag    *string
 }
 
 // NewConn follows a client of these librdkafka settings.
-func NewConn(settings map[string]string) *Conn { return &Conn{settings: settings} }
+func NewConn(settings map[string]string) *Conn {
+	return &Conn{settings: settings, refused: make(chan struct{})}
+}
 
 // Served records that the cluster answered the client.
 func (c *Conn) Served() {
@@ -83,12 +86,13 @@ func (c *Conn) Event(e kafka.Error) error {
 		}
 		return nil
 	}
-	c.failed = fmt.Errorf("%w: %w", ErrAuth, e)
+	c.failed = fmt.Errorf("%w: %w (%s)", ErrAuth, e, c.who())
 	if strings.Contains(e.Error(), "certificate verify failed") {
 		if why := verifyTLS(c.settings, brokerOf(e.Error())); why != "" {
-			c.failed = fmt.Errorf("%w: %w (kord checked the broker's certificate: %s)", ErrAuth, e, why)
+			c.failed = fmt.Errorf("%w: %w (%s; kord checked the broker's certificate: %s)", ErrAuth, e, c.who(), why)
 		}
 	}
+	close(c.refused)
 	return c.failed
 }
 
@@ -241,7 +245,7 @@ func verifyTLS(settings map[string]string, addr string) string {
 				opts.DNSName = host
 			}
 			if _, err := certs[0].Verify(opts); err != nil {
-				why = err.Error()
+				why = fmt.Sprintf("the certificate of %q, issued by %q: %v", certs[0].Subject, certs[0].Issuer, err)
 				return err
 			}
 			return nil

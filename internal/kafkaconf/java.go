@@ -1,7 +1,15 @@
 // Package kafkaconf turns a Java client.properties into librdkafka settings
-// and checks what the linked librdkafka can do. The producer, the consumer
-// and the Kafka edge (kafkaio) load properties through it, so that every
-// client of a job is configured the same way.
+// and checks what the linked librdkafka can do. The producer, the consumer,
+// the admin client and the Kafka edge (kafkaio) load properties through
+// it, so that every client of a job is configured the same way.
+//
+// It is also the one place kord classifies a client's failures to reach
+// the cluster: every kord client follows its connection with a Conn, makes
+// each call that reaches for the cluster through Conn.Do (bounded by the
+// client's request timeout, DefaultTimeout by default, and sliced so that
+// a refusal ends the wait early) and sorts what fails with Conn.Classify
+// into ErrAuth, ErrUnreachable, ErrDenied, ErrUnknownTopic and
+// ErrUnknownGroup. internal/connfail tests every path against it.
 package kafkaconf
 
 import (

@@ -6,7 +6,8 @@
 //	kafkaio/                   the Kafka edge: the engine's source and sink
 //	keyed/                     job graph, runtime, keyed and operator state
 //	checkpoint/                pure core: aligner, lifecycle, recovery, formats, storage
-//	producer/  consumer/       standalone clients on confluent-kafka-go
+//	producer/  consumer/       standalone clients on confluent-kafka-go;
+//	admin/                     admin/ imports neither of the other two
 //	partitioner/               Kafka's placement rules, pure functions
 //	vfs/                       file systems; vfs/errorfs injects errors
 //	internal/                  ground helpers (kafkaconf, jsonx, failpoint)

@@ -29,6 +29,8 @@ var rules = []struct {
 		"the standalone clients know nothing of the engine"},
 	{"consumer", []string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio", mod + "/kordtest"},
 		"the standalone clients know nothing of the engine"},
+	{"admin", []string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio", mod + "/kordtest", mod + "/producer", mod + "/consumer", "github.com/twmb/franz-go"},
+		"the admin client is a standalone client on confluent-kafka-go and internal/kafkaconf: nothing of the engine, no other client"},
 	{"kafkaio", []string{mod + "/kordtest", mod + "/internal/rig", "github.com/twmb/franz-go"},
 		"the Kafka edge runs on kord's clients only; the test cluster is for tests"},
 	{"checkpoint", []string{"gocloud.dev"},

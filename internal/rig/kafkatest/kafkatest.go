@@ -141,10 +141,59 @@ func (c *Cluster) CreateTopic(t testing.TB, partitions int32, configs map[string
 	topic := TopicName(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := kordtest.CreateTopic(ctx, strings.Split(c.Brokers, ","), topic, partitions, configs); err != nil {
+	if err := createTopic(ctx, strings.Split(c.Brokers, ","), topic, partitions, configs); err != nil {
 		t.Fatal(err)
 	}
 	return topic
+}
+
+// createTopic creates topic with kgo, independent of the code under test
+// (kordtest.CreateTopic is kord's admin client), and returns once every
+// partition has a leader.
+func createTopic(ctx context.Context, brokers []string, name string, partitions int32, configs map[string]string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return fmt.Errorf("kafkatest: create topic %s: %w", name, err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, 1
+	for k, v := range configs {
+		rc := kmsg.NewCreateTopicsRequestTopicConfig()
+		rc.Name, rc.Value = k, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, rc)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 30000
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		return fmt.Errorf("kafkatest: create topic %s at %s: %w", name, strings.Join(brokers, ","), err)
+	}
+	for {
+		mreq := kmsg.NewPtrMetadataRequest()
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(name)
+		mreq.Topics = append(mreq.Topics, mt)
+		mresp, err := mreq.RequestWith(ctx, cl)
+		if err == nil && len(mresp.Topics) == 1 && mresp.Topics[0].ErrorCode == 0 && len(mresp.Topics[0].Partitions) == int(partitions) {
+			ok := true
+			for _, p := range mresp.Topics[0].Partitions {
+				ok = ok && p.ErrorCode == 0 && p.Leader >= 0
+			}
+			if ok {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kafkatest: topic %s: partitions without a leader (last error %v): %w", name, err, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // ReadAll reads topic from the start until want records arrived or the
