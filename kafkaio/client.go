@@ -1,13 +1,11 @@
 package kafkaio
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
-	"time"
 	"unsafe"
 
 	"github.com/kordproject/kord/consumer"
@@ -151,60 +149,6 @@ func (c *Client) producerOpts(log *slog.Logger, extra map[string]string) []produ
 		opts = append(opts, producer.Set(k, v))
 	}
 	return opts
-}
-
-// ReadCommitted reads topic from its start to its end, as a read_committed
-// consumer sees it now (up to each partition's last stable offset), and
-// returns its records, partitions in ascending order, each in log order.
-// For tests, tools and small topics: it holds every record in memory.
-func ReadCommitted(ctx context.Context, c *Client, topic string) ([]consumer.Record, error) {
-	src, err := c.consumer(nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer src.Close()
-	start, err := src.Resolve(ctx, topic, consumer.Earliest)
-	if err != nil {
-		return nil, err
-	}
-	if err := src.Assign(ctx, start); err != nil {
-		return nil, err
-	}
-	ends, err := src.Ends(ctx)
-	if err != nil {
-		return nil, err
-	}
-	per := map[int32][]consumer.Record{}
-	for !src.Reached(ends) {
-		recs, err := src.Poll(ctx, 10_000, 100*time.Millisecond)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range recs {
-			per[r.Partition] = append(per[r.Partition], r)
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("kafkaio: reading %s to its end: %w", topic, err)
-		}
-	}
-	var out []consumer.Record
-	for _, p := range start {
-		for _, r := range per[p.Partition] {
-			if r.Offset < endOf(ends, p.Partition) {
-				out = append(out, r)
-			}
-		}
-	}
-	return out, nil
-}
-
-func endOf(ends []consumer.Position, p int32) int64 {
-	for _, e := range ends {
-		if e.Partition == p {
-			return e.Offset
-		}
-	}
-	return 0
 }
 
 // JSON returns a sink encoder that writes each result as JSON

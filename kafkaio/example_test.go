@@ -92,7 +92,7 @@ func Example_accessLog() {
 	// What a read_committed reader sees: the latest count per pattern,
 	// and the line that could not be read.
 	latest := map[string]string{}
-	recs, err := cluster.ReadCommitted(ctx, "uri-counts")
+	recs, err := kordtest.ReadCommitted(ctx, client, "uri-counts")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func Example_accessLog() {
 	for _, p := range patterns {
 		fmt.Println(latest[p])
 	}
-	dead, err := cluster.ReadCommitted(ctx, "access-log.dlq")
+	dead, err := kordtest.ReadCommitted(ctx, client, "access-log.dlq")
 	if err != nil {
 		log.Fatal(err)
 	}

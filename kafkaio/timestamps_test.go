@@ -14,6 +14,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
 )
 
@@ -57,7 +58,7 @@ func TestKafkaRecordTimestamps(t *testing.T) {
 		p.Close()
 
 		client := mustClient(kafkaio.Brokers(strings.Split(c.Brokers, ",")...))
-		recs, err := kafkaio.ReadCommitted(ctx, client, in)
+		recs, err := kordtest.ReadCommitted(ctx, client, in)
 		require.NoError(t, err)
 		require.Len(t, recs, users*per)
 		for _, r := range recs {

@@ -130,16 +130,54 @@ func CreateTopic(ctx context.Context, brokers []string, name string, partitions 
 // ReadCommitted reads topic from its start to its end, as a read_committed
 // consumer of client's cluster sees it now (up to each partition's last
 // stable offset), and returns its records, each partition's in order,
-// partitions in ascending order.
+// partitions in ascending order: the independent check of what a job
+// committed, on an in-process cluster (Cluster.Client) or any other. It
+// holds every record in memory: for tests, tools and small topics.
 func ReadCommitted(ctx context.Context, client *kafkaio.Client, topic string) ([]consumer.Record, error) {
-	return kafkaio.ReadCommitted(ctx, client, topic)
-}
-
-// ReadCommitted is ReadCommitted on the cluster.
-func (c *Cluster) ReadCommitted(ctx context.Context, topic string) ([]consumer.Record, error) {
-	client, err := c.Client()
-	if err != nil {
-		return nil, err
+	opts := []consumer.Opt{}
+	for k, v := range client.Settings() {
+		opts = append(opts, consumer.Set(k, v))
 	}
-	return kafkaio.ReadCommitted(ctx, client, topic)
+	src, err := consumer.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kordtest: read %s: %w", topic, err)
+	}
+	defer src.Close()
+	start, err := src.Resolve(ctx, topic, consumer.Earliest)
+	if err != nil {
+		return nil, fmt.Errorf("kordtest: read %s: %w", topic, err)
+	}
+	if err := src.Assign(ctx, start); err != nil {
+		return nil, fmt.Errorf("kordtest: read %s: %w", topic, err)
+	}
+	ends, err := src.Ends(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kordtest: read %s: %w", topic, err)
+	}
+	end := make(map[int32]int64, len(ends))
+	for _, e := range ends {
+		end[e.Partition] = e.Offset
+	}
+	per := map[int32][]consumer.Record{}
+	for !src.Reached(ends) {
+		recs, err := src.Poll(ctx, 10_000, 100*time.Millisecond)
+		if err != nil {
+			return nil, fmt.Errorf("kordtest: read %s: %w", topic, err)
+		}
+		for _, r := range recs {
+			per[r.Partition] = append(per[r.Partition], r)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("kordtest: reading %s to its end: %w", topic, err)
+		}
+	}
+	var out []consumer.Record
+	for _, p := range start {
+		for _, r := range per[p.Partition] {
+			if r.Offset < end[p.Partition] {
+				out = append(out, r)
+			}
+		}
+	}
+	return out, nil
 }

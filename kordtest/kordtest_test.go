@@ -40,7 +40,9 @@ func TestReadCommitted(t *testing.T) {
 	txn(true, "a", "b", "c", "d")
 	txn(false, "x", "y")
 	txn(true, "e")
-	recs, err := c.ReadCommitted(ctx, "in")
+	client, err := c.Client()
+	require.NoError(t, err)
+	recs, err := kordtest.ReadCommitted(ctx, client, "in")
 	require.NoError(t, err)
 	var got []string
 	last := int32(-1)
@@ -50,7 +52,7 @@ func TestReadCommitted(t *testing.T) {
 		got = append(got, string(r.Value))
 	}
 	require.ElementsMatch(t, []string{"a", "b", "c", "d", "e"}, got)
-	none, err := c.ReadCommitted(ctx, "more")
+	none, err := kordtest.ReadCommitted(ctx, client, "more")
 	require.NoError(t, err)
 	require.Empty(t, none)
 	_, err = kordtest.NewCluster(kordtest.Brokers(0))
