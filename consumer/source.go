@@ -800,42 +800,6 @@ func (s *Source) TopicConfig(ctx context.Context, topic, name string) (string, e
 	return "", fmt.Errorf("consumer: topic %q has no configuration entry %q", topic, name)
 }
 
-// CreateTopic creates topic with partitions partitions and the broker's
-// default replication factor (Kafka's CreateTopics; kafka-topics --create).
-// A topic that exists already is not an error: created is then false, and
-// the caller checks its partitions (Partitions).
-func (s *Source) CreateTopic(ctx context.Context, topic string, partitions int32, configs map[string]string) (created bool, err error) {
-	a, err := kafka.NewAdminClientFromConsumer(s.c)
-	if err != nil {
-		return false, fmt.Errorf("consumer: admin client: %w", err)
-	}
-	defer a.Close()
-	// -1: the broker's default.replication.factor (KIP-464). A transient
-	// error (no controller yet on a broker just started, a timeout) is
-	// retried within the client's timeout; a retry after a create that
-	// did succeed finds the topic there.
-	err = s.retry(ctx, fmt.Sprintf("create topic %q with %d partitions", topic, partitions), func(ctx context.Context) error {
-		res, err := a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: topic, NumPartitions: int(partitions), ReplicationFactor: -1, Config: configs}})
-		if err != nil {
-			return err
-		}
-		for _, r := range res {
-			switch r.Error.Code() {
-			case kafka.ErrNoError:
-				created = true
-			case kafka.ErrTopicAlreadyExists:
-			default:
-				return r.Error
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return false, err
-	}
-	return created, nil
-}
-
 // Behind reports whether tp, assigned to this Source, has records past
 // what Poll has delivered: readable ones not fetched yet (neither the
 // next offset to read nor the partition's end the consumer last reached

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/jsonx"
 	"github.com/kordproject/kord/internal/kafkaconf"
@@ -127,6 +128,16 @@ func (c *Client) logger(fallback *slog.Logger) *slog.Logger {
 
 // consumer creates a consumer with the client's configuration, extra
 // settings (later ones win) and log.
+// admin returns an admin client of the client's settings.
+func (c *Client) admin() (*admin.Client, error) {
+	opts := []admin.Opt{admin.Logger(c.logger(nil))}
+	for k, v := range c.Settings() {
+		opts = append(opts, admin.Set(k, v))
+	}
+	a, err := admin.New(opts...)
+	return a, classify(err)
+}
+
 func (c *Client) consumer(log *slog.Logger, extra map[string]string) (*consumer.Source, error) {
 	opts := []consumer.Opt{consumer.Logger(c.logger(log))}
 	for k, v := range c.Settings() {
