@@ -16,6 +16,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/lifecycle"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
@@ -96,7 +97,7 @@ func TestKafkaFaultTransactionTimeout(t *testing.T) {
 // librdkafka resends a commit by itself: DESIGN.md, on KIP-890). Refusals
 // are permanent and come before any network call.
 func TestSinkRefusesDerivedSettings(t *testing.T) {
-	info := keyed.SinkInfo{Job: "v", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: checkpoint.Config{}.TransactionTimeout(), CommitTimeout: time.Minute}
+	info := keyed.SinkInfo{Job: "v", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: lifecycle.Config{}.TransactionTimeout(), CommitTimeout: time.Minute}
 	txn := info.TransactionTimeout.Milliseconds()
 	for _, tc := range []struct {
 		settings map[string]string

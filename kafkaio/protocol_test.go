@@ -27,6 +27,7 @@ import (
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/syncbuf"
 	"github.com/kordproject/kord/internal/testdir"
 	"github.com/kordproject/kord/kafkaio"
@@ -339,7 +340,7 @@ func TestAbortedCheckpointMergesIntoNext(t *testing.T) {
 
 // readMeta reads checkpoint run/id's metadata from dir.
 func readMeta(t *testing.T, dir, run string, id uint64) *checkpoint.Metadata {
-	name := filepath.Join(dir, checkpoint.MetaName(run, id))
+	name := filepath.Join(dir, layout.MetaName(run, id))
 	b, err := os.ReadFile(name)
 	require.NoError(t, err)
 	m, err := checkpoint.DecodeMetadata(name, b)

@@ -18,11 +18,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/crashtest"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
+	"github.com/kordproject/kord/internal/lifecycle"
 	"github.com/kordproject/kord/internal/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
@@ -437,7 +437,7 @@ func TestScaledScaleAndRoll(t *testing.T) {
 // transactionTimeout is the transaction timeout the fixture's jobs derive
 // from their checkpoint settings.
 func transactionTimeout(f *fixture) time.Duration {
-	c := checkpoint.Config{Interval: f.interval, Timeout: 5 * time.Second}
+	c := lifecycle.Config{Interval: f.interval, Timeout: 5 * time.Second}
 	return c.TransactionTimeout()
 }
 

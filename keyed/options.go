@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/lifecycle"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -21,7 +22,7 @@ type config struct {
 	name             string
 	MaxParallelism   int
 	Mode             checkpoint.Mode
-	Checkpoint       checkpoint.Config
+	Checkpoint       lifecycle.Config
 	FS               vfs.FS
 	Dir              string
 	Storage          checkpoint.Storage

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/layout"
 )
 
 // A job on several processes (Membership). Each process runs over the
@@ -45,7 +46,7 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 			own[topic][p] = true
 		}
 	}
-	byRef := map[checkpoint.CheckpointRef][]PartitionRecord{}
+	byRef := map[checkpoint.Ref][]PartitionRecord{}
 	if rec != nil {
 		for _, pr := range rec.Parts {
 			if own[pr.Topic][pr.Partition] {
@@ -53,11 +54,11 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 			}
 		}
 	}
-	refs := make([]checkpoint.CheckpointRef, 0, len(byRef))
+	refs := make([]checkpoint.Ref, 0, len(byRef))
 	for ref := range byRef {
 		refs = append(refs, ref)
 	}
-	slices.SortFunc(refs, func(a, b checkpoint.CheckpointRef) int {
+	slices.SortFunc(refs, func(a, b checkpoint.Ref) int {
 		return cmp.Or(cmp.Compare(a.Run, b.Run), cmp.Compare(a.ID, b.ID))
 	})
 	var operators []checkpoint.OperatorRef
@@ -174,7 +175,7 @@ func offsetOf(offs []checkpoint.PartitionOffset, topic string, p int32) (int64, 
 // record names an older one of the run. Other processes' checkpoints, and
 // this process's earlier runs (a partition revoked since may still name
 // one), are left alone.
-func retainRun(ctx context.Context, s checkpoint.Objects, committed checkpoint.CheckpointRef, keep int) error {
+func retainRun(ctx context.Context, s checkpoint.Objects, committed checkpoint.Ref, keep int) error {
 	if committed.ID < uint64(keep) {
 		return nil
 	}
@@ -185,14 +186,14 @@ func retainRun(ctx context.Context, s checkpoint.Objects, committed checkpoint.C
 	}
 	var metas, files []string
 	for _, name := range names {
-		n, ok := checkpoint.ParseName(name)
+		n, ok := layout.ParseName(name)
 		if !ok || n.Run != committed.Run || n.ID >= below {
 			continue
 		}
 		switch n.Kind {
-		case checkpoint.KindMeta:
+		case layout.KindMeta:
 			metas = append(metas, name)
-		case checkpoint.KindState:
+		case layout.KindState:
 			files = append(files, name)
 		}
 	}
@@ -227,7 +228,7 @@ var testSweepAge = func() *atomic.Int64 { var a atomic.Int64; a.Store(-1); retur
 // and that are older than sweepAge (checkpoint.RetainOthers); rec must have
 // been read just before. This run's checkpoints are retainRun's.
 func (r *run) sweep(ctx context.Context, rec *Recorded) {
-	var named []checkpoint.CheckpointRef
+	var named []checkpoint.Ref
 	if rec != nil {
 		for _, p := range rec.Parts {
 			named = append(named, p.Ref)

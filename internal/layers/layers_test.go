@@ -39,6 +39,23 @@ var rules = []struct {
 		"checkpoint storage is part of the core: no Kafka, nothing above it"},
 	{"partitioner", []string{mod + "/"},
 		"partitioner is pure: it imports nothing of kord"},
+	{"internal/layout", []string{mod + "/"},
+		"the file-name grammar is at the bottom: checkpoint and everything over it parse names with it"},
+}
+
+// core are the engine's internal packages under checkpoint's rules: the
+// state machines, the state-file format and the recovery decision.
+var core = []string{"internal/align", "internal/lifecycle", "internal/recovery", "internal/statefile"}
+
+func init() {
+	for _, pkg := range core {
+		rules = append(rules, struct {
+			pkg    string
+			banned []string
+			why    string
+		}{pkg, append([]string{mod + "/producer", mod + "/consumer", mod + "/kafkaio", mod + "/keyed", mod + "/kordtest", "gocloud.dev"}, kafkaClients...),
+			"the core imports no Kafka client, no cloud SDK and nothing above checkpoint"})
+	}
 }
 
 // deps lists the packages pkg depends on, itself excluded; with tests, the
@@ -88,7 +105,7 @@ func TestLayers(t *testing.T) {
 // without Kafka too (the Kafka tests are kafkaio's): their test
 // dependencies hold no Kafka client and not the edge.
 func TestEngineTestsKnowNoKafka(t *testing.T) {
-	for _, pkg := range []string{"checkpoint", "keyed"} {
+	for _, pkg := range append([]string{"checkpoint", "keyed"}, core...) {
 		banned := append([]string{mod + "/producer", mod + "/consumer", mod + "/kafkaio"}, kafkaClients...)
 		if bad := violations(deps(t, pkg, true), banned); len(bad) > 0 {
 			t.Errorf("the tests of %s import %v", pkg, bad)

@@ -1,4 +1,4 @@
-package checkpoint
+package lifecycle
 
 import (
 	"fmt"
@@ -100,14 +100,14 @@ func (r Reason) String() string {
 	return fmt.Sprintf("reason(%d)", int(r))
 }
 
-// EffectKind is what the runtime must do.
-type EffectKind int
+// Kind is what the runtime must do.
+type Kind int
 
 const (
 	// Trigger: inject barrier ID at the sources (recording their offsets);
 	// from here the sink keeps output after the barrier in its epoch
 	// buffer.
-	Trigger EffectKind = iota + 1
+	Trigger Kind = iota + 1
 	// WriteMetadata: every task acknowledged a durable snapshot; write the
 	// checkpoint's metadata durably.
 	WriteMetadata
@@ -135,7 +135,7 @@ const (
 
 var effectNames = [...]string{"", "trigger", "write-metadata", "commit", "committed", "abort", "recover", "fail", "stopped"}
 
-func (k EffectKind) String() string {
+func (k Kind) String() string {
 	if int(k) < len(effectNames) {
 		return effectNames[k]
 	}
@@ -144,7 +144,7 @@ func (k EffectKind) String() string {
 
 // Effect is one instruction to the runtime.
 type Effect struct {
-	Kind   EffectKind
+	Kind   Kind
 	ID     uint64
 	Reason Reason
 	Final  bool // Trigger: the final checkpoint of a graceful stop
@@ -199,10 +199,10 @@ type Lifecycle struct {
 	done      bool
 }
 
-// NewLifecycle starts a lifecycle for tasks tasks after recovery: committed
+// New starts a lifecycle for tasks tasks after recovery: committed
 // is the checkpoint restored (the one Kafka recorded), so the next
 // checkpoint is committed+1. now starts the interval.
-func NewLifecycle(cfg Config, tasks int, committed uint64, now time.Time) (*Lifecycle, error) {
+func New(cfg Config, tasks int, committed uint64, now time.Time) (*Lifecycle, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

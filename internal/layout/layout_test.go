@@ -1,4 +1,4 @@
-package checkpoint
+package layout
 
 import (
 	"testing"
@@ -10,7 +10,7 @@ func TestNames(t *testing.T) {
 	require.Equal(t, "ckpt-00ff-00000000000000000007.meta", MetaName("00ff", 7))
 	require.Equal(t, "ckpt-ab-00000000000000000003.op-count-kg-00005.avro", StateFileName("ab", 3, "count", 5))
 	require.Equal(t, "ckpt-ab-18446744073709551615.meta", MetaName("ab", 1<<64-1))
-	require.Equal(t, "ckpt-ab-00000000000000000003.", checkpointPrefix("ab", 3))
+	require.Equal(t, "ckpt-ab-00000000000000000003.", CheckpointPrefix("ab", 3))
 }
 
 func TestParseName(t *testing.T) {
