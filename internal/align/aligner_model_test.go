@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/checkpoint"
 )
 
 // alignModel is a deliberately plain reference for Aligner (in the manner of

@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/transcript"
-	"github.com/stretchr/testify/require"
 )
 
 // TestAlignerTranscripts runs the scripts in testdata, in the format

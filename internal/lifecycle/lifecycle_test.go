@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kordproject/kord/internal/transcript"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/internal/transcript"
 )
 
 // TestLifecycleTranscripts runs the scripts in testdata: each case

@@ -4,8 +4,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/checkpoint"
 )
 
 func TestDecide(t *testing.T) {

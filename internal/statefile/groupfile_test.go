@@ -7,10 +7,11 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/linkedin/goavro/v2"
-	"github.com/stretchr/testify/require"
 )
 
 // testGroups returns key groups and their entries: groups of 0, 1, a block

@@ -8,9 +8,10 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/linkedin/goavro/v2"
-	"github.com/stretchr/testify/require"
 )
 
 // goavroEncodeKeyGroup writes a key-group file with goavro's OCF writer: the
