@@ -17,6 +17,7 @@
 //
 // The engine's machinery under it is internal to kord: the barrier aligner
 // (internal/align), the checkpoint lifecycle (internal/lifecycle), the
-// recovery decision (internal/recovery), the state-file format
-// (internal/statefile) and the grammar of object names (internal/layout).
+// recovery decision (internal/recovery), retention (internal/retain), the
+// state-file format (internal/statefile) and the grammar of object names
+// (internal/layout).
 package checkpoint

@@ -2,11 +2,6 @@ package checkpoint
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
-
-	"github.com/kordproject/kord/internal/layout"
 )
 
 // Objects is checkpoint storage shaped as immutable objects: put once, get,
@@ -57,28 +52,3 @@ type Storage interface {
 }
 
 var _ Storage = (*Store)(nil)
-
-// ClaimJob makes o the storage of job: the first job to claim it writes
-// its name in the JOB object, and a different job's claim is refused with
-// an error naming both. Storage several processes share has no lock, and
-// retention of other runs (RetainOthers) takes every run it finds for the
-// job's own: two jobs on one storage would delete each other's
-// checkpoints.
-func ClaimJob(ctx context.Context, o Objects, job string) error {
-	err := o.Put(ctx, layout.JobName, []byte(job))
-	if err == nil || !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	b, err := o.Get(ctx, layout.JobName)
-	if err != nil {
-		return err
-	}
-	if string(b) != job {
-		where := layout.JobName
-		if st, ok := o.(Storage); ok {
-			where = st.Where(layout.JobName)
-		}
-		return fmt.Errorf("checkpoint: the storage holds the checkpoints of job %q (%s), not of job %q: give each job its own checkpoint directory or prefix", b, where, job)
-	}
-	return nil
-}

@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/vfs"
@@ -316,6 +315,21 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	return s.syncDir()
 }
 
+// DeleteAll removes several objects, then fsyncs the directory once: when
+// it returns nil every one is durably gone. Missing objects are not an
+// error. It stops at the first failure.
+func (s *Store) DeleteAll(ctx context.Context, names []string) error {
+	for _, name := range names {
+		if err := s.remove(ctx, name); err != nil {
+			return err
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return s.syncDir()
+}
+
 func (s *Store) remove(ctx context.Context, name string) error {
 	if err := s.checkName(ctx, "delete", name); err != nil {
 		return err
@@ -433,11 +447,12 @@ func (s *Store) PutAll(ctx context.Context, files map[string][]byte) ([]FileRef,
 }
 
 // WriteCheckpoint writes checkpoint (m.Run, m.ID) durably: every state file
-// in files (keyed by name, each a layout.StateFileName of this checkpoint) first, in
-// parallel, then one directory fsync, then the metadata. The checkpoint is
-// durable exactly when its metadata object is, so a crash before that leaves
-// only files without metadata, which ListCheckpoints ignores and Retain
-// removes. WriteCheckpoint sets m.Files (sorted by name) and m.Version.
+// in files (keyed by name, each a state file name of this checkpoint) first,
+// in parallel, then one directory fsync, then the metadata. The checkpoint
+// is durable exactly when its metadata object is, so a crash before that
+// leaves only files without metadata, which ListCheckpoints ignores and
+// retention removes. WriteCheckpoint sets m.Files (sorted by name) and
+// m.Version.
 func WriteCheckpoint(ctx context.Context, s Storage, m *Metadata, files map[string][]byte) error {
 	if err := layout.ValidateRun(m.Run); err != nil {
 		return err
@@ -553,95 +568,6 @@ func ReadCommitted(ctx context.Context, s Storage) (Ref, bool, error) {
 	return ref, true, nil
 }
 
-// Retain deletes old checkpoints, keeping committed and the newest keep-1
-// checkpoints older than it (keep >= 1). "Older" is a smaller ID, or the same
-// ID from another run (a zombie's or an abandoned attempt). Checkpoints with
-// a larger ID than committed may be in flight and are never touched; neither
-// is committed. Each deleted checkpoint loses its metadata first, then its
-// files, so a crash midway leaves files without metadata, which the next
-// Retain removes along with every other such leftover not newer than
-// committed. Retain fails, deleting nothing, if committed has no metadata.
-func Retain(ctx context.Context, s Storage, committed Ref, keep int) error {
-	st, ok := s.(*Store)
-	if !ok {
-		_, err := retain(ctx, s, []Ref{committed}, keep, s.Delete)
-		return err
-	}
-	// A directory: unlink the state files, then one directory fsync.
-	deleted, err := retain(ctx, st, []Ref{committed}, keep, st.remove)
-	if err == nil && deleted {
-		return st.syncDir()
-	}
-	return err
-}
-
-// RetainNamed is Retain for storage several processes share, where each
-// input partition's committed record (its offset metadata in the commit
-// group) names the checkpoint that holds its state: no checkpoint any
-// record names is deleted, and the newest named one plays committed's
-// part. Read the records just before: a checkpoint named since may be
-// deleted only if it was not named then, and it is then newer than every
-// named one, which RetainNamed never touches.
-func RetainNamed(ctx context.Context, o Objects, named []Ref, keep int) error {
-	if len(named) == 0 {
-		return fmt.Errorf("checkpoint: retain: no committed record names a checkpoint; deleting nothing")
-	}
-	_, err := retain(ctx, o, named, keep, o.Delete)
-	return err
-}
-
-// retain deletes what Retain and RetainNamed doom, with del for state
-// files (the metadata goes through o.Delete first), and reports whether it
-// deleted anything.
-func retain(ctx context.Context, o Objects, named []Ref, keep int, del func(context.Context, string) error) (bool, error) {
-	if keep < 1 {
-		return false, fmt.Errorf("checkpoint: retain: keep %d, want at least 1", keep)
-	}
-	names, err := o.List(ctx, layout.Prefix)
-	if err != nil {
-		return false, err
-	}
-	all := checkpointObjects(names, "")
-	keepRef := map[Ref]bool{}
-	newest := named[0]
-	for _, ref := range named {
-		if c := all[ref]; c == nil || c.meta == "" {
-			meta := layout.MetaName(ref.Run, ref.ID)
-			if st, ok := o.(Storage); ok {
-				meta = st.Where(meta)
-			}
-			return false, fmt.Errorf("checkpoint: retain: committed checkpoint %s has no metadata %s; deleting nothing", ref, meta)
-		}
-		keepRef[ref] = true
-		if newest.compare(ref) < 0 {
-			newest = ref
-		}
-	}
-	var older []Ref // complete checkpoints older than the newest named
-	var doomed []Ref
-	for ref, c := range all {
-		if keepRef[ref] || ref.ID > newest.ID {
-			continue
-		}
-		if c.meta == "" {
-			doomed = append(doomed, ref) // leftover of a half-written checkpoint
-		} else {
-			older = append(older, ref)
-		}
-	}
-	slices.SortFunc(older, func(a, b Ref) int { return b.compare(a) }) // newest first
-	if len(older) > keep-1 {
-		doomed = append(doomed, older[keep-1:]...)
-	}
-	slices.SortFunc(doomed, Ref.compare)
-	for _, ref := range doomed {
-		if err := all[ref].delete(ctx, o.Delete, del); err != nil {
-			return false, err
-		}
-	}
-	return len(doomed) > 0, nil
-}
-
 // PutMetadata encodes m (encodeMetadata) and puts it durably as checkpoint
 // (m.Run, m.ID)'s metadata object. Call it after every state file in m.Files
 // is durable (Put): the checkpoint is durable exactly when this returns nil.
@@ -651,118 +577,4 @@ func PutMetadata(ctx context.Context, s Objects, m *Metadata) error {
 		return err
 	}
 	return s.Put(ctx, layout.MetaName(m.Run, m.ID), b)
-}
-
-// RetainOthers is retention of other runs on storage several processes
-// share (a job on several processes): it deletes every checkpoint of a run
-// other than run that no record in named names and whose metadata was
-// written before before, and the state files a crash left without
-// metadata in a run that has since written a later checkpoint before
-// before. It returns what it deleted, each checkpoint's metadata first.
-//
-// Soundness rests on the transaction timeout: a record names a checkpoint
-// only once the transaction that commits it commits, and that transaction
-// was open when the checkpoint's metadata was written and ends within the
-// transaction timeout. So with named read just before, and before earlier
-// than now by more than the transaction timeout and the commit timeout (and
-// a margin for the clocks of the processes that wrote the metadata), no
-// checkpoint deleted here can still be named. Metadata that does not
-// decode is left alone (its age is unknown), as are leftover state files
-// of a run with no later dated checkpoint.
-func RetainOthers(ctx context.Context, o Objects, named []Ref, run string, before time.Time) ([]Ref, error) {
-	names, err := o.List(ctx, layout.Prefix)
-	if err != nil {
-		return nil, err
-	}
-	isNamed := map[Ref]bool{}
-	for _, ref := range named {
-		isNamed[ref] = true
-	}
-	all := checkpointObjects(names, run)
-	// old[r] is the largest id of run r whose metadata was written before
-	// before; doomed are the dated, unnamed checkpoints.
-	old := map[string]uint64{}
-	var doomed []Ref
-	for ref, c := range all {
-		if c.meta == "" {
-			continue
-		}
-		b, err := o.Get(ctx, c.meta)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue // deleted meanwhile, by another process's retention
-			}
-			return nil, err
-		}
-		m, err := DecodeMetadata(c.meta, b)
-		if err != nil || !m.Created.Before(before) {
-			continue
-		}
-		if id, ok := old[ref.Run]; !ok || ref.ID > id {
-			old[ref.Run] = ref.ID
-		}
-		if !isNamed[ref] {
-			doomed = append(doomed, ref)
-		}
-	}
-	for ref, c := range all {
-		if id, ok := old[ref.Run]; ok && c.meta == "" && ref.ID < id {
-			doomed = append(doomed, ref) // a crash's leftover, long superseded
-		}
-	}
-	slices.SortFunc(doomed, Ref.compare)
-	for _, ref := range doomed {
-		if err := all[ref].delete(ctx, o.Delete, o.Delete); err != nil {
-			return nil, err
-		}
-	}
-	return doomed, nil
-}
-
-// ckptObjects are the objects of one checkpoint: its metadata ("" if none)
-// and its state files.
-type ckptObjects struct {
-	meta  string
-	files []string
-}
-
-// checkpointObjects groups names, the objects of a listing, by checkpoint,
-// leaving out other objects and the checkpoints of run skip.
-func checkpointObjects(names []string, skip string) map[Ref]*ckptObjects {
-	all := map[Ref]*ckptObjects{}
-	for _, name := range names {
-		n, ok := layout.ParseName(name)
-		if !ok || (n.Kind != layout.KindMeta && n.Kind != layout.KindState) || (skip != "" && n.Run == skip) {
-			continue
-		}
-		ref := Ref{Run: n.Run, ID: n.ID}
-		c := all[ref]
-		if c == nil {
-			c = &ckptObjects{}
-			all[ref] = c
-		}
-		if n.Kind == layout.KindMeta {
-			c.meta = name
-		} else {
-			c.files = append(c.files, name)
-		}
-	}
-	return all
-}
-
-// delete deletes the checkpoint's metadata first (delMeta), so that a
-// crash midway leaves files without metadata, which no restore takes, then
-// its files (delFile).
-func (c *ckptObjects) delete(ctx context.Context, delMeta, delFile func(context.Context, string) error) error {
-	if c.meta != "" {
-		if err := delMeta(ctx, c.meta); err != nil {
-			return err
-		}
-	}
-	for _, f := range c.files {
-		if err := delFile(ctx, f); err != nil {
-			return err
-		}
-	}
-	return nil
 }

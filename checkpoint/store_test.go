@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -457,19 +456,6 @@ func TestWriteCheckpointCrash(t *testing.T) {
 			_, _, err := ReadCheckpoint(t.Context(), after, "a", 2)
 			require.ErrorIs(t, err, ErrMissing)
 		}
-		// Restart as run b: restore a/1, checkpoint b/2 commits; Retain
-		// removes a/2's leftovers (complete or not) and keeps b/2 and a/1.
-		require.NoError(t, WriteCheckpoint(t.Context(), after, testMeta("b", 2), testFiles("b", 2, 1)))
-		require.NoError(t, SetCommitted(t.Context(), after, Ref{"b", 2}))
-		require.NoError(t, Retain(t.Context(), after, Ref{"b", 2}, 2))
-		names, err := after.List(t.Context(), "")
-		require.NoError(t, err)
-		for _, n := range names {
-			require.False(t, strings.HasPrefix(n, layout.CheckpointPrefix("a", 2)) && !slices.Contains(refs, Ref{"a", 2}),
-				"crash at op %d: leftover %s", at, n)
-		}
-		refs = checkStoreInvariants(t, after)
-		require.Contains(t, refs, Ref{"b", 2})
 		after.Close()
 	}
 }
@@ -556,83 +542,6 @@ func TestOpenStoreFailures(t *testing.T) {
 	}
 }
 
-func TestRetain(t *testing.T) {
-	s := openMem(t, vfs.NewMem())
-	for _, r := range []Ref{{"a", 1}, {"a", 2}, {"b", 3}, {"c", 3}, {"c", 4}, {"c", 5}, {"c", 6}} {
-		require.NoError(t, WriteCheckpoint(t.Context(), s, testMeta(r.Run, r.ID), testFiles(r.Run, r.ID, 2)))
-	}
-	// Leftovers of half-written checkpoints: older than committed, and in flight.
-	for _, name := range []string{layout.StateFileName("a", 3, "count", 0), layout.StateFileName("c", 7, "count", 0)} {
-		require.NoError(t, s.Put(t.Context(), name, []byte("x")))
-	}
-	committed := Ref{"c", 5}
-
-	require.ErrorContains(t, Retain(t.Context(), s, committed, 0), "keep")
-	require.ErrorContains(t, Retain(t.Context(), s, Ref{"c", 99}, 1), "no metadata")
-
-	require.NoError(t, Retain(t.Context(), s, committed, 3))
-	refs, err := ListCheckpoints(t.Context(), s)
-	require.NoError(t, err)
-	require.Equal(t, []Ref{{"c", 3}, {"c", 4}, {"c", 5}, {"c", 6}}, refs)
-	names, err := s.List(t.Context(), "")
-	require.NoError(t, err)
-	require.Contains(t, names, layout.StateFileName("c", 7, "count", 0), "in flight: kept")
-	require.NotContains(t, names, layout.StateFileName("a", 3, "count", 0), "leftover: removed")
-	for _, n := range names {
-		p, ok := layout.ParseName(n)
-		require.True(t, ok)
-		require.True(t, p.ID >= 3)
-	}
-
-	require.NoError(t, Retain(t.Context(), s, committed, 1))
-	refs, err = ListCheckpoints(t.Context(), s)
-	require.NoError(t, err)
-	require.Equal(t, []Ref{{"c", 5}, {"c", 6}}, refs)
-	names, err = s.List(t.Context(), "")
-	require.NoError(t, err)
-	got := map[Ref]int{}
-	for _, n := range names {
-		p, _ := layout.ParseName(n)
-		got[Ref{p.Run, p.ID}]++
-	}
-	require.Equal(t, map[Ref]int{{"c", 5}: 3, {"c", 6}: 3, {"c", 7}: 1}, got)
-	_, _, err = ReadCheckpoint(t.Context(), s, "c", 5)
-	require.NoError(t, err)
-}
-
-// TestRetainCrash: a crash in the middle of Retain leaves every remaining
-// listed checkpoint intact and the committed one in place.
-func TestRetainCrash(t *testing.T) {
-	for at := 1; ; at++ {
-		mem := vfs.NewMem()
-		s0 := openMem(t, mem)
-		for id := range uint64(4) {
-			require.NoError(t, WriteCheckpoint(t.Context(), s0, testMeta("a", id), testFiles("a", id, 2)))
-		}
-		require.NoError(t, s0.Close())
-		c, fsys := newCrashFS(mem, 0)
-		s, err := OpenStore(fsys, testDir)
-		require.NoError(t, err)
-		c.at = c.n + at
-		err = Retain(t.Context(), s, Ref{"a", 3}, 1)
-		done := c.clone == nil
-		s.Close()
-		after := openMem(t, c.crashed())
-		refs := checkStoreInvariants(t, after)
-		require.Contains(t, refs, Ref{"a", 3})
-		if done {
-			require.NoError(t, err)
-			require.Equal(t, []Ref{{"a", 3}}, refs)
-			break
-		}
-		require.NoError(t, Retain(t.Context(), after, Ref{"a", 3}, 1))
-		names, err := after.List(t.Context(), "")
-		require.NoError(t, err)
-		require.Len(t, names, 3, "crash at op %d", at)
-		after.Close()
-	}
-}
-
 func TestDefaultFSCheckpointRoundTrip(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "ckpt")
 	s, err := OpenStore(vfs.Default(), dir)
@@ -655,87 +564,3 @@ func TestDefaultFSCheckpointRoundTrip(t *testing.T) {
 }
 
 var _ = errors.Is
-
-// TestRetainNamed: in shared storage, no checkpoint that some partition's
-// committed record names is deleted, however old; the newest named one
-// plays committed's part (newer ones may be in flight), and keep counts
-// the complete checkpoints older than it.
-func TestRetainNamed(t *testing.T) {
-	s, err := OpenSharedStore(vfs.NewMem(), testDir)
-	require.NoError(t, err)
-	for _, r := range []Ref{{"ab", 1}, {"ab", 2}, {"cd", 3}, {"ab", 4}, {"ab", 5}, {"ab", 6}, {"ab", 7}} {
-		require.NoError(t, WriteCheckpoint(t.Context(), s, testMeta(r.Run, r.ID), testFiles(r.Run, r.ID, 2)))
-	}
-	require.NoError(t, s.Put(t.Context(), layout.StateFileName("ab", 3, "count", 0), []byte("x"))) // a half-written leftover
-	// Partition 0's record still names checkpoint ab/1 (its process has not
-	// committed since), partition 1's names cd/3, partition 2's ab/6.
-	named := []Ref{{"ab", 1}, {"cd", 3}, {"ab", 6}}
-
-	require.ErrorContains(t, RetainNamed(t.Context(), s, nil, 1), "no committed record")
-	err = RetainNamed(t.Context(), s, append(named, Ref{"ab", 99}), 1)
-	require.ErrorContains(t, err, "committed checkpoint ab/99 has no metadata "+s.Path(layout.MetaName("ab", 99)))
-	refs, err := ListCheckpoints(t.Context(), s)
-	require.NoError(t, err)
-	require.Len(t, refs, 7, "a record naming a missing checkpoint deletes nothing")
-
-	require.NoError(t, RetainNamed(t.Context(), s, named, 2))
-	refs, err = ListCheckpoints(t.Context(), s)
-	require.NoError(t, err)
-	require.Equal(t, []Ref{{"ab", 1}, {"cd", 3}, {"ab", 5}, {"ab", 6}, {"ab", 7}}, refs,
-		"named ones kept, ab/5 kept as the one older checkpoint keep=2 allows, ab/7 in flight, ab/2 and ab/4 gone")
-	names, err := s.List(t.Context(), "")
-	require.NoError(t, err)
-	require.NotContains(t, names, layout.StateFileName("ab", 3, "count", 0), "leftover: removed")
-	for _, r := range named {
-		_, _, err := ReadCheckpoint(t.Context(), s, r.Run, r.ID)
-		require.NoError(t, err, "%s readable", r)
-	}
-}
-
-// TestRetainOthers: on shared storage, other runs' checkpoints go once no
-// record names them and they are older than the cutoff; named ones, young
-// ones, the current run's, undatable ones and leftovers with no later
-// dated checkpoint stay.
-func TestRetainOthers(t *testing.T) {
-	s := openMem(t, vfs.NewMem())
-	now := time.Now()
-	old, young := now.Add(-time.Hour), now
-	write := func(run string, id uint64, created time.Time) {
-		m := testMeta(run, id)
-		m.Created = created
-		require.NoError(t, WriteCheckpoint(t.Context(), s, m, testFiles(run, id, 2)))
-	}
-	write("dead", 1, old)
-	write("dead", 3, old) // named
-	write("dead", 4, old)
-	write("beef", 7, young)
-	write("beef", 6, old)
-	write("5e1f", 2, old)
-	for _, name := range []string{layout.StateFileName("dead", 2, "count", 0), layout.StateFileName("dead", 9, "count", 0), layout.StateFileName("beef", 5, "count", 0)} {
-		require.NoError(t, s.Put(t.Context(), name, []byte("leftover")))
-	}
-	require.NoError(t, s.Put(t.Context(), layout.MetaName("bad", 1), []byte("not metadata")))
-	named := []Ref{{"dead", 3}, {"beef", 7}}
-
-	deleted, err := RetainOthers(t.Context(), s, named, "5e1f", now.Add(-time.Minute))
-	require.NoError(t, err)
-	require.Equal(t, []Ref{{"dead", 1}, {"dead", 2}, {"dead", 4}, {"beef", 5}, {"beef", 6}}, deleted)
-	refs, err := ListCheckpoints(t.Context(), s)
-	require.NoError(t, err)
-	require.ElementsMatch(t, []Ref{{"bad", 1}, {"5e1f", 2}, {"dead", 3}, {"beef", 7}}, refs)
-	names, err := s.List(t.Context(), "")
-	require.NoError(t, err)
-	for _, n := range names {
-		p, _ := layout.ParseName(n)
-		ref := Ref{Run: p.Run, ID: p.ID}
-		require.NotContains(t, deleted, ref, "%s was left behind", n)
-	}
-	require.Contains(t, names, layout.StateFileName("dead", 9, "count", 0), "a leftover newer than every dated checkpoint of its run stays")
-	_, _, err = ReadCheckpoint(t.Context(), s, "dead", 3)
-	require.NoError(t, err, "the named checkpoint is whole")
-
-	// Nothing is old enough: nothing goes.
-	deleted, err = RetainOthers(t.Context(), s, nil, "5e1f", old.Add(-time.Minute))
-	require.NoError(t, err)
-	require.Empty(t, deleted)
-}

@@ -18,6 +18,7 @@ import (
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/lifecycle"
 	"github.com/kordproject/kord/internal/recovery"
+	"github.com/kordproject/kord/internal/retain"
 )
 
 // Type-erased graph nodes; the generic ones below implement them.
@@ -108,7 +109,7 @@ type trigger struct {
 // which recovery restores, and the one before it, which at-least-once mode
 // (and exactly-once with AcceptDuplicates) falls back to when the newest
 // is found corrupt (invariant 7). Uncommitted checkpoints newer than the
-// newest committed are kept too (checkpoint.Retain).
+// newest committed are kept too (retain.Committed).
 const retained = 2
 
 // run is one attempt of a job: every task, started from one checkpoint.
@@ -380,7 +381,7 @@ func (j *Job) openStorage(ctx context.Context) (checkpoint.Storage, func(), erro
 	}
 	if j.membership() != nil || j.cfg.Storage != nil {
 		// No lock keeps another job out: the job's name does.
-		if err := checkpoint.ClaimJob(ctx, st, j.name); err != nil {
+		if err := retain.Claim(ctx, st, j.name); err != nil {
 			closeStore()
 			return nil, nil, Permanent(fmt.Errorf("keyed: job %s: %w", j.name, err))
 		}
@@ -837,7 +838,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				if err := r.point(pointAfterMarker); err != nil {
 					return false, err
 				}
-				if err := checkpoint.Retain(rctx, r.store, ref, retained); err != nil {
+				if err := retain.Committed(rctx, r.store, ref, retained); err != nil {
 					r.log.Warn("keyed: retention", "err", err)
 				}
 				r.log.Debug("keyed: checkpoint committed", "run", r.runID, "checkpoint", e.ID)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/retain"
 )
 
 // A job on several processes (Membership). Each process runs over the
@@ -211,7 +212,7 @@ const sweepMargin = time.Minute
 
 // sweepAge is how old another run's checkpoint must be before retention
 // may delete it when no record names it: older than its commit can take
-// (checkpoint.RetainOthers).
+// (retain.Others).
 func (j *Job) sweepAge() time.Duration {
 	if d := testSweepAge.Load(); d >= 0 {
 		return time.Duration(d)
@@ -225,7 +226,7 @@ var testSweepAge = func() *atomic.Int64 { var a atomic.Int64; a.Store(-1); retur
 // sweep is retention of other runs on the storage the processes share:
 // earlier runs of this process and runs of processes since dead or moved
 // on. It deletes their checkpoints that no partition's record in rec names
-// and that are older than sweepAge (checkpoint.RetainOthers); rec must have
+// and that are older than sweepAge (retain.Others); rec must have
 // been read just before. This run's checkpoints are retainRun's.
 func (r *run) sweep(ctx context.Context, rec *Recorded) {
 	var named []checkpoint.Ref
@@ -236,7 +237,7 @@ func (r *run) sweep(ctx context.Context, rec *Recorded) {
 	}
 	now := time.Now()
 	r.lastSweep.Store(now.UnixNano())
-	deleted, err := checkpoint.RetainOthers(ctx, r.store, named, r.runID, now.Add(-r.j.sweepAge()))
+	deleted, err := retain.Others(ctx, r.store, named, r.runID, now.Add(-r.j.sweepAge()))
 	if err != nil {
 		r.log.Warn("keyed: retention of other runs' checkpoints", "err", err)
 		return

@@ -6,7 +6,8 @@
 //	kafkaio/                   the Kafka edge: the engine's source and sink
 //	keyed/                     job graph, runtime, keyed and operator state
 //	internal/align, lifecycle, pure core under keyed: aligner, lifecycle,
-//	  recovery, statefile      recovery decision, state-file format
+//	  recovery, retain,        recovery decision, retention, state-file format
+//	  statefile
 //	checkpoint/                checkpoint storage, metadata, the restore errors
 //	internal/layout            the grammar of checkpoint object names
 //	producer/  consumer/       standalone clients on confluent-kafka-go

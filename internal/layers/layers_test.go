@@ -44,8 +44,9 @@ var rules = []struct {
 }
 
 // core are the engine's internal packages under checkpoint's rules: the
-// state machines, the state-file format and the recovery decision.
-var core = []string{"internal/align", "internal/lifecycle", "internal/recovery", "internal/statefile"}
+// state machines, the state-file format, the recovery decision and
+// retention.
+var core = []string{"internal/align", "internal/lifecycle", "internal/recovery", "internal/retain", "internal/statefile"}
 
 func init() {
 	for _, pkg := range core {

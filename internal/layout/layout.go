@@ -22,7 +22,7 @@ import (
 //	                                                           (statefile.EncodeKeyGroups), or one key group or
 //	                                                           instance (statefile.EncodeKeyGroup)
 //	COMMITTED                                              the local committed marker
-//	JOB                                                    the job whose checkpoints these are (checkpoint.ClaimJob)
+//	JOB                                                    the job whose checkpoints these are (retain.Claim)
 //	LOCK                                                   the directory lock
 //
 // The zero-padded id makes a lexical listing sort by checkpoint id within a
@@ -34,7 +34,7 @@ const (
 	// LockName is the name of the lock file that OpenStore holds.
 	LockName = "LOCK"
 	// JobName is the name of the object naming the job that owns shared
-	// storage (checkpoint.ClaimJob).
+	// storage (retain.Claim).
 	JobName = "JOB"
 
 	// Prefix starts the name of every object of a checkpoint.

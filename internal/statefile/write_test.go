@@ -7,15 +7,17 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/retain"
 	"github.com/kordproject/kord/vfs"
 	"github.com/kordproject/kord/vfs/errorfs"
 )
 
 // BenchmarkWriteCheckpoint writes a checkpoint of 12 key groups of 83,334
 // entries (1M keys, 36-byte keys, 8-byte values) to a directory on the real
-// filesystem (here, not in package checkpoint, whose tests cannot import
-// this package, which imports checkpoint): "encode+write" includes encoding the Avro files, "write" only
+// filesystem: "encode+write" includes encoding the Avro files, "write" only
 // the durable writes (temp, fsync, rename, one directory fsync, metadata).
+// It lives here because package checkpoint's tests cannot import this
+// package, which imports checkpoint.
 // Each iteration deletes the previous checkpoint (timed; a few unlinks).
 func BenchmarkWriteCheckpoint(b *testing.B) {
 	const groups = 12
@@ -84,7 +86,7 @@ func BenchmarkWriteCheckpoint(b *testing.B) {
 				}
 				perCkpt = fsyncs.Load() - before
 				if id > 1 {
-					if err := checkpoint.Retain(b.Context(), s, checkpoint.Ref{Run: "ab", ID: id}, 1); err != nil {
+					if err := retain.Committed(b.Context(), s, checkpoint.Ref{Run: "ab", ID: id}, 1); err != nil {
 						b.Fatal(err)
 					}
 				}
