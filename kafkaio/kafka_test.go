@@ -18,7 +18,6 @@ import (
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
-	"github.com/kordproject/kord/internal/lifecycle"
 	"github.com/kordproject/kord/internal/testdir"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
@@ -152,7 +151,7 @@ func stringSink(t *testing.T, c *kafkatest.Cluster, mode checkpoint.Mode, opts .
 // sinkInfo is what a job with one input gives its sink.
 func sinkInfo(t *testing.T, mode checkpoint.Mode, in string) keyed.SinkInfo {
 	return keyed.SinkInfo{Job: strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), Inputs: []string{in}, Mode: mode,
-		TransactionTimeout: lifecycle.Config{}.TransactionTimeout(), CommitTimeout: time.Minute}
+		TransactionTimeout: defaultTransactionTimeout, CommitTimeout: time.Minute}
 }
 
 // TestKafkaSinkCommitAfterAbort: after checkpoint 1 aborts, the output

@@ -22,7 +22,6 @@ import (
 	"github.com/kordproject/kord/internal/crashtest"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/kafkatest"
-	"github.com/kordproject/kord/internal/lifecycle"
 	"github.com/kordproject/kord/internal/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
@@ -435,10 +434,14 @@ func TestScaledScaleAndRoll(t *testing.T) {
 }
 
 // transactionTimeout is the transaction timeout the fixture's jobs derive
-// from their checkpoint settings.
+// from their checkpoint settings (keyed: interval plus timeout, 5 s, plus
+// 10 s).
 func transactionTimeout(f *fixture) time.Duration {
-	c := lifecycle.Config{Interval: f.interval, Timeout: 5 * time.Second}
-	return c.TransactionTimeout()
+	interval := f.interval
+	if interval == 0 {
+		interval = time.Second // keyed's default
+	}
+	return interval + 5*time.Second + 10*time.Second
 }
 
 // TestScaledChaos: a job's processes (one to three) are killed (SIGKILL),

@@ -432,7 +432,7 @@ func (j *Job) sinkInfo() SinkInfo {
 		inputs = append(inputs, s.topic())
 	}
 	sort.Strings(inputs)
-	return SinkInfo{Job: j.name, Inputs: inputs, Mode: j.cfg.Mode, TransactionTimeout: j.cfg.Checkpoint.TransactionTimeout(), CommitTimeout: j.commitTimeout(),
+	return SinkInfo{Job: j.name, Inputs: inputs, Mode: j.cfg.Mode, TransactionTimeout: j.cfg.transactionTimeout(), CommitTimeout: j.commitTimeout(),
 		Logger: j.cfg.Logger.With("job", j.name)}
 }
 

@@ -108,6 +108,9 @@ func (j *Job) Validate() error {
 	if err := j.cfg.Checkpoint.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if j.cfg.TransactionMaxTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("keyed: transaction max timeout %v below 1s", j.cfg.TransactionMaxTimeout))
+	}
 	if j.cfg.MaxParallelism != 0 {
 		if err := ValidateParallelism(1, j.cfg.MaxParallelism); err != nil {
 			errs = append(errs, err)

@@ -217,7 +217,7 @@ func (j *Job) sweepAge() time.Duration {
 	if d := testSweepAge.Load(); d >= 0 {
 		return time.Duration(d)
 	}
-	return j.cfg.Checkpoint.TransactionTimeout() + j.commitTimeout() + sweepMargin
+	return j.cfg.transactionTimeout() + j.commitTimeout() + sweepMargin
 }
 
 // testSweepAge, when not negative, replaces sweepAge (tests only).

@@ -23,12 +23,6 @@ type Config struct {
 	// Default 0: the first abort fails the job, which restarts from the last
 	// committed checkpoint.
 	TolerableFailures int
-	// TransactionMaxTimeout is the brokers' transaction.max.timeout.ms, the
-	// cap of the derived transaction timeout (TransactionTimeout). Default
-	// 15 minutes, Kafka's default. Set it only to match brokers configured
-	// otherwise: a transaction timeout above the brokers' maximum fails
-	// InitTransactions with an error naming transaction.max.timeout.ms.
-	TransactionMaxTimeout time.Duration
 }
 
 // WithDefaults fills zero fields with their defaults: the one place they
@@ -40,24 +34,7 @@ func (c Config) WithDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = 60 * time.Second
 	}
-	if c.TransactionMaxTimeout == 0 {
-		c.TransactionMaxTimeout = 15 * time.Minute
-	}
 	return c
-}
-
-// TransactionTimeout derives the Kafka transaction timeout from the
-// checkpoint settings: a transaction stays open from one commit to the next,
-// across up to TolerableFailures aborted checkpoints, each lasting at most
-// Interval plus Timeout plus MinPause; plus a 10 s margin. It is capped at
-// TransactionMaxTimeout, by default 15 minutes, the broker's default
-// transaction.max.timeout.ms (a longer chain ends in an abort and a replay,
-// never in loss). Flink's 1 h default against the broker's 15 min maximum is
-// the classic failure this avoids.
-func (c Config) TransactionTimeout() time.Duration {
-	c = c.WithDefaults()
-	d := time.Duration(c.TolerableFailures+1)*(c.Interval+c.Timeout+c.MinPause) + 10*time.Second
-	return min(d, c.TransactionMaxTimeout)
 }
 
 // Validate reports a configuration error.
@@ -72,8 +49,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("checkpoint: negative min pause %v", c.MinPause)
 	case c.TolerableFailures < 0:
 		return fmt.Errorf("checkpoint: negative tolerable failures %d", c.TolerableFailures)
-	case c.TransactionMaxTimeout < time.Second:
-		return fmt.Errorf("checkpoint: transaction max timeout %v below 1s", c.TransactionMaxTimeout)
 	}
 	return nil
 }

@@ -114,11 +114,3 @@ func TestConfigValidate(t *testing.T) {
 	_, err := New(Config{}, 0, 0, time.Now())
 	require.Error(t, err)
 }
-
-func TestTransactionTimeout(t *testing.T) {
-	require.Equal(t, 71*time.Second, Config{}.TransactionTimeout())
-	require.Equal(t, 3*(2*time.Second+30*time.Second)+10*time.Second, Config{Interval: 2 * time.Second, Timeout: 30 * time.Second, TolerableFailures: 2}.TransactionTimeout())
-	require.Equal(t, 15*time.Minute, Config{Timeout: time.Hour}.TransactionTimeout(), "capped under the broker's default maximum")
-	require.Equal(t, 30*time.Minute, Config{Timeout: time.Hour, TransactionMaxTimeout: 30 * time.Minute}.TransactionTimeout(), "capped at the brokers' maximum set")
-	require.Error(t, Config{TransactionMaxTimeout: time.Millisecond}.Validate())
-}
