@@ -37,7 +37,7 @@ type Input struct {
 	// Recorded is the checkpoint Kafka's commit record names, nil if
 	// Kafka holds none.
 	Recorded *checkpoint.Ref
-	// Local lists the checkpoints on disk, ascending (ListCheckpoints).
+	// Local lists the checkpoints on disk, ascending (checkpoint.ListCheckpoints).
 	Local []checkpoint.Ref
 	// Marker is the local committed marker, nil if none or unreadable.
 	Marker *checkpoint.Ref
