@@ -131,11 +131,11 @@ func CheckpointPrefix(run string, id uint64) string {
 // digits.
 func ValidateRun(run string) error {
 	if len(run) == 0 || len(run) > maxRunLen {
-		return fmt.Errorf("checkpoint: run id %q: want 1 to %d lowercase hex digits", run, maxRunLen)
+		return fmt.Errorf("layout: run id %q: want 1 to %d lowercase hex digits", run, maxRunLen)
 	}
 	for i := 0; i < len(run); i++ {
 		if c := run[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return fmt.Errorf("checkpoint: run id %q: want 1 to %d lowercase hex digits", run, maxRunLen)
+			return fmt.Errorf("layout: run id %q: want 1 to %d lowercase hex digits", run, maxRunLen)
 		}
 	}
 	return nil
@@ -145,12 +145,12 @@ func ValidateRun(run string) error {
 // file: 1 to 128 characters of [a-zA-Z0-9_.-].
 func ValidateOperator(op string) error {
 	if len(op) == 0 || len(op) > maxOpLen {
-		return fmt.Errorf("checkpoint: operator name %q: want 1 to %d characters of [a-zA-Z0-9_.-]", op, maxOpLen)
+		return fmt.Errorf("layout: operator name %q: want 1 to %d characters of [a-zA-Z0-9_.-]", op, maxOpLen)
 	}
 	for i := 0; i < len(op); i++ {
 		c := op[i]
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '.' || c == '-') {
-			return fmt.Errorf("checkpoint: operator name %q: want 1 to %d characters of [a-zA-Z0-9_.-]", op, maxOpLen)
+			return fmt.Errorf("layout: operator name %q: want 1 to %d characters of [a-zA-Z0-9_.-]", op, maxOpLen)
 		}
 	}
 	return nil
@@ -159,7 +159,7 @@ func ValidateOperator(op string) error {
 // ValidateKeyGroup reports whether kg is in [0, MaxKeyGroups).
 func ValidateKeyGroup(kg int) error {
 	if kg < 0 || kg >= MaxKeyGroups {
-		return fmt.Errorf("checkpoint: key group %d out of range [0, %d)", kg, MaxKeyGroups)
+		return fmt.Errorf("layout: key group %d out of range [0, %d)", kg, MaxKeyGroups)
 	}
 	return nil
 }

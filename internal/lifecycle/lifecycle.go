@@ -42,13 +42,13 @@ func (c Config) Validate() error {
 	c = c.WithDefaults()
 	switch {
 	case c.Interval < time.Millisecond:
-		return fmt.Errorf("checkpoint: interval %v below 1ms", c.Interval)
+		return fmt.Errorf("lifecycle: checkpoint interval %v below 1ms", c.Interval)
 	case c.Timeout < 10*time.Millisecond:
-		return fmt.Errorf("checkpoint: timeout %v below 10ms", c.Timeout)
+		return fmt.Errorf("lifecycle: checkpoint timeout %v below 10ms", c.Timeout)
 	case c.MinPause < 0:
-		return fmt.Errorf("checkpoint: negative min pause %v", c.MinPause)
+		return fmt.Errorf("lifecycle: negative checkpoint min pause %v", c.MinPause)
 	case c.TolerableFailures < 0:
-		return fmt.Errorf("checkpoint: negative tolerable failures %d", c.TolerableFailures)
+		return fmt.Errorf("lifecycle: negative tolerable checkpoint failures %d", c.TolerableFailures)
 	}
 	return nil
 }
@@ -182,7 +182,7 @@ func New(cfg Config, tasks int, committed uint64, now time.Time) (*Lifecycle, er
 		return nil, err
 	}
 	if tasks < 1 {
-		return nil, fmt.Errorf("checkpoint: lifecycle needs at least one task, got %d", tasks)
+		return nil, fmt.Errorf("lifecycle: needs at least one task, got %d", tasks)
 	}
 	return &Lifecycle{cfg: cfg.WithDefaults(), tasks: tasks, nextID: committed + 1, committed: committed, lastTrig: now, lastEnd: now}, nil
 }

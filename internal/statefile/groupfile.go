@@ -52,7 +52,7 @@ const (
 var groupEntryCodec = func() *goavro.Codec {
 	c, err := goavro.NewCodec(groupEntrySchema)
 	if err != nil {
-		panic("checkpoint: key-group entry schema: " + err.Error())
+		panic("statefile: key-group entry schema: " + err.Error())
 	}
 	return c
 }()
@@ -93,7 +93,7 @@ func (e *KeyGroupEncoder) Encode(keyGroups []int, parallel int, entries GroupEnt
 			return nil, err
 		}
 		if i > 0 && kg <= keyGroups[i-1] {
-			return nil, fmt.Errorf("checkpoint: key groups not strictly ascending: %d after %d", kg, keyGroups[i-1])
+			return nil, fmt.Errorf("statefile: key groups not strictly ascending: %d after %d", kg, keyGroups[i-1])
 		}
 	}
 	var marker [16]byte

@@ -45,7 +45,7 @@ var ocfMagic = []byte("Obj\x01")
 var entryCodec = func() *goavro.Codec {
 	c, err := goavro.NewCodec(entrySchema)
 	if err != nil {
-		panic("checkpoint: entry schema: " + err.Error())
+		panic("statefile: entry schema: " + err.Error())
 	}
 	return c
 }()
