@@ -90,3 +90,26 @@ func FuzzParseName(f *testing.F) {
 		}
 	})
 }
+
+func TestSplitOperator(t *testing.T) {
+	for _, tc := range []struct {
+		in, op, state string
+		ok            bool
+	}{
+		{"count.total", "count", "total", true},
+		{"op_1-a.st-2", "op_1-a", "st-2", true},
+		{"count", "", "", false},  // an operator instance's own state
+		{"a.b.c", "", "", false},  // more than one '.'
+		{".total", "", "", false}, // no operator
+		{"count.", "", "", false}, // no state
+		{"", "", "", false},
+	} {
+		op, state, ok := SplitOperator(tc.in)
+		require.Equal(t, tc.ok, ok, tc.in)
+		require.Equal(t, tc.op, op, tc.in)
+		require.Equal(t, tc.state, state, tc.in)
+		if ok {
+			require.NoError(t, ValidateOperator(tc.in), "a split name is a valid operator slot")
+		}
+	}
+}
