@@ -108,6 +108,34 @@ func TestStoreObjects(t *testing.T) {
 	}
 }
 
+// TestStoreDeleteAll: DeleteAll removes every name given, a missing one
+// included, with one directory fsync, and checks each name first.
+func TestStoreDeleteAll(t *testing.T) {
+	mem := vfs.NewMem()
+	var syncs int
+	counting := errorfs.New(mem, func(op errorfs.Op, _ string) error {
+		if op == errorfs.OpSyncDir {
+			syncs++
+		}
+		return nil
+	})
+	s, err := OpenStore(counting, testDir)
+	require.NoError(t, err)
+	defer s.Close()
+	for _, name := range []string{"a", "b", "c"} {
+		require.NoError(t, s.Put(t.Context(), name, []byte(name)))
+	}
+	syncs = 0
+	require.NoError(t, s.DeleteAll(t.Context(), []string{"a", "b", "missing"}))
+	require.Equal(t, 1, syncs, "one directory fsync for the batch")
+	names, err := s.List(t.Context(), "")
+	require.NoError(t, err)
+	require.Equal(t, []string{"c"}, names)
+	require.NoError(t, s.DeleteAll(t.Context(), nil))
+	require.Equal(t, 1, syncs, "nothing to delete: no fsync")
+	require.ErrorContains(t, s.DeleteAll(t.Context(), []string{"c", "../x"}), "not a valid object name")
+}
+
 func TestOpenStoreLock(t *testing.T) {
 	for name, fsys := range map[string]vfs.FS{"os": vfs.Default(), "mem": vfs.NewMem()} {
 		t.Run(name, func(t *testing.T) {
