@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"time"
+
+	"github.com/kordproject/kord/internal/layout"
 )
 
 // FormatVersion is the metadata format version this build writes and the
@@ -38,14 +40,6 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // checksum returns the Castagnoli CRC-32 of b, the checksum kord uses for every
 // checkpoint object.
 func checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
-
-// ErrMissing is returned, wrapped with the path, when a checkpoint's metadata
-// object does not exist.
-var ErrMissing = errors.New("checkpoint: missing")
-
-// ErrUnsupportedVersion is returned, wrapped with the path and the versions,
-// for an object written in a newer format than this build reads.
-var ErrUnsupportedVersion = errors.New("checkpoint: unsupported format version")
 
 // CorruptError reports a checkpoint object that exists but is not what was
 // written: wrong size or checksum, truncated, or not decodable. Path names the
@@ -139,7 +133,8 @@ type Metadata struct {
 	// whose connector knows it, the cluster and the topic's own identity
 	// (Kafka's cluster id and topic id, KIP-516). A restore refuses the
 	// checkpoint when the job now reads a topic of that name elsewhere
-	// (CheckProvenance). Empty in metadata older than format 3.
+	// (internal/recovery's CheckProvenance). Empty in metadata older
+	// than format 3.
 	Sources []SourceRef `json:"sources,omitempty"`
 }
 
@@ -178,14 +173,14 @@ type OperatorRef struct {
 }
 
 // Ref returns the checkpoint's (run, id).
-func (m *Metadata) Ref() CheckpointRef { return CheckpointRef{Run: m.Run, ID: m.ID} }
+func (m *Metadata) Ref() Ref { return Ref{Run: m.Run, ID: m.ID} }
 
 func (m *Metadata) validate() error {
-	if err := ValidateRun(m.Run); err != nil {
+	if err := layout.ValidateRun(m.Run); err != nil {
 		return err
 	}
-	if m.MaxParallelism < 1 || m.MaxParallelism > MaxKeyGroups {
-		return fmt.Errorf("max parallelism %d out of range [1, %d]", m.MaxParallelism, MaxKeyGroups)
+	if m.MaxParallelism < 1 || m.MaxParallelism > layout.MaxKeyGroups {
+		return fmt.Errorf("max parallelism %d out of range [1, %d]", m.MaxParallelism, layout.MaxKeyGroups)
 	}
 	type tp struct {
 		topic string
@@ -213,8 +208,8 @@ func (m *Metadata) validate() error {
 	}
 	seenFile := make(map[string]bool, len(m.Files))
 	for _, f := range m.Files {
-		n, ok := ParseName(f.Name)
-		if !ok || n.Kind != KindState || n.Run != m.Run || n.ID != m.ID || n.Operator != f.Operator || n.KeyGroup != f.KeyGroup {
+		n, ok := layout.ParseName(f.Name)
+		if !ok || n.Kind != layout.KindState || n.Run != m.Run || n.ID != m.ID || n.Operator != f.Operator || n.KeyGroup != f.KeyGroup {
 			return fmt.Errorf("file %q is not a state file of checkpoint %s with operator %q and key group %d", f.Name, m.Ref(), f.Operator, f.KeyGroup)
 		}
 		if f.KeyGroup >= m.MaxParallelism {
@@ -230,7 +225,7 @@ func (m *Metadata) validate() error {
 	}
 	seenOp := make(map[string]bool, len(m.Operators))
 	for _, o := range m.Operators {
-		if err := ValidateOperator(o.Name); err != nil {
+		if err := layout.ValidateOperator(o.Name); err != nil {
 			return err
 		}
 		if seenOp[o.Name] {
@@ -280,16 +275,16 @@ func DecodeMetadata(name string, b []byte) (*Metadata, error) {
 	return m, nil
 }
 
-// CheckpointRef identifies a checkpoint.
-type CheckpointRef struct {
+// Ref identifies a checkpoint.
+type Ref struct {
 	Run string
 	ID  uint64
 }
 
-func (r CheckpointRef) String() string { return fmt.Sprintf("%s/%d", r.Run, r.ID) }
+func (r Ref) String() string { return fmt.Sprintf("%s/%d", r.Run, r.ID) }
 
 // compare orders refs by ID, then run.
-func (r CheckpointRef) compare(o CheckpointRef) int {
+func (r Ref) compare(o Ref) int {
 	switch {
 	case r.ID < o.ID:
 		return -1
@@ -310,8 +305,8 @@ type committedPayload struct {
 	ID  uint64 `json:"id"`
 }
 
-func encodeCommitted(ref CheckpointRef) ([]byte, error) {
-	if err := ValidateRun(ref.Run); err != nil {
+func encodeCommitted(ref Ref) ([]byte, error) {
+	if err := layout.ValidateRun(ref.Run); err != nil {
 		return nil, err
 	}
 	payload, err := json.Marshal(committedPayload(ref))
@@ -321,17 +316,17 @@ func encodeCommitted(ref CheckpointRef) ([]byte, error) {
 	return encodeEnvelope(committedMagic, FormatVersion, payload), nil
 }
 
-func decodeCommitted(path string, b []byte) (CheckpointRef, error) {
+func decodeCommitted(path string, b []byte) (Ref, error) {
 	_, payload, err := decodeEnvelope(path, committedMagic, "committed-marker", b)
 	if err != nil {
-		return CheckpointRef{}, err
+		return Ref{}, err
 	}
 	var p committedPayload
 	if err := decodeJSONStrict(payload, &p); err != nil {
-		return CheckpointRef{}, &CorruptError{Path: path, Reason: "undecodable payload: " + err.Error(), Err: err}
+		return Ref{}, &CorruptError{Path: path, Reason: "undecodable payload: " + err.Error(), Err: err}
 	}
-	if err := ValidateRun(p.Run); err != nil {
-		return CheckpointRef{}, &CorruptError{Path: path, Reason: err.Error(), Err: err}
+	if err := layout.ValidateRun(p.Run); err != nil {
+		return Ref{}, &CorruptError{Path: path, Reason: err.Error(), Err: err}
 	}
-	return CheckpointRef(p), nil
+	return Ref(p), nil
 }

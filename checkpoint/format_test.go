@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kordproject/kord/internal/layout"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,8 +23,8 @@ func testMetadata() *Metadata {
 			{Topic: "events", Partition: 1, Offset: 0},
 		},
 		Files: []FileRef{
-			{Name: StateFileName("0123456789abcdef", 42, "count", 0), Size: 123, CRC32C: 0xdeadbeef, Operator: "count", KeyGroup: 0},
-			{Name: StateFileName("0123456789abcdef", 42, "count", 11), Size: 0, CRC32C: 0, Operator: "count", KeyGroup: 11},
+			{Name: layout.StateFileName("0123456789abcdef", 42, "count", 0), Size: 123, CRC32C: 0xdeadbeef, Operator: "count", KeyGroup: 0},
+			{Name: layout.StateFileName("0123456789abcdef", 42, "count", 11), Size: 0, CRC32C: 0, Operator: "count", KeyGroup: 11},
 		},
 		Operators: []OperatorRef{{Name: "count", Type: "keyed.ValueState[int64]", SchemaFingerprint: "abc"}},
 		Sources:   []SourceRef{{Topic: "events", Cluster: "cZ1", TopicID: "tA2"}},
@@ -80,10 +81,10 @@ func TestEncodeMetadataInvalid(t *testing.T) {
 		{"duplicate offset", func(m *Metadata) { m.Offsets[1].Partition = 0 }},
 		{"negative offset", func(m *Metadata) { m.Offsets[0].Offset = -1 }},
 		{"empty topic", func(m *Metadata) { m.Offsets[0].Topic = "" }},
-		{"file of another checkpoint", func(m *Metadata) { m.Files[0].Name = StateFileName("0123456789abcdef", 41, "count", 0) }},
+		{"file of another checkpoint", func(m *Metadata) { m.Files[0].Name = layout.StateFileName("0123456789abcdef", 41, "count", 0) }},
 		{"file operator mismatch", func(m *Metadata) { m.Files[0].Operator = "other" }},
 		{"key group beyond max parallelism", func(m *Metadata) {
-			m.Files[1].Name = StateFileName(m.Run, m.ID, "count", 12)
+			m.Files[1].Name = layout.StateFileName(m.Run, m.ID, "count", 12)
 			m.Files[1].KeyGroup = 12
 		}},
 		{"duplicate file", func(m *Metadata) { m.Files[1] = m.Files[0] }},
@@ -183,7 +184,7 @@ func TestDecodeMetadataErrors(t *testing.T) {
 }
 
 func TestCommittedEncoding(t *testing.T) {
-	ref := CheckpointRef{Run: "beef", ID: 9}
+	ref := Ref{Run: "beef", ID: 9}
 	b, err := encodeCommitted(ref)
 	require.NoError(t, err)
 	got, err := decodeCommitted("C", b)
@@ -193,7 +194,7 @@ func TestCommittedEncoding(t *testing.T) {
 		_, err := decodeCommitted("C", b[:i])
 		require.Error(t, err)
 	}
-	_, err = encodeCommitted(CheckpointRef{Run: "NOPE"})
+	_, err = encodeCommitted(Ref{Run: "NOPE"})
 	require.Error(t, err)
 }
 

@@ -2,9 +2,6 @@ package checkpoint
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
 )
 
 // Objects is checkpoint storage shaped as immutable objects: put once, get,
@@ -55,44 +52,3 @@ type Storage interface {
 }
 
 var _ Storage = (*Store)(nil)
-
-// ValidObjectName reports whether name can name an object in every
-// Objects: not empty, no path separator, not "." or "..", not the lock
-// file's name nor a temp file's.
-func ValidObjectName(name string) bool {
-	return name != "" && name != "." && name != ".." && !containsSep(name) && name != LockName && !isTempName(name)
-}
-
-func containsSep(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '/' || s[i] == '\\' {
-			return true
-		}
-	}
-	return false
-}
-
-// ClaimJob makes o the storage of job: the first job to claim it writes
-// its name in the JOB object, and a different job's claim is refused with
-// an error naming both. Storage several processes share has no lock, and
-// retention of other runs (RetainOthers) takes every run it finds for the
-// job's own: two jobs on one storage would delete each other's
-// checkpoints.
-func ClaimJob(ctx context.Context, o Objects, job string) error {
-	err := o.Put(ctx, JobName, []byte(job))
-	if err == nil || !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	b, err := o.Get(ctx, JobName)
-	if err != nil {
-		return err
-	}
-	if string(b) != job {
-		where := JobName
-		if st, ok := o.(Storage); ok {
-			where = st.Where(JobName)
-		}
-		return fmt.Errorf("checkpoint: the storage holds the checkpoints of job %q (%s), not of job %q: give each job its own checkpoint directory or prefix", b, where, job)
-	}
-	return nil
-}

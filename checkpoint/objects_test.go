@@ -99,16 +99,3 @@ func TestSharedStoreConformance(t *testing.T) {
 		require.Equal(t, []string{"a"}, names, "no temp name survives")
 	})
 }
-
-// TestClaimJob: the first job's claim holds; the same job claims again;
-// another job is refused with both names.
-func TestClaimJob(t *testing.T) {
-	s, err := checkpoint.OpenSharedStore(vfs.NewMem(), "/shared")
-	require.NoError(t, err)
-	require.NoError(t, checkpoint.ClaimJob(t.Context(), s, "counts"))
-	require.NoError(t, checkpoint.ClaimJob(t.Context(), s, "counts"))
-	err = checkpoint.ClaimJob(t.Context(), s, "other")
-	require.ErrorContains(t, err, `job "counts"`)
-	require.ErrorContains(t, err, `not of job "other"`)
-	require.ErrorContains(t, err, "/shared/JOB")
-}

@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -12,14 +11,9 @@ import (
 // would skip or repeat input without a word (a fresh topic's end is often
 // at or below the old offsets, and a bounded job then reads nothing).
 
-// ErrProvenance means a checkpoint's source offsets belong to another
-// cluster, or to an earlier incarnation of a source topic, than the job
-// reads now. Every *ProvenanceError matches it.
-var ErrProvenance = errors.New("checkpoint: the checkpoint's offsets belong to another cluster or topic")
-
 // ProvenanceError is one source topic a checkpoint read elsewhere.
 type ProvenanceError struct {
-	Checkpoint CheckpointRef
+	Checkpoint Ref
 	// Recorded is where the checkpoint read the topic; Current is where
 	// the job reads it now.
 	Recorded, Current SourceRef
@@ -47,41 +41,4 @@ func orNone(s string) string {
 		return "(unknown)"
 	}
 	return fmt.Sprintf("%q", s)
-}
-
-// CheckProvenance compares where checkpoint m read its sources with where
-// the job reads them now (current: one per source topic whose connector
-// knows its cluster and topic id). A topic m holds offsets for, recorded
-// on another cluster or with another topic id, is a *ProvenanceError (all
-// of them, joined). A topic m holds offsets for but records no provenance
-// of (metadata older than format 3, or a connector that had none then) is
-// returned in unknown, for the caller to warn about: it restores as
-// before. A topic m holds no offsets for is a new source: nothing to
-// compare. An id missing on either side is not compared.
-func CheckProvenance(m *Metadata, current []SourceRef) (unknown []string, err error) {
-	read := make(map[string]bool, len(m.Offsets))
-	for _, o := range m.Offsets {
-		read[o.Topic] = true
-	}
-	recorded := make(map[string]SourceRef, len(m.Sources))
-	for _, s := range m.Sources {
-		recorded[s.Topic] = s
-	}
-	var errs []error
-	for _, cur := range current {
-		if !read[cur.Topic] {
-			continue
-		}
-		rec, ok := recorded[cur.Topic]
-		if !ok {
-			unknown = append(unknown, cur.Topic)
-			continue
-		}
-		otherCluster := rec.Cluster != "" && cur.Cluster != "" && rec.Cluster != cur.Cluster
-		otherTopic := rec.TopicID != "" && cur.TopicID != "" && rec.TopicID != cur.TopicID
-		if otherCluster || otherTopic {
-			errs = append(errs, &ProvenanceError{Checkpoint: m.Ref(), Recorded: rec, Current: cur})
-		}
-	}
-	return unknown, errors.Join(errs...)
 }

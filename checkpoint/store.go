@@ -15,8 +15,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
+	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -62,7 +62,7 @@ func OpenStore(fsys vfs.FS, dir string) (*Store, error) {
 	if err := fsys.SyncDir(filepath.Dir(dir)); err != nil {
 		return nil, fmt.Errorf("checkpoint: sync parent of %s: %w", dir, err)
 	}
-	lockPath := filepath.Join(dir, LockName)
+	lockPath := filepath.Join(dir, layout.LockName)
 	lock, err := fsys.Lock(lockPath)
 	if err != nil {
 		if errors.Is(err, vfs.ErrLocked) {
@@ -78,7 +78,7 @@ func OpenStore(fsys vfs.FS, dir string) (*Store, error) {
 	}
 	removed := false
 	for _, name := range names {
-		if isTempName(name) {
+		if layout.IsTemp(name) {
 			if err := fsys.Remove(s.Path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				lock.Close()
 				return nil, fmt.Errorf("checkpoint: remove leftover temp file %s: %w", s.Path(name), err)
@@ -132,7 +132,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	if err := s.lock.Close(); err != nil {
-		return fmt.Errorf("checkpoint: unlock %s: %w", s.Path(LockName), err)
+		return fmt.Errorf("checkpoint: unlock %s: %w", s.Path(layout.LockName), err)
 	}
 	return nil
 }
@@ -141,7 +141,7 @@ func (s *Store) checkName(ctx context.Context, op, name string) error {
 	if s.closed.Load() {
 		return fmt.Errorf("checkpoint: %s %s: %w", op, s.Path(name), errStoreClosed)
 	}
-	if !ValidObjectName(name) {
+	if !layout.ValidObjectName(name) {
 		return fmt.Errorf("checkpoint: %s %q: not a valid object name", op, name)
 	}
 	if err := ctx.Err(); err != nil {
@@ -240,7 +240,7 @@ func (s *Store) writeAndRename(op, name string, data []byte) error {
 // closes it, and returns its path. On error it removes the temp file (best
 // effort) and returns an error naming the path that failed.
 func (s *Store) writeTemp(op, name string, data []byte) (string, error) {
-	tmp := tempPrefix + name + "."
+	tmp := layout.TempPrefix + name + "."
 	if s.token != "" {
 		tmp += s.token + "."
 	}
@@ -299,7 +299,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 	}
 	out := names[:0]
 	for _, name := range names {
-		if strings.HasPrefix(name, prefix) && name != LockName && !isTempName(name) {
+		if strings.HasPrefix(name, prefix) && name != layout.LockName && !layout.IsTemp(name) {
 			out = append(out, name)
 		}
 	}
@@ -311,6 +311,21 @@ func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 func (s *Store) Delete(ctx context.Context, name string) error {
 	if err := s.remove(ctx, name); err != nil {
 		return err
+	}
+	return s.syncDir()
+}
+
+// DeleteAll removes several objects, then fsyncs the directory once: when
+// it returns nil every one is durably gone. Missing objects are not an
+// error. It stops at the first failure.
+func (s *Store) DeleteAll(ctx context.Context, names []string) error {
+	for _, name := range names {
+		if err := s.remove(ctx, name); err != nil {
+			return err
+		}
+	}
+	if len(names) == 0 {
+		return nil
 	}
 	return s.syncDir()
 }
@@ -408,7 +423,7 @@ func fileRefs(files map[string][]byte) ([]string, []FileRef) {
 	slices.Sort(names)
 	refs := make([]FileRef, len(names))
 	for i, name := range names {
-		n, _ := ParseName(name)
+		n, _ := layout.ParseName(name)
 		refs[i] = FileRef{Name: name, Size: int64(len(files[name])), CRC32C: checksum(files[name]), Operator: n.Operator, KeyGroup: n.KeyGroup}
 	}
 	return names, refs
@@ -432,18 +447,19 @@ func (s *Store) PutAll(ctx context.Context, files map[string][]byte) ([]FileRef,
 }
 
 // WriteCheckpoint writes checkpoint (m.Run, m.ID) durably: every state file
-// in files (keyed by name, each a StateFileName of this checkpoint) first, in
-// parallel, then one directory fsync, then the metadata. The checkpoint is
-// durable exactly when its metadata object is, so a crash before that leaves
-// only files without metadata, which ListCheckpoints ignores and Retain
-// removes. WriteCheckpoint sets m.Files (sorted by name) and m.Version.
+// in files (keyed by name, each a state file name of this checkpoint) first,
+// in parallel, then one directory fsync, then the metadata. The checkpoint
+// is durable exactly when its metadata object is, so a crash before that
+// leaves only files without metadata, which ListCheckpoints ignores and
+// retention removes. WriteCheckpoint sets m.Files (sorted by name) and
+// m.Version.
 func WriteCheckpoint(ctx context.Context, s Storage, m *Metadata, files map[string][]byte) error {
-	if err := ValidateRun(m.Run); err != nil {
+	if err := layout.ValidateRun(m.Run); err != nil {
 		return err
 	}
 	for name := range files {
-		n, ok := ParseName(name)
-		if !ok || n.Kind != KindState || n.Run != m.Run || n.ID != m.ID {
+		n, ok := layout.ParseName(name)
+		if !ok || n.Kind != layout.KindState || n.Run != m.Run || n.ID != m.ID {
 			return fmt.Errorf("checkpoint: write checkpoint %s: %q is not a state file name of this checkpoint", m.Ref(), name)
 		}
 	}
@@ -464,7 +480,7 @@ func WriteCheckpoint(ctx context.Context, s Storage, m *Metadata, files map[stri
 // is ErrMissing; a corrupt or missing state file or corrupt metadata is a
 // *CorruptError naming the path, with expected and actual size or checksum.
 func ReadCheckpoint(ctx context.Context, s Storage, run string, id uint64) (*Metadata, map[string][]byte, error) {
-	metaName := MetaName(run, id)
+	metaName := layout.MetaName(run, id)
 	metaPath := s.Where(metaName)
 	b, err := s.Get(ctx, metaName)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -512,133 +528,44 @@ func ReadCheckpoint(ctx context.Context, s Storage, run string, id uint64) (*Met
 
 // ListCheckpoints returns every checkpoint that has a metadata object, sorted
 // by ID, then run. It does not read or verify the metadata.
-func ListCheckpoints(ctx context.Context, s Objects) ([]CheckpointRef, error) {
-	names, err := s.List(ctx, namePrefix)
+func ListCheckpoints(ctx context.Context, s Objects) ([]Ref, error) {
+	names, err := s.List(ctx, layout.Prefix)
 	if err != nil {
 		return nil, err
 	}
-	var refs []CheckpointRef
+	var refs []Ref
 	for _, name := range names {
-		if n, ok := ParseName(name); ok && n.Kind == KindMeta {
-			refs = append(refs, CheckpointRef{Run: n.Run, ID: n.ID})
+		if n, ok := layout.ParseName(name); ok && n.Kind == layout.KindMeta {
+			refs = append(refs, Ref{Run: n.Run, ID: n.ID})
 		}
 	}
-	slices.SortFunc(refs, CheckpointRef.compare)
+	slices.SortFunc(refs, Ref.compare)
 	return refs, nil
 }
 
 // SetCommitted durably records ref as the newest committed checkpoint in
 // the local COMMITTED marker (checksummed, replaced atomically).
-func SetCommitted(ctx context.Context, s Storage, ref CheckpointRef) error {
+func SetCommitted(ctx context.Context, s Storage, ref Ref) error {
 	b, err := encodeCommitted(ref)
 	if err != nil {
-		return fmt.Errorf("checkpoint: set committed %s: %w", s.Where(CommittedName), err)
+		return fmt.Errorf("checkpoint: set committed %s: %w", s.Where(layout.CommittedName), err)
 	}
-	return s.SetPointer(ctx, CommittedName, b)
+	return s.SetPointer(ctx, layout.CommittedName, b)
 }
 
 // ReadCommitted returns the checkpoint recorded by the local COMMITTED marker,
 // and false if there is none. A corrupt marker is a *CorruptError naming its
 // path.
-func ReadCommitted(ctx context.Context, s Storage) (CheckpointRef, bool, error) {
-	b, ok, err := s.Pointer(ctx, CommittedName)
+func ReadCommitted(ctx context.Context, s Storage) (Ref, bool, error) {
+	b, ok, err := s.Pointer(ctx, layout.CommittedName)
 	if err != nil || !ok {
-		return CheckpointRef{}, false, err
+		return Ref{}, false, err
 	}
-	ref, err := decodeCommitted(s.Where(CommittedName), b)
+	ref, err := decodeCommitted(s.Where(layout.CommittedName), b)
 	if err != nil {
-		return CheckpointRef{}, false, err
+		return Ref{}, false, err
 	}
 	return ref, true, nil
-}
-
-// Retain deletes old checkpoints, keeping committed and the newest keep-1
-// checkpoints older than it (keep >= 1). "Older" is a smaller ID, or the same
-// ID from another run (a zombie's or an abandoned attempt). Checkpoints with
-// a larger ID than committed may be in flight and are never touched; neither
-// is committed. Each deleted checkpoint loses its metadata first, then its
-// files, so a crash midway leaves files without metadata, which the next
-// Retain removes along with every other such leftover not newer than
-// committed. Retain fails, deleting nothing, if committed has no metadata.
-func Retain(ctx context.Context, s Storage, committed CheckpointRef, keep int) error {
-	st, ok := s.(*Store)
-	if !ok {
-		_, err := retain(ctx, s, []CheckpointRef{committed}, keep, s.Delete)
-		return err
-	}
-	// A directory: unlink the state files, then one directory fsync.
-	deleted, err := retain(ctx, st, []CheckpointRef{committed}, keep, st.remove)
-	if err == nil && deleted {
-		return st.syncDir()
-	}
-	return err
-}
-
-// RetainNamed is Retain for storage several processes share, where each
-// input partition's committed record (its offset metadata in the commit
-// group) names the checkpoint that holds its state: no checkpoint any
-// record names is deleted, and the newest named one plays committed's
-// part. Read the records just before: a checkpoint named since may be
-// deleted only if it was not named then, and it is then newer than every
-// named one, which RetainNamed never touches.
-func RetainNamed(ctx context.Context, o Objects, named []CheckpointRef, keep int) error {
-	if len(named) == 0 {
-		return fmt.Errorf("checkpoint: retain: no committed record names a checkpoint; deleting nothing")
-	}
-	_, err := retain(ctx, o, named, keep, o.Delete)
-	return err
-}
-
-// retain deletes what Retain and RetainNamed doom, with del for state
-// files (the metadata goes through o.Delete first), and reports whether it
-// deleted anything.
-func retain(ctx context.Context, o Objects, named []CheckpointRef, keep int, del func(context.Context, string) error) (bool, error) {
-	if keep < 1 {
-		return false, fmt.Errorf("checkpoint: retain: keep %d, want at least 1", keep)
-	}
-	names, err := o.List(ctx, namePrefix)
-	if err != nil {
-		return false, err
-	}
-	all := checkpointObjects(names, "")
-	keepRef := map[CheckpointRef]bool{}
-	newest := named[0]
-	for _, ref := range named {
-		if c := all[ref]; c == nil || c.meta == "" {
-			meta := MetaName(ref.Run, ref.ID)
-			if st, ok := o.(Storage); ok {
-				meta = st.Where(meta)
-			}
-			return false, fmt.Errorf("checkpoint: retain: committed checkpoint %s has no metadata %s; deleting nothing", ref, meta)
-		}
-		keepRef[ref] = true
-		if newest.compare(ref) < 0 {
-			newest = ref
-		}
-	}
-	var older []CheckpointRef // complete checkpoints older than the newest named
-	var doomed []CheckpointRef
-	for ref, c := range all {
-		if keepRef[ref] || ref.ID > newest.ID {
-			continue
-		}
-		if c.meta == "" {
-			doomed = append(doomed, ref) // leftover of a half-written checkpoint
-		} else {
-			older = append(older, ref)
-		}
-	}
-	slices.SortFunc(older, func(a, b CheckpointRef) int { return b.compare(a) }) // newest first
-	if len(older) > keep-1 {
-		doomed = append(doomed, older[keep-1:]...)
-	}
-	slices.SortFunc(doomed, CheckpointRef.compare)
-	for _, ref := range doomed {
-		if err := all[ref].delete(ctx, o.Delete, del); err != nil {
-			return false, err
-		}
-	}
-	return len(doomed) > 0, nil
 }
 
 // PutMetadata encodes m (encodeMetadata) and puts it durably as checkpoint
@@ -649,119 +576,5 @@ func PutMetadata(ctx context.Context, s Objects, m *Metadata) error {
 	if err != nil {
 		return err
 	}
-	return s.Put(ctx, MetaName(m.Run, m.ID), b)
-}
-
-// RetainOthers is retention of other runs on storage several processes
-// share (a job on several processes): it deletes every checkpoint of a run
-// other than run that no record in named names and whose metadata was
-// written before before, and the state files a crash left without
-// metadata in a run that has since written a later checkpoint before
-// before. It returns what it deleted, each checkpoint's metadata first.
-//
-// Soundness rests on the transaction timeout: a record names a checkpoint
-// only once the transaction that commits it commits, and that transaction
-// was open when the checkpoint's metadata was written and ends within the
-// transaction timeout. So with named read just before, and before earlier
-// than now by more than the transaction timeout and the commit timeout (and
-// a margin for the clocks of the processes that wrote the metadata), no
-// checkpoint deleted here can still be named. Metadata that does not
-// decode is left alone (its age is unknown), as are leftover state files
-// of a run with no later dated checkpoint.
-func RetainOthers(ctx context.Context, o Objects, named []CheckpointRef, run string, before time.Time) ([]CheckpointRef, error) {
-	names, err := o.List(ctx, namePrefix)
-	if err != nil {
-		return nil, err
-	}
-	isNamed := map[CheckpointRef]bool{}
-	for _, ref := range named {
-		isNamed[ref] = true
-	}
-	all := checkpointObjects(names, run)
-	// old[r] is the largest id of run r whose metadata was written before
-	// before; doomed are the dated, unnamed checkpoints.
-	old := map[string]uint64{}
-	var doomed []CheckpointRef
-	for ref, c := range all {
-		if c.meta == "" {
-			continue
-		}
-		b, err := o.Get(ctx, c.meta)
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				continue // deleted meanwhile, by another process's retention
-			}
-			return nil, err
-		}
-		m, err := DecodeMetadata(c.meta, b)
-		if err != nil || !m.Created.Before(before) {
-			continue
-		}
-		if id, ok := old[ref.Run]; !ok || ref.ID > id {
-			old[ref.Run] = ref.ID
-		}
-		if !isNamed[ref] {
-			doomed = append(doomed, ref)
-		}
-	}
-	for ref, c := range all {
-		if id, ok := old[ref.Run]; ok && c.meta == "" && ref.ID < id {
-			doomed = append(doomed, ref) // a crash's leftover, long superseded
-		}
-	}
-	slices.SortFunc(doomed, CheckpointRef.compare)
-	for _, ref := range doomed {
-		if err := all[ref].delete(ctx, o.Delete, o.Delete); err != nil {
-			return nil, err
-		}
-	}
-	return doomed, nil
-}
-
-// ckptObjects are the objects of one checkpoint: its metadata ("" if none)
-// and its state files.
-type ckptObjects struct {
-	meta  string
-	files []string
-}
-
-// checkpointObjects groups names, the objects of a listing, by checkpoint,
-// leaving out other objects and the checkpoints of run skip.
-func checkpointObjects(names []string, skip string) map[CheckpointRef]*ckptObjects {
-	all := map[CheckpointRef]*ckptObjects{}
-	for _, name := range names {
-		n, ok := ParseName(name)
-		if !ok || (n.Kind != KindMeta && n.Kind != KindState) || (skip != "" && n.Run == skip) {
-			continue
-		}
-		ref := CheckpointRef{Run: n.Run, ID: n.ID}
-		c := all[ref]
-		if c == nil {
-			c = &ckptObjects{}
-			all[ref] = c
-		}
-		if n.Kind == KindMeta {
-			c.meta = name
-		} else {
-			c.files = append(c.files, name)
-		}
-	}
-	return all
-}
-
-// delete deletes the checkpoint's metadata first (delMeta), so that a
-// crash midway leaves files without metadata, which no restore takes, then
-// its files (delFile).
-func (c *ckptObjects) delete(ctx context.Context, delMeta, delFile func(context.Context, string) error) error {
-	if c.meta != "" {
-		if err := delMeta(ctx, c.meta); err != nil {
-			return err
-		}
-	}
-	for _, f := range c.files {
-		if err := delFile(ctx, f); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.Put(ctx, layout.MetaName(m.Run, m.ID), b)
 }

@@ -10,12 +10,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/vfs"
 	"github.com/kordproject/kord/vfs/errorfs"
 )
@@ -91,7 +90,7 @@ func TestStoreObjects(t *testing.T) {
 			require.True(t, ok)
 			require.Equal(t, "v2", string(p))
 
-			for _, bad := range []string{"", "x/y", LockName, ".tmp.x", ".."} {
+			for _, bad := range []string{"", "x/y", layout.LockName, ".tmp.x", ".."} {
 				require.Error(t, s.Put(t.Context(), bad, nil), bad)
 			}
 			require.NoError(t, s.Close())
@@ -109,6 +108,34 @@ func TestStoreObjects(t *testing.T) {
 	}
 }
 
+// TestStoreDeleteAll: DeleteAll removes every name given, a missing one
+// included, with one directory fsync, and checks each name first.
+func TestStoreDeleteAll(t *testing.T) {
+	mem := vfs.NewMem()
+	var syncs int
+	counting := errorfs.New(mem, func(op errorfs.Op, _ string) error {
+		if op == errorfs.OpSyncDir {
+			syncs++
+		}
+		return nil
+	})
+	s, err := OpenStore(counting, testDir)
+	require.NoError(t, err)
+	defer s.Close()
+	for _, name := range []string{"a", "b", "c"} {
+		require.NoError(t, s.Put(t.Context(), name, []byte(name)))
+	}
+	syncs = 0
+	require.NoError(t, s.DeleteAll(t.Context(), []string{"a", "b", "missing"}))
+	require.Equal(t, 1, syncs, "one directory fsync for the batch")
+	names, err := s.List(t.Context(), "")
+	require.NoError(t, err)
+	require.Equal(t, []string{"c"}, names)
+	require.NoError(t, s.DeleteAll(t.Context(), nil))
+	require.Equal(t, 1, syncs, "nothing to delete: no fsync")
+	require.ErrorContains(t, s.DeleteAll(t.Context(), []string{"c", "../x"}), "not a valid object name")
+}
+
 func TestOpenStoreLock(t *testing.T) {
 	for name, fsys := range map[string]vfs.FS{"os": vfs.Default(), "mem": vfs.NewMem()} {
 		t.Run(name, func(t *testing.T) {
@@ -120,7 +147,7 @@ func TestOpenStoreLock(t *testing.T) {
 			require.NoError(t, err)
 			_, err = OpenStore(fsys, dir)
 			require.ErrorIs(t, err, vfs.ErrLocked)
-			require.ErrorContains(t, err, filepath.Join(dir, LockName))
+			require.ErrorContains(t, err, filepath.Join(dir, layout.LockName))
 			require.ErrorContains(t, err, "another process")
 			require.NoError(t, s.Close())
 			s, err = OpenStore(fsys, dir)
@@ -134,16 +161,16 @@ func TestOpenStoreRemovesTempFiles(t *testing.T) {
 	m := vfs.NewMem()
 	s := openMem(t, m)
 	require.NoError(t, s.Put(t.Context(), "a", []byte("1")))
-	writeFile(t, m, s.Path(tempPrefix+"a.7"), "partial", false)
+	writeFile(t, m, s.Path(layout.TempPrefix+"a.7"), "partial", false)
 	require.NoError(t, s.Close())
 	s = openMem(t, m)
 	names, err := m.ReadDir(testDir)
 	require.NoError(t, err)
-	require.Equal(t, []string{LockName, "a"}, names)
+	require.Equal(t, []string{layout.LockName, "a"}, names)
 	// The removal is durable.
 	names, err = m.CrashClone().ReadDir(testDir)
 	require.NoError(t, err)
-	require.NotContains(t, names, tempPrefix+"a.7")
+	require.NotContains(t, names, layout.TempPrefix+"a.7")
 }
 
 // crashFS runs operations on a MemFS and, at the n-th operation (counting
@@ -244,14 +271,14 @@ func TestSetPointerCrash(t *testing.T) {
 	for at := 1; ; at++ {
 		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
-		require.NoError(t, SetCommitted(t.Context(), s0, CheckpointRef{Run: "a", ID: 1}))
+		require.NoError(t, SetCommitted(t.Context(), s0, Ref{Run: "a", ID: 1}))
 		require.NoError(t, s0.Close())
 
 		c, fsys := newCrashFS(mem, 0)
 		s, err := OpenStore(fsys, testDir)
 		require.NoError(t, err)
 		c.at = c.n + at
-		err = SetCommitted(t.Context(), s, CheckpointRef{Run: "a", ID: 2})
+		err = SetCommitted(t.Context(), s, Ref{Run: "a", ID: 2})
 		done := c.clone == nil
 		s.Close()
 
@@ -273,13 +300,14 @@ func TestSetPointerCrash(t *testing.T) {
 func testFiles(run string, id uint64, n int) map[string][]byte {
 	files := map[string][]byte{}
 	for kg := range n {
-		b, err := EncodeKeyGroup(testEntries(10 + kg))
-		if err != nil {
-			panic(err)
-		}
-		files[StateFileName(run, id, "count", kg)] = b
+		files[layout.StateFileName(run, id, "count", kg)] = testState(kg)
 	}
 	return files
+}
+
+// testState is a state file's contents: the store reads none of it.
+func testState(kg int) []byte {
+	return bytes.Repeat(fmt.Appendf(nil, "key group %d;", kg), 10+kg)
 }
 
 func testMeta(run string, id uint64) *Metadata {
@@ -298,9 +326,7 @@ func TestWriteReadCheckpoint(t *testing.T) {
 	require.Equal(t, m.Files, gm.Files)
 	require.Equal(t, files, gfiles)
 	for _, f := range gm.Files {
-		es, err := DecodeKeyGroup(s.Path(f.Name), gfiles[f.Name])
-		require.NoError(t, err)
-		require.Len(t, es, 10+f.KeyGroup)
+		require.Equal(t, testState(f.KeyGroup), gfiles[f.Name])
 	}
 	// Objects are immutable: the same checkpoint cannot be written twice.
 	require.Error(t, WriteCheckpoint(t.Context(), s, testMeta("a", 1), testFiles("a", 1, 1)))
@@ -309,17 +335,17 @@ func TestWriteReadCheckpoint(t *testing.T) {
 
 	_, _, err = ReadCheckpoint(t.Context(), s, "a", 9)
 	require.ErrorIs(t, err, ErrMissing)
-	require.ErrorContains(t, err, s.Path(MetaName("a", 9)))
+	require.ErrorContains(t, err, s.Path(layout.MetaName("a", 9)))
 
 	refs, err := ListCheckpoints(t.Context(), s)
 	require.NoError(t, err)
-	require.Equal(t, []CheckpointRef{{"a", 1}}, refs)
+	require.Equal(t, []Ref{{"a", 1}}, refs)
 
 	// Checkpoint 0 of a fresh job: offsets only.
 	require.NoError(t, WriteCheckpoint(t.Context(), s, testMeta("b", 0), nil))
 	refs, err = ListCheckpoints(t.Context(), s)
 	require.NoError(t, err)
-	require.Equal(t, []CheckpointRef{{"b", 0}, {"a", 1}}, refs)
+	require.Equal(t, []Ref{{"b", 0}, {"a", 1}}, refs)
 
 	// The split path the engine uses: tasks Put their files, then the
 	// coordinator writes the metadata.
@@ -374,7 +400,7 @@ func TestReadCheckpointCorruption(t *testing.T) {
 					matched = matched || strings.Contains(ce.Reason, w)
 				}
 				require.True(t, matched, "reason %q", ce.Reason)
-				if !strings.HasSuffix(name, metaSuffix) {
+				if !strings.HasSuffix(name, ".meta") {
 					// State files: expected and actual checksums are named.
 					require.Contains(t, ce.Reason, "expected")
 					require.Contains(t, ce.Reason, "actual")
@@ -382,7 +408,7 @@ func TestReadCheckpointCorruption(t *testing.T) {
 				}
 			})
 		}
-		if !strings.HasSuffix(name, metaSuffix) {
+		if !strings.HasSuffix(name, ".meta") {
 			t.Run(name+"/missing", func(t *testing.T) {
 				require.NoError(t, mem.Remove(s.Path(name)))
 				defer replace(name, orig)
@@ -399,24 +425,24 @@ func TestReadCheckpointCorruption(t *testing.T) {
 	require.NoError(t, err)
 
 	// A metadata object under the wrong name.
-	b, err := s.Get(t.Context(), MetaName("a", 1))
+	b, err := s.Get(t.Context(), layout.MetaName("a", 1))
 	require.NoError(t, err)
-	require.NoError(t, s.Put(t.Context(), MetaName("a", 5), b))
+	require.NoError(t, s.Put(t.Context(), layout.MetaName("a", 5), b))
 	_, _, err = ReadCheckpoint(t.Context(), s, "a", 5)
 	var ce *CorruptError
 	require.ErrorAs(t, err, &ce)
 
 	// Corrupt committed marker.
-	require.NoError(t, s.SetPointer(t.Context(), CommittedName, []byte("KORDCMTD garbage")))
+	require.NoError(t, s.SetPointer(t.Context(), layout.CommittedName, []byte("KORDCMTD garbage")))
 	_, _, err = ReadCommitted(t.Context(), s)
 	require.ErrorAs(t, err, &ce)
-	require.Equal(t, s.Path(CommittedName), ce.Path)
+	require.Equal(t, s.Path(layout.CommittedName), ce.Path)
 }
 
 // checkStoreInvariants checks what must hold after any crash or failure:
 // every listed checkpoint reads back intact, no temp file is visible after
 // reopening, and the committed marker decodes.
-func checkStoreInvariants(t *testing.T, s *Store) []CheckpointRef {
+func checkStoreInvariants(t *testing.T, s *Store) []Ref {
 	t.Helper()
 	refs, err := ListCheckpoints(t.Context(), s)
 	require.NoError(t, err)
@@ -434,7 +460,7 @@ func TestWriteCheckpointCrash(t *testing.T) {
 		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
 		require.NoError(t, WriteCheckpoint(t.Context(), s0, testMeta("a", 1), testFiles("a", 1, 2)))
-		require.NoError(t, SetCommitted(t.Context(), s0, CheckpointRef{"a", 1}))
+		require.NoError(t, SetCommitted(t.Context(), s0, Ref{"a", 1}))
 		require.NoError(t, s0.Close())
 
 		c, fsys := newCrashFS(mem, 0)
@@ -449,28 +475,15 @@ func TestWriteCheckpointCrash(t *testing.T) {
 		refs := checkStoreInvariants(t, after)
 		if done {
 			require.NoError(t, err)
-			require.Equal(t, []CheckpointRef{{"a", 1}, {"a", 2}}, refs)
+			require.Equal(t, []Ref{{"a", 1}, {"a", 2}}, refs)
 			break
 		}
 		require.Error(t, err)
-		require.Contains(t, refs, CheckpointRef{"a", 1})
-		if !slices.Contains(refs, CheckpointRef{"a", 2}) {
+		require.Contains(t, refs, Ref{"a", 1})
+		if !slices.Contains(refs, Ref{"a", 2}) {
 			_, _, err := ReadCheckpoint(t.Context(), after, "a", 2)
 			require.ErrorIs(t, err, ErrMissing)
 		}
-		// Restart as run b: restore a/1, checkpoint b/2 commits; Retain
-		// removes a/2's leftovers (complete or not) and keeps b/2 and a/1.
-		require.NoError(t, WriteCheckpoint(t.Context(), after, testMeta("b", 2), testFiles("b", 2, 1)))
-		require.NoError(t, SetCommitted(t.Context(), after, CheckpointRef{"b", 2}))
-		require.NoError(t, Retain(t.Context(), after, CheckpointRef{"b", 2}, 2))
-		names, err := after.List(t.Context(), "")
-		require.NoError(t, err)
-		for _, n := range names {
-			require.False(t, strings.HasPrefix(n, checkpointPrefix("a", 2)) && !slices.Contains(refs, CheckpointRef{"a", 2}),
-				"crash at op %d: leftover %s", at, n)
-		}
-		refs = checkStoreInvariants(t, after)
-		require.Contains(t, refs, CheckpointRef{"b", 2})
 		after.Close()
 	}
 }
@@ -484,7 +497,7 @@ func TestInjectedFailures(t *testing.T) {
 		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
 		require.NoError(t, WriteCheckpoint(t.Context(), s0, testMeta("a", 1), testFiles("a", 1, 1)))
-		require.NoError(t, SetCommitted(t.Context(), s0, CheckpointRef{"a", 1}))
+		require.NoError(t, SetCommitted(t.Context(), s0, Ref{"a", 1}))
 		require.NoError(t, s0.Close())
 
 		var mu sync.Mutex // WriteCheckpoint writes files in parallel
@@ -505,29 +518,29 @@ func TestInjectedFailures(t *testing.T) {
 		failAt = n + at
 		err = WriteCheckpoint(t.Context(), s, testMeta("a", 2), testFiles("a", 2, 3))
 		if err == nil {
-			err = SetCommitted(t.Context(), s, CheckpointRef{"a", 2})
+			err = SetCommitted(t.Context(), s, Ref{"a", 2})
 		}
 		failAt = 0
 		if failed < 0 {
 			require.NoError(t, err)
 			refs := checkStoreInvariants(t, s)
-			require.Equal(t, []CheckpointRef{{"a", 1}, {"a", 2}}, refs)
+			require.Equal(t, []Ref{{"a", 1}, {"a", 2}}, refs)
 			s.Close()
 			break
 		}
 		require.ErrorIs(t, err, errorfs.ErrInjected, "failed %v at op %d", failed, at)
 		require.ErrorContains(t, err, testDir, "failed %v at op %d", failed, at)
 		refs := checkStoreInvariants(t, s)
-		require.Contains(t, refs, CheckpointRef{"a", 1})
+		require.Contains(t, refs, Ref{"a", 1})
 		ref, _, err := ReadCommitted(t.Context(), s)
 		require.NoError(t, err)
 		require.Contains(t, []uint64{1, 2}, ref.ID)
 		if ref.ID == 2 {
-			require.Contains(t, refs, CheckpointRef{"a", 2})
+			require.Contains(t, refs, Ref{"a", 2})
 		}
 		names, _ := mem.ReadDir(testDir)
 		for _, name := range names {
-			require.False(t, isTempName(name), "failed %v at op %d: temp file %s left visible", failed, at, name)
+			require.False(t, layout.IsTemp(name), "failed %v at op %d: temp file %s left visible", failed, at, name)
 		}
 		s.Close()
 	}
@@ -539,7 +552,7 @@ func TestOpenStoreFailures(t *testing.T) {
 			mem := vfs.NewMem()
 			writeFile(t, mem, "/x", "", true) // so MkdirAll has work, not
 			require.NoError(t, mem.MkdirAll(testDir))
-			writeFile(t, mem, filepath.Join(testDir, tempPrefix+"a.1"), "", true)
+			writeFile(t, mem, filepath.Join(testDir, layout.TempPrefix+"a.1"), "", true)
 			_, err := OpenStore(errorfs.New(mem, func(o errorfs.Op, name string) error {
 				if o == op {
 					return errorfs.ErrInjected
@@ -557,90 +570,13 @@ func TestOpenStoreFailures(t *testing.T) {
 	}
 }
 
-func TestRetain(t *testing.T) {
-	s := openMem(t, vfs.NewMem())
-	for _, r := range []CheckpointRef{{"a", 1}, {"a", 2}, {"b", 3}, {"c", 3}, {"c", 4}, {"c", 5}, {"c", 6}} {
-		require.NoError(t, WriteCheckpoint(t.Context(), s, testMeta(r.Run, r.ID), testFiles(r.Run, r.ID, 2)))
-	}
-	// Leftovers of half-written checkpoints: older than committed, and in flight.
-	for _, name := range []string{StateFileName("a", 3, "count", 0), StateFileName("c", 7, "count", 0)} {
-		require.NoError(t, s.Put(t.Context(), name, []byte("x")))
-	}
-	committed := CheckpointRef{"c", 5}
-
-	require.ErrorContains(t, Retain(t.Context(), s, committed, 0), "keep")
-	require.ErrorContains(t, Retain(t.Context(), s, CheckpointRef{"c", 99}, 1), "no metadata")
-
-	require.NoError(t, Retain(t.Context(), s, committed, 3))
-	refs, err := ListCheckpoints(t.Context(), s)
-	require.NoError(t, err)
-	require.Equal(t, []CheckpointRef{{"c", 3}, {"c", 4}, {"c", 5}, {"c", 6}}, refs)
-	names, err := s.List(t.Context(), "")
-	require.NoError(t, err)
-	require.Contains(t, names, StateFileName("c", 7, "count", 0), "in flight: kept")
-	require.NotContains(t, names, StateFileName("a", 3, "count", 0), "leftover: removed")
-	for _, n := range names {
-		p, ok := ParseName(n)
-		require.True(t, ok)
-		require.True(t, p.ID >= 3)
-	}
-
-	require.NoError(t, Retain(t.Context(), s, committed, 1))
-	refs, err = ListCheckpoints(t.Context(), s)
-	require.NoError(t, err)
-	require.Equal(t, []CheckpointRef{{"c", 5}, {"c", 6}}, refs)
-	names, err = s.List(t.Context(), "")
-	require.NoError(t, err)
-	got := map[CheckpointRef]int{}
-	for _, n := range names {
-		p, _ := ParseName(n)
-		got[CheckpointRef{p.Run, p.ID}]++
-	}
-	require.Equal(t, map[CheckpointRef]int{{"c", 5}: 3, {"c", 6}: 3, {"c", 7}: 1}, got)
-	_, _, err = ReadCheckpoint(t.Context(), s, "c", 5)
-	require.NoError(t, err)
-}
-
-// TestRetainCrash: a crash in the middle of Retain leaves every remaining
-// listed checkpoint intact and the committed one in place.
-func TestRetainCrash(t *testing.T) {
-	for at := 1; ; at++ {
-		mem := vfs.NewMem()
-		s0 := openMem(t, mem)
-		for id := range uint64(4) {
-			require.NoError(t, WriteCheckpoint(t.Context(), s0, testMeta("a", id), testFiles("a", id, 2)))
-		}
-		require.NoError(t, s0.Close())
-		c, fsys := newCrashFS(mem, 0)
-		s, err := OpenStore(fsys, testDir)
-		require.NoError(t, err)
-		c.at = c.n + at
-		err = Retain(t.Context(), s, CheckpointRef{"a", 3}, 1)
-		done := c.clone == nil
-		s.Close()
-		after := openMem(t, c.crashed())
-		refs := checkStoreInvariants(t, after)
-		require.Contains(t, refs, CheckpointRef{"a", 3})
-		if done {
-			require.NoError(t, err)
-			require.Equal(t, []CheckpointRef{{"a", 3}}, refs)
-			break
-		}
-		require.NoError(t, Retain(t.Context(), after, CheckpointRef{"a", 3}, 1))
-		names, err := after.List(t.Context(), "")
-		require.NoError(t, err)
-		require.Len(t, names, 3, "crash at op %d", at)
-		after.Close()
-	}
-}
-
 func TestDefaultFSCheckpointRoundTrip(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "ckpt")
 	s, err := OpenStore(vfs.Default(), dir)
 	require.NoError(t, err)
 	files := testFiles("ab", 1, 3)
 	require.NoError(t, WriteCheckpoint(t.Context(), s, testMeta("ab", 1), files))
-	require.NoError(t, SetCommitted(t.Context(), s, CheckpointRef{"ab", 1}))
+	require.NoError(t, SetCommitted(t.Context(), s, Ref{"ab", 1}))
 	require.NoError(t, s.Close())
 
 	s, err = OpenStore(vfs.Default(), dir)
@@ -655,181 +591,4 @@ func TestDefaultFSCheckpointRoundTrip(t *testing.T) {
 	require.Equal(t, slices.Sorted(maps.Keys(files)), slices.Sorted(maps.Keys(got)))
 }
 
-func Example_checkpointNames() {
-	fmt.Println(MetaName("0123456789abcdef", 7))
-	fmt.Println(StateFileName("0123456789abcdef", 7, "count", 3))
-	n, _ := ParseName("ckpt-0123456789abcdef-00000000000000000007.op-count-kg-00003.avro")
-	fmt.Println(n.Kind, n.Run, n.ID, n.Operator, n.KeyGroup)
-	// Output:
-	// ckpt-0123456789abcdef-00000000000000000007.meta
-	// ckpt-0123456789abcdef-00000000000000000007.op-count-kg-00003.avro
-	// state 0123456789abcdef 7 count 3
-}
-
 var _ = errors.Is
-
-// BenchmarkWriteCheckpoint writes a checkpoint of 12 key groups of 83,334
-// entries (1M keys, 36-byte keys, 8-byte values) to a directory on the real
-// filesystem: "encode+write" includes encoding the Avro files, "write" only
-// the durable writes (temp, fsync, rename, one directory fsync, metadata).
-// Each iteration deletes the previous checkpoint (timed; a few unlinks).
-func BenchmarkWriteCheckpoint(b *testing.B) {
-	const groups = 12
-	entries := make([][]Entry, groups)
-	for kg := range groups {
-		entries[kg] = benchEntries(benchPerGroup, kg)
-	}
-	encode := func(run string, id uint64) map[string][]byte {
-		files := make(map[string][]byte, groups)
-		var mu sync.Mutex
-		forEach(groups, func(kg int) error {
-			data, err := EncodeKeyGroup(entries[kg])
-			if err != nil {
-				panic(err)
-			}
-			mu.Lock()
-			files[StateFileName(run, id, "count", kg)] = data
-			mu.Unlock()
-			return nil
-		})
-		return files
-	}
-	for _, withEncode := range []bool{true, false} {
-		name := "write"
-		if withEncode {
-			name = "encode+write"
-		}
-		b.Run(name, func(b *testing.B) {
-			var fsyncs atomic.Int64
-			counting := errorfs.New(vfs.Default(), func(op errorfs.Op, _ string) error {
-				if op == errorfs.OpSync || op == errorfs.OpSyncDir {
-					fsyncs.Add(1)
-				}
-				return nil
-			})
-			s, err := OpenStore(counting, b.TempDir())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			pre := encode("ab", 0)
-			var total int
-			for _, d := range pre {
-				total += len(d)
-			}
-			var id uint64
-			var perCkpt int64
-			for b.Loop() {
-				id++
-				var files map[string][]byte
-				if withEncode {
-					files = encode("ab", id)
-				} else {
-					files = make(map[string][]byte, groups)
-					for kg := range groups {
-						files[StateFileName("ab", id, "count", kg)] = pre[StateFileName("ab", 0, "count", kg)]
-					}
-				}
-				m := &Metadata{Run: "ab", ID: id, MaxParallelism: groups}
-				before := fsyncs.Load()
-				if err := WriteCheckpoint(b.Context(), s, m, files); err != nil {
-					b.Fatal(err)
-				}
-				perCkpt = fsyncs.Load() - before
-				if id > 1 {
-					if err := Retain(b.Context(), s, CheckpointRef{"ab", id}, 1); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			b.SetBytes(int64(total))
-			b.ReportMetric(float64(total), "ckpt-bytes")
-			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/ckpt")
-			b.ReportMetric(float64(perCkpt), "fsyncs/ckpt")
-		})
-	}
-}
-
-// TestRetainNamed: in shared storage, no checkpoint that some partition's
-// committed record names is deleted, however old; the newest named one
-// plays committed's part (newer ones may be in flight), and keep counts
-// the complete checkpoints older than it.
-func TestRetainNamed(t *testing.T) {
-	s, err := OpenSharedStore(vfs.NewMem(), testDir)
-	require.NoError(t, err)
-	for _, r := range []CheckpointRef{{"ab", 1}, {"ab", 2}, {"cd", 3}, {"ab", 4}, {"ab", 5}, {"ab", 6}, {"ab", 7}} {
-		require.NoError(t, WriteCheckpoint(t.Context(), s, testMeta(r.Run, r.ID), testFiles(r.Run, r.ID, 2)))
-	}
-	require.NoError(t, s.Put(t.Context(), StateFileName("ab", 3, "count", 0), []byte("x"))) // a half-written leftover
-	// Partition 0's record still names checkpoint ab/1 (its process has not
-	// committed since), partition 1's names cd/3, partition 2's ab/6.
-	named := []CheckpointRef{{"ab", 1}, {"cd", 3}, {"ab", 6}}
-
-	require.ErrorContains(t, RetainNamed(t.Context(), s, nil, 1), "no committed record")
-	err = RetainNamed(t.Context(), s, append(named, CheckpointRef{"ab", 99}), 1)
-	require.ErrorContains(t, err, "committed checkpoint ab/99 has no metadata "+s.Path(MetaName("ab", 99)))
-	refs, err := ListCheckpoints(t.Context(), s)
-	require.NoError(t, err)
-	require.Len(t, refs, 7, "a record naming a missing checkpoint deletes nothing")
-
-	require.NoError(t, RetainNamed(t.Context(), s, named, 2))
-	refs, err = ListCheckpoints(t.Context(), s)
-	require.NoError(t, err)
-	require.Equal(t, []CheckpointRef{{"ab", 1}, {"cd", 3}, {"ab", 5}, {"ab", 6}, {"ab", 7}}, refs,
-		"named ones kept, ab/5 kept as the one older checkpoint keep=2 allows, ab/7 in flight, ab/2 and ab/4 gone")
-	names, err := s.List(t.Context(), "")
-	require.NoError(t, err)
-	require.NotContains(t, names, StateFileName("ab", 3, "count", 0), "leftover: removed")
-	for _, r := range named {
-		_, _, err := ReadCheckpoint(t.Context(), s, r.Run, r.ID)
-		require.NoError(t, err, "%s readable", r)
-	}
-}
-
-// TestRetainOthers: on shared storage, other runs' checkpoints go once no
-// record names them and they are older than the cutoff; named ones, young
-// ones, the current run's, undatable ones and leftovers with no later
-// dated checkpoint stay.
-func TestRetainOthers(t *testing.T) {
-	s := openMem(t, vfs.NewMem())
-	now := time.Now()
-	old, young := now.Add(-time.Hour), now
-	write := func(run string, id uint64, created time.Time) {
-		m := testMeta(run, id)
-		m.Created = created
-		require.NoError(t, WriteCheckpoint(t.Context(), s, m, testFiles(run, id, 2)))
-	}
-	write("dead", 1, old)
-	write("dead", 3, old) // named
-	write("dead", 4, old)
-	write("beef", 7, young)
-	write("beef", 6, old)
-	write("5e1f", 2, old)
-	for _, name := range []string{StateFileName("dead", 2, "count", 0), StateFileName("dead", 9, "count", 0), StateFileName("beef", 5, "count", 0)} {
-		require.NoError(t, s.Put(t.Context(), name, []byte("leftover")))
-	}
-	require.NoError(t, s.Put(t.Context(), MetaName("bad", 1), []byte("not metadata")))
-	named := []CheckpointRef{{"dead", 3}, {"beef", 7}}
-
-	deleted, err := RetainOthers(t.Context(), s, named, "5e1f", now.Add(-time.Minute))
-	require.NoError(t, err)
-	require.Equal(t, []CheckpointRef{{"dead", 1}, {"dead", 2}, {"dead", 4}, {"beef", 5}, {"beef", 6}}, deleted)
-	refs, err := ListCheckpoints(t.Context(), s)
-	require.NoError(t, err)
-	require.ElementsMatch(t, []CheckpointRef{{"bad", 1}, {"5e1f", 2}, {"dead", 3}, {"beef", 7}}, refs)
-	names, err := s.List(t.Context(), "")
-	require.NoError(t, err)
-	for _, n := range names {
-		p, _ := ParseName(n)
-		ref := CheckpointRef{Run: p.Run, ID: p.ID}
-		require.NotContains(t, deleted, ref, "%s was left behind", n)
-	}
-	require.Contains(t, names, StateFileName("dead", 9, "count", 0), "a leftover newer than every dated checkpoint of its run stays")
-	_, _, err = ReadCheckpoint(t.Context(), s, "dead", 3)
-	require.NoError(t, err, "the named checkpoint is whole")
-
-	// Nothing is old enough: nothing goes.
-	deleted, err = RetainOthers(t.Context(), s, nil, "5e1f", old.Add(-time.Minute))
-	require.NoError(t, err)
-	require.Empty(t, deleted)
-}

@@ -88,6 +88,11 @@ func TestKafkaFaultTransactionTimeout(t *testing.T) {
 	})
 }
 
+// defaultTransactionTimeout is the transaction timeout a job with the
+// default checkpoint settings hands its sink: interval 1 s plus timeout
+// 60 s, plus 10 s (keyed derives it).
+const defaultTransactionTimeout = 71 * time.Second
+
 // TestSinkRefusesDerivedSettings: transactional.id and
 // transaction.timeout.ms are derived from the job, so a user's value is
 // refused; message.timeout.ms may be lowered but not raised above the
@@ -96,7 +101,7 @@ func TestKafkaFaultTransactionTimeout(t *testing.T) {
 // librdkafka resends a commit by itself: DESIGN.md, on KIP-890). Refusals
 // are permanent and come before any network call.
 func TestSinkRefusesDerivedSettings(t *testing.T) {
-	info := keyed.SinkInfo{Job: "v", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: checkpoint.Config{}.TransactionTimeout(), CommitTimeout: time.Minute}
+	info := keyed.SinkInfo{Job: "v", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: defaultTransactionTimeout, CommitTimeout: time.Minute}
 	txn := info.TransactionTimeout.Milliseconds()
 	for _, tc := range []struct {
 		settings map[string]string

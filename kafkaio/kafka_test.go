@@ -151,7 +151,7 @@ func stringSink(t *testing.T, c *kafkatest.Cluster, mode checkpoint.Mode, opts .
 // sinkInfo is what a job with one input gives its sink.
 func sinkInfo(t *testing.T, mode checkpoint.Mode, in string) keyed.SinkInfo {
 	return keyed.SinkInfo{Job: strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), Inputs: []string{in}, Mode: mode,
-		TransactionTimeout: checkpoint.Config{}.TransactionTimeout(), CommitTimeout: time.Minute}
+		TransactionTimeout: defaultTransactionTimeout, CommitTimeout: time.Minute}
 }
 
 // TestKafkaSinkCommitAfterAbort: after checkpoint 1 aborts, the output
@@ -167,12 +167,12 @@ func TestKafkaSinkCommitAfterAbort(t *testing.T) {
 		offsets := func(o int64) []checkpoint.PartitionOffset {
 			return []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: o}}
 		}
-		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 0}, offsets(0)))
+		require.NoError(t, sink.Commit(ctx, checkpoint.Ref{Run: "r", ID: 0}, offsets(0)))
 		require.NoError(t, sink.Write(ctx, 1, "epoch 1"))
 		require.NoError(t, sink.Write(ctx, 2, "epoch 2")) // after barrier 1: buffered
 		require.Equal(t, 1, sink.BufferLen())             // checkpoint 1 aborts: no commit
 		require.NoError(t, sink.Write(ctx, 3, "epoch 3")) // after barrier 2
-		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 2}, offsets(20)))
+		require.NoError(t, sink.Commit(ctx, checkpoint.Ref{Run: "r", ID: 2}, offsets(20)))
 		recs := c.ReadAll(t, out, 3, true, 5*time.Second)
 		var got []string
 		for _, r := range recs {
@@ -181,7 +181,7 @@ func TestKafkaSinkCommitAfterAbort(t *testing.T) {
 		require.Equal(t, []string{"epoch 1", "epoch 2"}, got, "checkpoint 2 commits the output of every epoch ≤ 2, and only that")
 		rec, err = sink.Recorded(ctx)
 		require.NoError(t, err)
-		require.Equal(t, checkpoint.CheckpointRef{Run: "r", ID: 2}, rec.Ref)
+		require.Equal(t, checkpoint.Ref{Run: "r", ID: 2}, rec.Ref)
 		require.Equal(t, offsets(20), rec.Offsets)
 	})
 }
@@ -198,7 +198,7 @@ func TestKafkaSinkWritesDuringCommit(t *testing.T) {
 		offsets := func(o int64) []checkpoint.PartitionOffset {
 			return []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: o}}
 		}
-		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 0}, offsets(0)))
+		require.NoError(t, sink.Commit(ctx, checkpoint.Ref{Run: "r", ID: 0}, offsets(0)))
 		require.NoError(t, sink.Write(ctx, 1, "epoch 1"))
 		inCommit, release := make(chan struct{}), make(chan struct{})
 		hook := failpoint.WithHook(ctx, func(p string) error {
@@ -209,7 +209,7 @@ func TestKafkaSinkWritesDuringCommit(t *testing.T) {
 			return nil
 		})
 		committed := make(chan error, 1)
-		go func() { committed <- sink.Commit(hook, checkpoint.CheckpointRef{Run: "r", ID: 1}, offsets(10)) }()
+		go func() { committed <- sink.Commit(hook, checkpoint.Ref{Run: "r", ID: 1}, offsets(10)) }()
 		<-inCommit
 		wrote := make(chan error, 1)
 		go func() { wrote <- sink.Write(ctx, 2, "epoch 2") }()
@@ -224,7 +224,7 @@ func TestKafkaSinkWritesDuringCommit(t *testing.T) {
 		close(release)
 		require.NoError(t, <-committed)
 		require.Zero(t, sink.BufferLen(), "the next transaction took the buffered record")
-		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 2}, offsets(20)))
+		require.NoError(t, sink.Commit(ctx, checkpoint.Ref{Run: "r", ID: 2}, offsets(20)))
 		recs := c.ReadAll(t, out, 2, true, 5*time.Second)
 		var got []string
 		for _, r := range recs {
@@ -334,11 +334,11 @@ func TestKafkaSinkTopicLimit(t *testing.T) {
 		defer sink.Close()
 		_, err := sink.Recorded(ctx)
 		require.NoError(t, err)
-		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 0}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 0}}))
+		require.NoError(t, sink.Commit(ctx, checkpoint.Ref{Run: "r", ID: 0}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 0}}))
 		for _, v := range []string{"before", "big", "after"} {
 			require.NoError(t, sink.Write(ctx, 1, v))
 		}
-		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 1}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 3}}))
+		require.NoError(t, sink.Commit(ctx, checkpoint.Ref{Run: "r", ID: 1}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 3}}))
 		var got []string
 		for _, r := range c.ReadAll(t, out, 3, true, 5*time.Second) {
 			got = append(got, string(r.Value))
@@ -377,14 +377,14 @@ func TestKafkaSinkTooLarge(t *testing.T) {
 			require.NoError(t, sink.Reset(ctx, sinkInfo(t, checkpoint.ExactlyOnce, in)))
 			_, err := sink.Recorded(ctx)
 			require.NoError(t, err)
-			require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 0}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 0}}))
+			require.NoError(t, sink.Commit(ctx, checkpoint.Ref{Run: "r", ID: 0}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 0}}))
 			require.NoError(t, sink.Write(ctx, 1, "before"))
 			err = sink.Write(ctx, 1, "huge")
 			if !deadLetters {
 				require.ErrorIs(t, err, producer.ErrRecordTooLarge)
 				require.Contains(t, err.Error(), "big-key")
 				require.Contains(t, err.Error(), out)
-				require.Error(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 1}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 3}}),
+				require.Error(t, sink.Commit(ctx, checkpoint.Ref{Run: "r", ID: 1}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 3}}),
 					"a transaction without the refused record must not commit")
 				if err := sink.Close(); err != nil {
 					t.Logf("close after the refused record: %v", err)
@@ -393,7 +393,7 @@ func TestKafkaSinkTooLarge(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.NoError(t, sink.Write(ctx, 1, "after"))
-			require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 1}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 3}}))
+			require.NoError(t, sink.Commit(ctx, checkpoint.Ref{Run: "r", ID: 1}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 3}}))
 			require.NoError(t, sink.Close())
 			require.EqualValues(t, 1, sink.TooLarge())
 		}
@@ -664,11 +664,11 @@ func TestKafkaSinkAtLeastOnceFlushes(t *testing.T) {
 		for i := 0; i < 100; i++ {
 			require.NoError(t, sink.Write(ctx, 1, strconv.Itoa(i)))
 		}
-		require.NoError(t, sink.Commit(ctx, checkpoint.CheckpointRef{Run: "r", ID: 1}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 100}}))
+		require.NoError(t, sink.Commit(ctx, checkpoint.Ref{Run: "r", ID: 1}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: 100}}))
 		require.Len(t, c.ReadAll(t, out, 100, false, 3*time.Second), 100, "records not delivered when their offsets were committed")
 		rec, err := sink.Recorded(ctx)
 		require.NoError(t, err)
-		require.Equal(t, checkpoint.CheckpointRef{Run: "r", ID: 1}, rec.Ref)
+		require.Equal(t, checkpoint.Ref{Run: "r", ID: 1}, rec.Ref)
 	})
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/internal/rig/testdir"
@@ -339,7 +340,7 @@ func TestAbortedCheckpointMergesIntoNext(t *testing.T) {
 
 // readMeta reads checkpoint run/id's metadata from dir.
 func readMeta(t *testing.T, dir, run string, id uint64) *checkpoint.Metadata {
-	name := filepath.Join(dir, checkpoint.MetaName(run, id))
+	name := filepath.Join(dir, layout.MetaName(run, id))
 	b, err := os.ReadFile(name)
 	require.NoError(t, err)
 	m, err := checkpoint.DecodeMetadata(name, b)

@@ -73,8 +73,8 @@ func RepartitionParallelism(n int) RepartitionOpt {
 // RepartitionJob adds options of the repartition stage's job: its
 // checkpoint interval, logger and, required on several processes, its own
 // checkpoint storage (keyed.Dir, keyed.CheckpointStorage): not the job
-// proper's, which holds another job's checkpoints (checkpoint.ClaimJob
-// refuses the mix-up).
+// proper's, which holds another job's checkpoints (a job refuses storage
+// another job has claimed).
 func RepartitionJob(opts ...keyed.Opt) RepartitionOpt {
 	return func(c *repartitionConfig) { c.jobOpts = append(c.jobOpts, opts...) }
 }

@@ -270,12 +270,12 @@ func (s *Sink[T]) recordedParts(ctx context.Context, group string, offs []consum
 		if o.Offset < 0 {
 			continue
 		}
-		cr, err := checkpoint.ParseCommitRecord(o.Metadata)
+		cr, err := parseCommitRecord(o.Metadata)
 		if err != nil {
 			return nil, fmt.Errorf("kafkaio: commit group %s: %s[%d] offset %d: %w", group, o.Topic, o.Partition, o.Offset, err)
 		}
 		rec.Parts = append(rec.Parts, keyed.PartitionRecord{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset,
-			Ref: checkpoint.CheckpointRef{Run: cr.Run, ID: cr.Checkpoint}})
+			Ref: checkpoint.Ref{Run: cr.Run, ID: cr.Checkpoint}})
 	}
 	if len(rec.Parts) == 0 {
 		return nil, nil

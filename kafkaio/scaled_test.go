@@ -18,7 +18,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/rig/crashtest"
@@ -435,10 +434,14 @@ func TestScaledScaleAndRoll(t *testing.T) {
 }
 
 // transactionTimeout is the transaction timeout the fixture's jobs derive
-// from their checkpoint settings.
+// from their checkpoint settings (keyed: interval plus timeout, 5 s, plus
+// 10 s).
 func transactionTimeout(f *fixture) time.Duration {
-	c := checkpoint.Config{Interval: f.interval, Timeout: 5 * time.Second}
-	return c.TransactionTimeout()
+	interval := f.interval
+	if interval == 0 {
+		interval = time.Second // keyed's default
+	}
+	return interval + 5*time.Second + 10*time.Second
 }
 
 // TestScaledChaos: a job's processes (one to three) are killed (SIGKILL),

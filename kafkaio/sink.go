@@ -476,7 +476,7 @@ func (s *Sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
 			recorded = append(recorded, checkpoint.PartitionOffset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset})
 		}
 	}
-	rec, err := checkpoint.CommitRecordOf(md)
+	rec, err := commitRecordOf(md)
 	if err != nil {
 		return nil, fmt.Errorf("kafkaio: commit group %s: %w", group, err)
 	}
@@ -486,7 +486,7 @@ func (s *Sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
 	s.mu.Lock()
 	s.committed = rec.Checkpoint
 	s.mu.Unlock()
-	return &keyed.Recorded{Ref: checkpoint.CheckpointRef{Run: rec.Run, ID: rec.Checkpoint}, Offsets: recorded, Where: "commit group " + group}, nil
+	return &keyed.Recorded{Ref: checkpoint.Ref{Run: rec.Run, ID: rec.Checkpoint}, Offsets: recorded, Where: "commit group " + group}, nil
 }
 
 // Forget implements keyed.Forgetter (Job.Forget): it deletes the job's
@@ -671,7 +671,7 @@ func (s *Sink[T]) BufferLen() int {
 // epoch buffer. Any failure ends this producer (the engine's next run makes
 // a new one): the outcome of a transactional call that failed is unknown,
 // and it is never retried on the same producer.
-func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error {
+func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.commitDeadline > 0 {
@@ -687,7 +687,7 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offs
 		return s.err
 	}
 	group := CommitGroup(s.info.Job)
-	meta := checkpoint.CommitRecord{Run: ref.Run, Checkpoint: ref.ID, Job: s.info.Job}.String()
+	meta := commitRecord{Run: ref.Run, Checkpoint: ref.ID, Job: s.info.Job}.String()
 	offs := make([]producer.Offset, len(offsets))
 	for i, o := range offsets {
 		offs[i] = producer.Offset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Metadata: meta}

@@ -105,11 +105,11 @@ func (c *countOp) Process(_ []byte, _ behavior, out *keyed.Collector[int64]) err
 // discard counts what it is given and commits nothing anywhere.
 type discard struct {
 	n   atomic.Int64
-	rec atomic.Pointer[checkpoint.CheckpointRef]
+	rec atomic.Pointer[checkpoint.Ref]
 }
 
 func (d *discard) Write(context.Context, uint64, int64) error { d.n.Add(1); return nil }
-func (d *discard) Commit(_ context.Context, ref checkpoint.CheckpointRef, _ []checkpoint.PartitionOffset) error {
+func (d *discard) Commit(_ context.Context, ref checkpoint.Ref, _ []checkpoint.PartitionOffset) error {
 	d.rec.Store(&ref)
 	return nil
 }

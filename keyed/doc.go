@@ -43,9 +43,9 @@
 // frozen key group afterwards copies that group's table (copy-on-write at
 // key-group granularity), so Snapshot.Encode can run on another goroutine
 // while processing goes on. Encode writes, for each state, one
-// checkpoint.EncodeKeyGroups file holding every key group of the instance
-// that has entries, with an index of its key groups, named by
-// checkpoint.StateFileName with "<operator>.<state>" in the operator slot
+// state file (an Avro object container file, kord's internal/statefile)
+// holding every key group of the instance that has entries, with an index
+// of its key groups, named with "<operator>.<state>" in the operator slot
 // and the instance's first key group (one file per instance and state, as
 // Flink writes one per task: a file per key group made checkpoints cost
 // their file system calls). Backend.Restore reads the files of a checkpoint

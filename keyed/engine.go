@@ -15,6 +15,10 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/lifecycle"
+	"github.com/kordproject/kord/internal/recovery"
+	"github.com/kordproject/kord/internal/retain"
 )
 
 // Type-erased graph nodes; the generic ones below implement them.
@@ -35,7 +39,7 @@ type opNode interface {
 type sinkNode interface {
 	reset(ctx context.Context, info SinkInfo) error
 	recorded(ctx context.Context) (*Recorded, error)
-	commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error
+	commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error
 	sinkName() string
 	sinkValue() any // the user's Sink
 }
@@ -105,7 +109,7 @@ type trigger struct {
 // which recovery restores, and the one before it, which at-least-once mode
 // (and exactly-once with AcceptDuplicates) falls back to when the newest
 // is found corrupt (invariant 7). Uncommitted checkpoints newer than the
-// newest committed are kept too (checkpoint.Retain).
+// newest committed are kept too (retain.Committed).
 const retained = 2
 
 // run is one attempt of a job: every task, started from one checkpoint.
@@ -331,7 +335,7 @@ func (j *Job) Forget(ctx context.Context) error {
 	defer closeStore()
 	// The record first: a crash between the two leaves the checkpoints
 	// and the local marker, from which the next Run restores as after an
-	// expired record (checkpoint.Decide); Forget can be called again.
+	// expired record (recovery.Decide); Forget can be called again.
 	if err := f.Forget(ctx, j.sinkInfo()); err != nil {
 		return fmt.Errorf("keyed: job %s: %w", j.name, err)
 	}
@@ -341,7 +345,7 @@ func (j *Job) Forget(ctx context.Context) error {
 	}
 	deleted := 0
 	for _, n := range names {
-		if pn, ok := checkpoint.ParseName(n); !ok || pn.Kind == checkpoint.KindUnknown {
+		if pn, ok := layout.ParseName(n); !ok || pn.Kind == layout.KindUnknown {
 			continue // not the job's: left alone
 		}
 		if err := store.Delete(ctx, n); err != nil {
@@ -377,7 +381,7 @@ func (j *Job) openStorage(ctx context.Context) (checkpoint.Storage, func(), erro
 	}
 	if j.membership() != nil || j.cfg.Storage != nil {
 		// No lock keeps another job out: the job's name does.
-		if err := checkpoint.ClaimJob(ctx, st, j.name); err != nil {
+		if err := retain.Claim(ctx, st, j.name); err != nil {
 			closeStore()
 			return nil, nil, Permanent(fmt.Errorf("keyed: job %s: %w", j.name, err))
 		}
@@ -428,7 +432,7 @@ func (j *Job) sinkInfo() SinkInfo {
 		inputs = append(inputs, s.topic())
 	}
 	sort.Strings(inputs)
-	return SinkInfo{Job: j.name, Inputs: inputs, Mode: j.cfg.Mode, TransactionTimeout: j.cfg.Checkpoint.TransactionTimeout(), CommitTimeout: j.commitTimeout(),
+	return SinkInfo{Job: j.name, Inputs: inputs, Mode: j.cfg.Mode, TransactionTimeout: j.cfg.transactionTimeout(), CommitTimeout: j.commitTimeout(),
 		Logger: j.cfg.Logger.With("job", j.name)}
 }
 
@@ -552,23 +556,23 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keyed: job %s: reading the sink's commit record: %w", j.name, err)
 	}
-	var cr *checkpoint.CommitRecord
+	var recorded *checkpoint.Ref
 	if rec != nil {
-		cr = &checkpoint.CommitRecord{Run: rec.Ref.Run, Checkpoint: rec.Ref.ID}
+		recorded = &rec.Ref
 	}
 	local, err := checkpoint.ListCheckpoints(ctx, r.store)
 	if err != nil {
 		return nil, err
 	}
-	var marker *checkpoint.CheckpointRef
+	var marker *checkpoint.Ref
 	if m, ok, err := checkpoint.ReadCommitted(ctx, r.store); err != nil {
 		r.log.Warn("keyed: local committed marker unreadable", "err", err)
 	} else if ok {
 		marker = &m
 	}
 	accept := j.cfg.AcceptDuplicates || j.cfg.Mode == checkpoint.AtLeastOnce
-	d, err := checkpoint.Decide(checkpoint.RecoveryInput{Record: cr, Local: local, Marker: marker, AcceptDuplicates: accept,
-		Valid: func(ref checkpoint.CheckpointRef) error {
+	d, err := recovery.Decide(recovery.Input{Recorded: recorded, Local: local, Marker: marker, AcceptDuplicates: accept,
+		Valid: func(ref checkpoint.Ref) error {
 			_, _, err := checkpoint.ReadCheckpoint(ctx, r.store, ref.Run, ref.ID)
 			return err
 		}})
@@ -578,7 +582,7 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 		return nil, Permanent(fmt.Errorf("keyed: job %s: %w; %s", j.name, err, j.waysForward(err)))
 	}
 	switch {
-	case d.Action == checkpoint.Restore && rec == nil:
+	case d.Action == recovery.Restore && rec == nil:
 		// Kafka holds no record: nothing outside this directory says the
 		// checkpoint belongs to this cluster and topics. Said whatever the
 		// Logger, since a wrong guess here skips or repeats input.
@@ -591,7 +595,7 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 		return nil, err
 	}
 	rs := &restoreState{positions: map[string]map[int32]int64{}}
-	if d.Action != checkpoint.Restore {
+	if d.Action != recovery.Restore {
 		rs.fresh = true
 		return rs, nil
 	}
@@ -607,7 +611,7 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 	if rec != nil && !d.Fallback && !rs.failover {
 		// Offsets and commit record were committed together: anything
 		// else means something other than this job moved them.
-		if err := checkpoint.CheckOffsets(rec.Where, d.Ref, m.Offsets, rec.Offsets); err != nil {
+		if err := recovery.CheckOffsets(rec.Where, d.Ref, m.Offsets, rec.Offsets); err != nil {
 			return nil, Permanent(fmt.Errorf("keyed: job %s: %w", j.name, err))
 		}
 	}
@@ -632,12 +636,12 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 
 // checkProvenance refuses checkpoint m when it read a source on another
 // cluster or from an earlier incarnation of the topic than the run reads
-// now (checkpoint.CheckProvenance), unless the job fails over (Failover):
+// now (recovery.CheckProvenance), unless the job fails over (Failover):
 // failover then reports that m's state is restored without its offsets.
 // A checkpoint that records no provenance restores as before, with a
 // warning.
 func (r *run) checkProvenance(m *checkpoint.Metadata) (failover bool, err error) {
-	unknown, perr := checkpoint.CheckProvenance(m, r.sources)
+	unknown, perr := recovery.CheckProvenance(m, r.sources)
 	if len(unknown) > 0 {
 		r.warn.Warn("keyed: the restored checkpoint does not record which cluster and topic ids its offsets belong to (written before kord recorded them): restoring it unchecked",
 			"checkpoint", m.Ref().String(), "topics", unknown)
@@ -682,7 +686,7 @@ func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkp
 	if err := checkpoint.WriteCheckpoint(ctx, r.store, m, nil); err != nil {
 		return err
 	}
-	ref := checkpoint.CheckpointRef{Run: r.runID, ID: 0}
+	ref := checkpoint.Ref{Run: r.runID, ID: 0}
 	cctx, cancel := context.WithTimeout(ctx, r.j.commitTimeout())
 	err := r.j.sink.commit(cctx, ref, offsets)
 	cancel()
@@ -716,7 +720,7 @@ func (r *run) onCommit(id uint64) error {
 // ctx done asks for a graceful stop; rctx is the run's context, cancelled
 // by a task's failure or at the stop deadline.
 func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) (progressed bool, err error) {
-	lc, err := checkpoint.NewLifecycle(r.cfg.Checkpoint, r.tasks, committed, time.Now())
+	lc, err := lifecycle.New(r.cfg.Checkpoint, r.tasks, committed, time.Now())
 	if err != nil {
 		return false, err
 	}
@@ -734,11 +738,11 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 	stopRequest := ctx.Done()
 	changed := r.changed
 	exhausted := map[int]bool{}
-	var apply func([]checkpoint.Effect) (done bool, err error)
-	apply = func(effs []checkpoint.Effect) (bool, error) {
+	var apply func([]lifecycle.Effect) (done bool, err error)
+	apply = func(effs []lifecycle.Effect) (bool, error) {
 		for _, e := range effs {
 			switch e.Kind {
-			case checkpoint.Trigger:
+			case lifecycle.Trigger:
 				pending = map[uint64]*collected{e.ID: {wm: endOfTime}}
 				for _, t := range r.triggers {
 					tr := trigger{id: e.ID, final: e.Final}
@@ -764,7 +768,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				if err := r.point(pointAfterBarrier); err != nil {
 					return false, err
 				}
-			case checkpoint.WriteMetadata:
+			case lifecycle.WriteMetadata:
 				if err := r.point(pointAfterSnapshots); err != nil {
 					return false, err
 				}
@@ -788,7 +792,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					return false, err
 				}
 				return apply(lc.MetadataDurable(e.ID))
-			case checkpoint.Commit:
+			case lifecycle.Commit:
 				if err := r.point(pointBeforeCommit); err != nil {
 					return false, err
 				}
@@ -797,7 +801,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				// the checkpoint timeout, the stop deadline and the run's
 				// failure.
 				cctx, ccancel := context.WithTimeout(rctx, r.j.commitTimeout())
-				err := r.j.sink.commit(cctx, checkpoint.CheckpointRef{Run: r.runID, ID: e.ID}, pending[e.ID].offsets)
+				err := r.j.sink.commit(cctx, checkpoint.Ref{Run: r.runID, ID: e.ID}, pending[e.ID].offsets)
 				ccancel()
 				if err != nil {
 					lc.CommitFailed(e.ID)
@@ -807,9 +811,9 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					return false, err
 				}
 				return apply(lc.CommitDone(e.ID, time.Now()))
-			case checkpoint.Committed:
+			case lifecycle.Committed:
 				progressed = true
-				ref := checkpoint.CheckpointRef{Run: r.runID, ID: e.ID}
+				ref := checkpoint.Ref{Run: r.runID, ID: e.ID}
 				if r.assigned != nil {
 					// Shared storage: no marker (it is one process's), and
 					// retention only within this run (retainRun).
@@ -834,7 +838,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				if err := r.point(pointAfterMarker); err != nil {
 					return false, err
 				}
-				if err := checkpoint.Retain(rctx, r.store, ref, retained); err != nil {
+				if err := retain.Committed(rctx, r.store, ref, retained); err != nil {
 					r.log.Warn("keyed: retention", "err", err)
 				}
 				r.log.Debug("keyed: checkpoint committed", "run", r.runID, "checkpoint", e.ID)
@@ -842,7 +846,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				if err := r.onCommit(e.ID); err != nil {
 					return false, err
 				}
-			case checkpoint.Abort:
+			case lifecycle.Abort:
 				r.log.Warn("keyed: checkpoint aborted; its output commits with the next", "checkpoint", e.ID, "reason", e.Reason)
 				delete(pending, e.ID)
 				for _, c := range r.cancels {
@@ -852,16 +856,16 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 						return false, context.Cause(rctx)
 					}
 				}
-			case checkpoint.Fail:
+			case lifecycle.Fail:
 				return false, fmt.Errorf("keyed: job %s: checkpoint %d: %s", r.j.name, e.ID, e.Reason)
-			case checkpoint.Stopped:
+			case lifecycle.Stopped:
 				return true, nil
 			}
 		}
 		return false, nil
 	}
 	for {
-		var effs []checkpoint.Effect
+		var effs []lifecycle.Effect
 		select {
 		case <-stopRequest:
 			stopping, stopRequest, changed = true, nil, nil

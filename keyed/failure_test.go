@@ -123,7 +123,7 @@ func seedRun(t *testing.T, seed uint64, events int) {
 	if r.IntN(4) == 0 {
 		commitFailAt = int64(1 + r.IntN(5))
 	}
-	sink.FailCommit = func(checkpoint.CheckpointRef) error {
+	sink.FailCommit = func(checkpoint.Ref) error {
 		if commitFails.Add(1) == commitFailAt {
 			return errors.New("injected commit failure")
 		}

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/layout"
 )
 
 // Restart is a restart strategy: after a task fails, every task restarts
@@ -82,7 +83,7 @@ func NewJob(name string, opts ...Opt) *Job {
 		o(&cfg)
 	}
 	j := &Job{name: name, cfg: cfg.withDefaults()}
-	if err := checkpoint.ValidateOperator(name); err != nil {
+	if err := layout.ValidateOperator(name); err != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: job name: %w", err))
 	}
 	j.errs = append(j.errs, cfg.errs...)
@@ -106,6 +107,9 @@ func (j *Job) Validate() error {
 	}
 	if err := j.cfg.Checkpoint.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if j.cfg.TransactionMaxTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("keyed: transaction max timeout %v below 1s", j.cfg.TransactionMaxTimeout))
 	}
 	if j.cfg.MaxParallelism != 0 {
 		if err := ValidateParallelism(1, j.cfg.MaxParallelism); err != nil {
@@ -318,7 +322,7 @@ type Sink[T any] interface {
 	// source offsets (a Kafka sink commits them to its commit group inside
 	// the transaction). An error marked OutcomeUnknown says the step may or
 	// may not have happened.
-	Commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error
+	Commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error
 	// Recorded returns what the sink's system recorded as committed, nil
 	// if nothing: recovery restores exactly that checkpoint and checks the
 	// recorded offsets against it.
@@ -342,9 +346,10 @@ type SinkInfo struct {
 	// Mode is the job's checkpointing mode: exactly-once output is
 	// written in transactions, at-least-once output at once.
 	Mode checkpoint.Mode
-	// TransactionTimeout is derived from the checkpoint settings
-	// (checkpoint.Config.TransactionTimeout): a transaction spans at most
-	// this long.
+	// TransactionTimeout is derived from the checkpoint settings (the
+	// interval, timeout and min pause, times the tolerable failures plus
+	// one, plus 10 s, capped at TransactionMaxTimeout): a transaction
+	// spans at most this long.
 	TransactionTimeout time.Duration
 	// CommitTimeout bounds every Commit (its ctx has this deadline, the
 	// checkpoint timeout, or less during a graceful stop). A Kafka sink
@@ -358,10 +363,10 @@ type SinkInfo struct {
 // Recorded is what a sink's system holds as committed: a checkpoint, and
 // the source offsets committed with it.
 type Recorded struct {
-	Ref checkpoint.CheckpointRef
+	Ref checkpoint.Ref
 	// Offsets are the committed source offsets, one per partition that has
 	// one; a restore checks them against the checkpoint's
-	// (checkpoint.CheckOffsets).
+	// (internal/recovery's CheckOffsets).
 	Offsets []checkpoint.PartitionOffset
 	// Where names the record for errors ("commit group kord.x.commit").
 	Where string
@@ -378,7 +383,7 @@ type PartitionRecord struct {
 	Topic     string
 	Partition int32
 	Offset    int64
-	Ref       checkpoint.CheckpointRef
+	Ref       checkpoint.Ref
 }
 
 // Membership is a sink whose system assigns the job's input partitions to
@@ -437,7 +442,7 @@ type Output[O any] struct {
 // one operator task (no shuffle).
 func FromSource[T any](j *Job, name string, parallelism int, s Source[T]) *Stream[T] {
 	n := &sourceOf[T]{name: name, parallelism: parallelism, src: s}
-	if err := checkpoint.ValidateOperator(name); err != nil {
+	if err := layout.ValidateOperator(name); err != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: source name: %w", err))
 	}
 	if parallelism < 1 {
@@ -534,7 +539,7 @@ func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, ne
 	if j.op != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: only one keyed operator stage per job is supported", name))
 	}
-	if err := checkpoint.ValidateOperator(name); err != nil {
+	if err := layout.ValidateOperator(name); err != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator name: %w", err))
 	}
 	if parallelism < 1 {

@@ -4,21 +4,20 @@ import (
 	"fmt"
 
 	"github.com/cespare/xxhash/v2"
-
-	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/layout"
 )
 
 // DefaultMaxParallelism is the number of key groups of a keyBy stream whose
 // maxParallelism is not set (Flink's lower bound for its default, 128).
 const DefaultMaxParallelism = 128
 
-// MaxParallelismLimit bounds maxParallelism: checkpoint.MaxKeyGroups, the
-// bound the checkpoint format holds key groups to (five digits in a state
-// file name). It is above Flink's 32768 because in the partitioned mode
+// MaxParallelismLimit bounds maxParallelism: the bound the checkpoint
+// format holds key groups to (internal/layout's MaxKeyGroups: five digits
+// in a state file name). It is above Flink's 32768 because in the partitioned mode
 // maxParallelism is a topic's partition count, which Kafka does not cap at
 // 32768; every formula here is computed in 64 bits, so any bound up to
 // 2^31 would be safe.
-const MaxParallelismLimit = checkpoint.MaxKeyGroups
+const MaxParallelismLimit = layout.MaxKeyGroups
 
 // KeyGroup returns the key group of key in the keyBy mode:
 // xxhash64(key) % maxParallelism. nil and empty keys are the same key

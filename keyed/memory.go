@@ -173,7 +173,7 @@ type MemorySink[T any] struct {
 	commits   int
 	// FailCommit, if set, is called before each commit; an error fails it
 	// (with nothing committed).
-	FailCommit func(ref checkpoint.CheckpointRef) error
+	FailCommit func(ref checkpoint.Ref) error
 }
 
 var _ Sink[int] = (*MemorySink[int])(nil)
@@ -191,7 +191,7 @@ func (s *MemorySink[T]) Write(_ context.Context, epoch uint64, v T) error {
 
 // Commit implements Sink: the output of every epoch ≤ ref.ID becomes
 // visible, in epoch order, and ref is recorded with offsets.
-func (s *MemorySink[T]) Commit(_ context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error {
+func (s *MemorySink[T]) Commit(_ context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
 	if s.FailCommit != nil {
 		if err := s.FailCommit(ref); err != nil {
 			return err

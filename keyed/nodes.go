@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/align"
+	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/statefile"
 )
 
 type sourceOf[T any] struct {
@@ -72,7 +75,7 @@ func (s *sinkOf[O]) sinkValue() any                                 { return s.s
 func (s *sinkOf[O]) recorded(ctx context.Context) (*Recorded, error) {
 	return s.sink.Recorded(ctx)
 }
-func (s *sinkOf[O]) commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error {
+func (s *sinkOf[O]) commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
 	return s.sink.Commit(ctx, ref, offsets)
 }
 
@@ -310,7 +313,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 				return fmt.Errorf("keyed: operator %q task %d: restore %s: %w", o.name, d, rs.meta.Ref(), err)
 			}
 		}
-		al, err := checkpoint.NewAligner(cfg.Mode, upstreams)
+		al, err := align.New(cfg.Mode, upstreams)
 		if err != nil {
 			return err
 		}
@@ -325,7 +328,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	}
 	{
 		task := r.addTask(fmt.Sprintf("%s[0]", j.sink.(*sinkOf[O]).name))
-		al, err := checkpoint.NewAligner(cfg.Mode, o.parallelism)
+		al, err := align.New(cfg.Mode, o.parallelism)
 		if err != nil {
 			return err
 		}
@@ -744,7 +747,7 @@ type opTask[T, O any] struct {
 	r       *run
 	task    int
 	in      *inbox[T]
-	al      *checkpoint.Aligner
+	al      *align.Aligner
 	cancels chan uint64
 	op      Operator[T, O]
 	b       *Backend
@@ -846,7 +849,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 				}
 			}
 		}
-		var effs []checkpoint.AlignEffect
+		var effs []align.Effect
 		if m.barrier > 0 {
 			effs = t.al.Barrier(m.from, m.barrier, time.Now())
 		}
@@ -860,10 +863,10 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 	}
 }
 
-func (t *opTask[T, O]) apply(ctx context.Context, effs []checkpoint.AlignEffect) error {
+func (t *opTask[T, O]) apply(ctx context.Context, effs []align.Effect) error {
 	for _, e := range effs {
 		switch e.Kind {
-		case checkpoint.AlignSnapshot:
+		case align.Snapshot:
 			t.r.align.add(e.Alignment)
 			if err := t.out.broadcast(e.ID); err != nil {
 				return err
@@ -877,7 +880,7 @@ func (t *opTask[T, O]) apply(ctx context.Context, effs []checkpoint.AlignEffect)
 				files, err := t.writeSnapshot(ctx, snap, id)
 				t.r.ack(ack{task: t.task, id: id, files: files, refs: refs, err: err, wm: wm, opTask: true})
 			}(e.ID)
-		case checkpoint.AlignError:
+		case align.Error:
 			return e.Err()
 		}
 	}
@@ -908,7 +911,7 @@ type sinkTask[O any] struct {
 	r       *run
 	task    int
 	in      *inbox[O]
-	al      *checkpoint.Aligner
+	al      *align.Aligner
 	cancels chan uint64
 	sink    Sink[O]
 	epoch   uint64
@@ -937,14 +940,14 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 				return err
 			}
 		}
-		var effs []checkpoint.AlignEffect
+		var effs []align.Effect
 		if m.barrier > 0 {
 			effs = t.al.Barrier(m.from, m.barrier, time.Now())
 		}
 		t.in.done(m.from)
 		for _, e := range effs {
 			switch e.Kind {
-			case checkpoint.AlignSnapshot:
+			case align.Snapshot:
 				t.r.align.add(e.Alignment)
 				t.epoch = e.ID + 1
 				files, err := t.r.writeOpState(ctx, t.sink, t.name, 0, e.ID)
@@ -952,7 +955,7 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 					return err
 				}
 				t.r.ack(ack{task: t.task, id: e.ID, files: files})
-			case checkpoint.AlignError:
+			case align.Error:
 				return e.Err()
 			}
 		}
@@ -968,7 +971,7 @@ type stash[T any] [][]message[T]
 func newStash[T any](inputs int) stash[T] { return make(stash[T], inputs) }
 
 // pop returns the oldest stashed message of an input no longer blocked.
-func (s stash[T]) pop(al *checkpoint.Aligner) (message[T], bool) {
+func (s stash[T]) pop(al *align.Aligner) (message[T], bool) {
 	for u := range s {
 		if len(s[u]) > 0 && !al.Blocked(u) {
 			m := s[u][0]
@@ -981,7 +984,7 @@ func (s stash[T]) pop(al *checkpoint.Aligner) (message[T], bool) {
 
 // keep stashes m if its input is blocked and reports whether it did. (An
 // unblocked input's stash is always empty here: pop drains it first.)
-func (s stash[T]) keep(al *checkpoint.Aligner, m message[T]) bool {
+func (s stash[T]) keep(al *align.Aligner, m message[T]) bool {
 	if !al.Blocked(m.from) {
 		return false
 	}
@@ -1006,15 +1009,15 @@ func (r *run) writeOpState(ctx context.Context, v any, name string, instance int
 	if err != nil {
 		return nil, fmt.Errorf("operator state of %s[%d]: %w", name, instance, err)
 	}
-	entries := make([]checkpoint.Entry, len(elems))
+	entries := make([]statefile.Entry, len(elems))
 	for k, e := range elems {
-		entries[k] = checkpoint.Entry{Key: binary.BigEndian.AppendUint32(nil, uint32(k)), Value: e}
+		entries[k] = statefile.Entry{Key: binary.BigEndian.AppendUint32(nil, uint32(k)), Value: e}
 	}
-	data, err := checkpoint.EncodeKeyGroup(entries)
+	data, err := statefile.EncodeKeyGroup(entries)
 	if err != nil {
 		return nil, fmt.Errorf("operator state of %s[%d]: %w", name, instance, err)
 	}
-	return checkpoint.PutAll(ctx, r.store, map[string][]byte{checkpoint.StateFileName(r.runID, id, opStateName(name), instance): data})
+	return checkpoint.PutAll(ctx, r.store, map[string][]byte{layout.StateFileName(r.runID, id, opStateName(name), instance): data})
 }
 
 // checkOpStateNames refuses a checkpoint holding operator state of a
@@ -1030,8 +1033,8 @@ func checkOpStateNames(j *Job, rs *restoreState) error {
 		parts[s.sourceName()] = true
 	}
 	for n := range rs.files {
-		pn, ok := checkpoint.ParseName(n)
-		if !ok || pn.Kind != checkpoint.KindState {
+		pn, ok := layout.ParseName(n)
+		if !ok || pn.Kind != layout.KindState {
 			continue
 		}
 		if name, ok := strings.CutSuffix(pn.Operator, opStateName("")); ok && !parts[name] {
@@ -1056,11 +1059,11 @@ func restoreOpState(rs *restoreState, v any, name string) error {
 	sort.Strings(names) // instance order: the index is zero-padded
 	var elems [][]byte
 	for _, n := range names {
-		pn, ok := checkpoint.ParseName(n)
-		if !ok || pn.Kind != checkpoint.KindState || pn.Operator != opStateName(name) {
+		pn, ok := layout.ParseName(n)
+		if !ok || pn.Kind != layout.KindState || pn.Operator != opStateName(name) {
 			continue
 		}
-		entries, err := checkpoint.DecodeKeyGroup(n, rs.files[n])
+		entries, err := statefile.DecodeKeyGroup(n, rs.files[n])
 		if err != nil {
 			return fmt.Errorf("operator state of %s: %w", name, err)
 		}

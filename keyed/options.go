@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/lifecycle"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -21,7 +22,7 @@ type config struct {
 	name             string
 	MaxParallelism   int
 	Mode             checkpoint.Mode
-	Checkpoint       checkpoint.Config
+	Checkpoint       lifecycle.Config
 	FS               vfs.FS
 	Dir              string
 	Storage          checkpoint.Storage
@@ -40,6 +41,10 @@ type config struct {
 	warnLog     *slog.Logger
 	StopTimeout time.Duration
 	errs        []error
+
+	// TransactionMaxTimeout caps the transaction timeout
+	// (transactionTimeout): the brokers' transaction.max.timeout.ms.
+	TransactionMaxTimeout time.Duration
 }
 
 func (c config) withDefaults() config {
@@ -71,6 +76,9 @@ func (c config) withDefaults() config {
 		c.warnLog = c.Logger
 	}
 	c.Checkpoint = c.Checkpoint.WithDefaults()
+	if c.TransactionMaxTimeout == 0 {
+		c.TransactionMaxTimeout = 15 * time.Minute
+	}
 	if c.StopTimeout <= 0 {
 		c.StopTimeout = c.Checkpoint.Timeout
 	}
@@ -169,7 +177,23 @@ func TolerableFailures(n int) Opt {
 // it. Set it only for brokers configured otherwise. Default 15 minutes,
 // Kafka's default.
 func TransactionMaxTimeout(d time.Duration) Opt {
-	return func(c *config) { c.Checkpoint.TransactionMaxTimeout = d }
+	return func(c *config) { c.TransactionMaxTimeout = d }
+}
+
+// transactionTimeout derives the Kafka transaction timeout from the
+// checkpoint settings: a transaction stays open from one commit to the
+// next, across up to TolerableFailures aborted checkpoints, each lasting
+// at most Interval plus Timeout plus MinPause; plus a 10 s margin. It is
+// capped at TransactionMaxTimeout, by default 15 minutes, the broker's
+// default transaction.max.timeout.ms (a longer chain ends in an abort and
+// a replay, never in loss). Flink's 1 h default against the broker's
+// 15 min maximum is the classic failure this avoids. The job hands it to
+// its sink (SinkInfo.TransactionTimeout) and ages other runs' checkpoints
+// by it (sweepAge). c has its defaults (withDefaults).
+func (c config) transactionTimeout() time.Duration {
+	k := c.Checkpoint
+	d := time.Duration(k.TolerableFailures+1)*(k.Interval+k.Timeout+k.MinPause) + 10*time.Second
+	return min(d, c.TransactionMaxTimeout)
 }
 
 // MaxParallelism is the number of key groups of a KeyBy job, the most

@@ -13,8 +13,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/rig/testjob"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
@@ -166,7 +166,7 @@ func TestAtLeastOnce(t *testing.T) {
 	require.NoError(t, j.Run(context.Background()))
 	rec, err := sink.Recorded(context.Background())
 	require.NoError(t, err)
-	meta := fmt.Sprintf("%s/%s", dir, checkpoint.MetaName(rec.Ref.Run, rec.Ref.ID))
+	meta := fmt.Sprintf("%s/%s", dir, layout.MetaName(rec.Ref.Run, rec.Ref.ID))
 	b, err := os.ReadFile(meta)
 	require.NoError(t, err)
 	b[len(b)/2] ^= 0xff

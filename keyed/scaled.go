@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/retain"
 )
 
 // A job on several processes (Membership). Each process runs over the
@@ -45,7 +47,7 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 			own[topic][p] = true
 		}
 	}
-	byRef := map[checkpoint.CheckpointRef][]PartitionRecord{}
+	byRef := map[checkpoint.Ref][]PartitionRecord{}
 	if rec != nil {
 		for _, pr := range rec.Parts {
 			if own[pr.Topic][pr.Partition] {
@@ -53,11 +55,11 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 			}
 		}
 	}
-	refs := make([]checkpoint.CheckpointRef, 0, len(byRef))
+	refs := make([]checkpoint.Ref, 0, len(byRef))
 	for ref := range byRef {
 		refs = append(refs, ref)
 	}
-	slices.SortFunc(refs, func(a, b checkpoint.CheckpointRef) int {
+	slices.SortFunc(refs, func(a, b checkpoint.Ref) int {
 		return cmp.Or(cmp.Compare(a.Run, b.Run), cmp.Compare(a.ID, b.ID))
 	})
 	var operators []checkpoint.OperatorRef
@@ -174,7 +176,7 @@ func offsetOf(offs []checkpoint.PartitionOffset, topic string, p int32) (int64, 
 // record names an older one of the run. Other processes' checkpoints, and
 // this process's earlier runs (a partition revoked since may still name
 // one), are left alone.
-func retainRun(ctx context.Context, s checkpoint.Objects, committed checkpoint.CheckpointRef, keep int) error {
+func retainRun(ctx context.Context, s checkpoint.Objects, committed checkpoint.Ref, keep int) error {
 	if committed.ID < uint64(keep) {
 		return nil
 	}
@@ -185,14 +187,14 @@ func retainRun(ctx context.Context, s checkpoint.Objects, committed checkpoint.C
 	}
 	var metas, files []string
 	for _, name := range names {
-		n, ok := checkpoint.ParseName(name)
+		n, ok := layout.ParseName(name)
 		if !ok || n.Run != committed.Run || n.ID >= below {
 			continue
 		}
 		switch n.Kind {
-		case checkpoint.KindMeta:
+		case layout.KindMeta:
 			metas = append(metas, name)
-		case checkpoint.KindState:
+		case layout.KindState:
 			files = append(files, name)
 		}
 	}
@@ -210,12 +212,12 @@ const sweepMargin = time.Minute
 
 // sweepAge is how old another run's checkpoint must be before retention
 // may delete it when no record names it: older than its commit can take
-// (checkpoint.RetainOthers).
+// (retain.Others).
 func (j *Job) sweepAge() time.Duration {
 	if d := testSweepAge.Load(); d >= 0 {
 		return time.Duration(d)
 	}
-	return j.cfg.Checkpoint.TransactionTimeout() + j.commitTimeout() + sweepMargin
+	return j.cfg.transactionTimeout() + j.commitTimeout() + sweepMargin
 }
 
 // testSweepAge, when not negative, replaces sweepAge (tests only).
@@ -224,10 +226,10 @@ var testSweepAge = func() *atomic.Int64 { var a atomic.Int64; a.Store(-1); retur
 // sweep is retention of other runs on the storage the processes share:
 // earlier runs of this process and runs of processes since dead or moved
 // on. It deletes their checkpoints that no partition's record in rec names
-// and that are older than sweepAge (checkpoint.RetainOthers); rec must have
+// and that are older than sweepAge (retain.Others); rec must have
 // been read just before. This run's checkpoints are retainRun's.
 func (r *run) sweep(ctx context.Context, rec *Recorded) {
-	var named []checkpoint.CheckpointRef
+	var named []checkpoint.Ref
 	if rec != nil {
 		for _, p := range rec.Parts {
 			named = append(named, p.Ref)
@@ -235,7 +237,7 @@ func (r *run) sweep(ctx context.Context, rec *Recorded) {
 	}
 	now := time.Now()
 	r.lastSweep.Store(now.UnixNano())
-	deleted, err := checkpoint.RetainOthers(ctx, r.store, named, r.runID, now.Add(-r.j.sweepAge()))
+	deleted, err := retain.Others(ctx, r.store, named, r.runID, now.Add(-r.j.sweepAge()))
 	if err != nil {
 		r.log.Warn("keyed: retention of other runs' checkpoints", "err", err)
 		return

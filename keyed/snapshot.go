@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/statefile"
 )
 
 // Snapshot is the keyed state of a Backend at one instant, taken by
@@ -29,12 +31,12 @@ type Snapshot struct {
 }
 
 // encoder is the memory one state's file is encoded in: a
-// checkpoint.KeyGroupEncoder and the workspaces its workers fill. The
+// statefile.KeyGroupEncoder and the workspaces its workers fill. The
 // backend keeps the encoders of released snapshots, so that each checkpoint
 // reuses the last one's buffers (about one state file's size per state)
 // rather than allocating and growing them again.
 type encoder struct {
-	kg checkpoint.KeyGroupEncoder
+	kg statefile.KeyGroupEncoder
 	ws []workspace
 }
 
@@ -62,7 +64,7 @@ type frozenState interface {
 	groupLen(g int) int
 	// entries returns group g's entries, built in w's buffers (valid until
 	// the next call with w).
-	entries(g int, w *workspace) ([]checkpoint.Entry, error)
+	entries(g int, w *workspace) ([]statefile.Entry, error)
 }
 
 type frozen[T any] struct {
@@ -86,10 +88,10 @@ func (f *frozen[T]) groupLen(g int) int {
 type workspace struct {
 	buf, scratch []byte
 	offs         []int
-	entries      []checkpoint.Entry
+	entries      []statefile.Entry
 }
 
-func (f *frozen[T]) entries(g int, w *workspace) ([]checkpoint.Entry, error) {
+func (f *frozen[T]) entries(g int, w *workspace) ([]statefile.Entry, error) {
 	t := f.groups[g]
 	n := len(t.idx)
 	// Keys and values go into one buffer; entries slice it once it has
@@ -122,7 +124,7 @@ func (f *frozen[T]) entries(g int, w *workspace) ([]checkpoint.Entry, error) {
 	entries := slices.Grow(w.entries[:0], n)[:n]
 	for j := range entries {
 		a, b, c := offs[3*j], offs[3*j+1], offs[3*j+2]
-		entries[j] = checkpoint.Entry{Key: buf[a:b:b], Value: buf[b:c:c]}
+		entries[j] = statefile.Entry{Key: buf[a:b:b], Value: buf[b:c:c]}
 	}
 	w.buf, w.offs, w.scratch, w.entries = buf, offs, scratch, entries
 	return entries, nil
@@ -176,9 +178,9 @@ func (s *Snapshot) Len() int {
 var ErrReleased = errors.New("keyed: snapshot already released")
 
 // Encode encodes the snapshot as the state files of checkpoint (run, id):
-// for each state with entries, one checkpoint.EncodeKeyGroups file holding
+// for each state with entries, one statefile.EncodeKeyGroups file holding
 // every key group of the backend's range that has entries, named
-// checkpoint.StateFileName(run, id, "<operator>.<state>", first key group
+// layout.StateFileName(run, id, "<operator>.<state>", first key group
 // of the range), ready for checkpoint.WriteCheckpoint. An entry's Key is the
 // record key and its Value the codec's encoding of the value (of the list
 // or map for list and map states; see appendList and appendMap). Entries
@@ -194,7 +196,7 @@ func (s *Snapshot) Encode(run string, id uint64, parallel int) (map[string][]byt
 	if s.released.Load() {
 		return nil, ErrReleased
 	}
-	if err := checkpoint.ValidateRun(run); err != nil {
+	if err := layout.ValidateRun(run); err != nil {
 		return nil, err
 	}
 	if parallel <= 0 {
@@ -217,13 +219,13 @@ func (s *Snapshot) Encode(run string, id uint64, parallel int) (map[string][]byt
 		if len(enc.ws) < parallel {
 			enc.ws = append(enc.ws, make([]workspace, parallel-len(enc.ws))...)
 		}
-		data, err := enc.kg.Encode(kgs, parallel, func(w, i int) ([]checkpoint.Entry, error) {
+		data, err := enc.kg.Encode(kgs, parallel, func(w, i int) ([]statefile.Entry, error) {
 			return st.entries(groups[i], &enc.ws[w])
 		})
 		if err != nil {
 			return nil, fmt.Errorf("keyed: operator %q state %q: %w", s.operator, st.info().Name, err)
 		}
-		files[checkpoint.StateFileName(run, id, st.info().FileOperator(), s.r.Start)] = data
+		files[layout.StateFileName(run, id, st.info().FileOperator(), s.r.Start)] = data
 	}
 	return files, nil
 }
@@ -316,7 +318,7 @@ func (b *Backend) restoreFrom(m *checkpoint.Metadata, files map[string][]byte, t
 	}
 	recorded := map[string]checkpoint.OperatorRef{}
 	for _, ref := range m.Operators {
-		op, name, ok := splitFileOperator(ref.Name)
+		op, name, ok := layout.SplitOperator(ref.Name)
 		if !ok || op != b.operator {
 			continue
 		}
@@ -334,7 +336,7 @@ func (b *Backend) restoreFrom(m *checkpoint.Metadata, files map[string][]byte, t
 		recorded[name] = ref
 	}
 	type task struct {
-		f  *checkpoint.KeyGroupFile
+		f  *statefile.KeyGroupFile
 		i  int // key group index in f
 		st state
 		g  int
@@ -351,21 +353,21 @@ func (b *Backend) restoreFrom(m *checkpoint.Metadata, files map[string][]byte, t
 	}
 	seen := map[stateGroup]string{} // -> the file holding it
 	for _, name := range names {
-		n, ok := checkpoint.ParseName(name)
-		if !ok || n.Kind != checkpoint.KindState {
+		n, ok := layout.ParseName(name)
+		if !ok || n.Kind != layout.KindState {
 			return fmt.Errorf("keyed: operator %q: %q is not a state file name", b.operator, name)
 		}
 		if n.Run != m.Run || n.ID != m.ID {
 			return fmt.Errorf("keyed: operator %q: state file %q is not of checkpoint %s", b.operator, name, m.Ref())
 		}
-		op, stName, ok := splitFileOperator(n.Operator)
+		op, stName, ok := layout.SplitOperator(n.Operator)
 		if !ok || op != b.operator {
 			continue // another operator's
 		}
 		if _, ok := recorded[stName]; !ok {
 			return &MismatchError{Operator: b.operator, State: stName, Field: "record", Found: name}
 		}
-		f, err := checkpoint.OpenKeyGroups(name, files[name])
+		f, err := statefile.OpenKeyGroups(name, files[name])
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/statefile"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -24,18 +26,18 @@ func decodeFiles(t testing.TB, op string, maxP int, files map[string][]byte) *mo
 	t.Helper()
 	md := newModel()
 	for name, data := range files {
-		n, ok := checkpoint.ParseName(name)
+		n, ok := layout.ParseName(name)
 		require.True(t, ok, name)
-		o, st, ok := splitFileOperator(n.Operator)
+		o, st, ok := layout.SplitOperator(n.Operator)
 		require.True(t, ok, name)
 		if o != op {
 			continue
 		}
-		kgs, groups, err := checkpoint.DecodeKeyGroups(name, data)
+		kgs, groups, err := statefile.DecodeKeyGroups(name, data)
 		require.NoError(t, err)
 		require.NotEmpty(t, kgs, "no empty files")
 		require.Equal(t, n.KeyGroup, kgs[0], "a file is named by its instance's first key group")
-		var entries []checkpoint.Entry
+		var entries []statefile.Entry
 		var entryKG []int
 		for i, es := range groups {
 			require.NotEmpty(t, es, "no empty key groups")
@@ -175,8 +177,8 @@ func TestCopyOnWriteGranularity(t *testing.T) {
 func decodeFilesAny(t testing.TB, files map[string][]byte) map[string]map[string][]byte {
 	out := map[string]map[string][]byte{}
 	for name, data := range files {
-		n, _ := checkpoint.ParseName(name)
-		_, groups, err := checkpoint.DecodeKeyGroups(name, data)
+		n, _ := layout.ParseName(name)
+		_, groups, err := statefile.DecodeKeyGroups(name, data)
 		require.NoError(t, err)
 		if out[n.Operator] == nil {
 			out[n.Operator] = map[string][]byte{}
@@ -443,9 +445,9 @@ func TestRestoreCorruptFiles(t *testing.T) {
 	kg1 := KeyGroup([]byte(k1), testMaxP)
 	other := (kg1 + 1) % testMaxP
 	v8 := make([]byte, 8)
-	good := encodeEntries(t, kg1, checkpoint.Entry{Key: []byte(k1), Value: v8})
-	name := checkpoint.StateFileName(testRun, 1, "op.count", 0)
-	otherName := checkpoint.StateFileName(testRun, 1, "op.count", 1)
+	good := encodeEntries(t, kg1, statefile.Entry{Key: []byte(k1), Value: v8})
+	name := layout.StateFileName(testRun, 1, "op.count", 0)
+	otherName := layout.StateFileName(testRun, 1, "op.count", 1)
 	for _, c := range []struct {
 		what   string
 		file   string
@@ -454,10 +456,10 @@ func TestRestoreCorruptFiles(t *testing.T) {
 	}{
 		{"garbage", name, []byte("not avro"), "not an Avro object container file"},
 		{"truncated", name, good[:len(good)-3], "state file at byte"},
-		{"other key group", name, encodeEntries(t, kg1, checkpoint.Entry{Key: []byte(k1), Value: v8}, checkpoint.Entry{Key: []byte(k2), Value: v8}), "belongs to key group"},
-		{"duplicate key", name, encodeEntries(t, kg1, checkpoint.Entry{Key: []byte(k1), Value: v8}, checkpoint.Entry{Key: []byte(k1), Value: v8}), "appears twice"},
-		{"bad value", name, encodeEntries(t, kg1, checkpoint.Entry{Key: []byte(k1), Value: []byte{1, 2, 3}}), "int64 codec: 3 bytes, want 8"},
-		{"key group in two files", checkpoint.StateFileName(testRun, 1, "op.count", 2), encodeEntries(t, other, checkpoint.Entry{Key: []byte(k2), Value: v8}), "is also in " + otherName},
+		{"other key group", name, encodeEntries(t, kg1, statefile.Entry{Key: []byte(k1), Value: v8}, statefile.Entry{Key: []byte(k2), Value: v8}), "belongs to key group"},
+		{"duplicate key", name, encodeEntries(t, kg1, statefile.Entry{Key: []byte(k1), Value: v8}, statefile.Entry{Key: []byte(k1), Value: v8}), "appears twice"},
+		{"bad value", name, encodeEntries(t, kg1, statefile.Entry{Key: []byte(k1), Value: []byte{1, 2, 3}}), "int64 codec: 3 bytes, want 8"},
+		{"key group in two files", layout.StateFileName(testRun, 1, "op.count", 2), encodeEntries(t, other, statefile.Entry{Key: []byte(k2), Value: v8}), "is also in " + otherName},
 	} {
 		t.Run(c.what, func(t *testing.T) {
 			b := newTestBackend(t, "op", FullRange(testMaxP))
@@ -465,7 +467,7 @@ func TestRestoreCorruptFiles(t *testing.T) {
 			require.NoError(t, err)
 			m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.OperatorRefs()}
 			// A good file next to the bad one: the backend must not keep it.
-			files := map[string][]byte{c.file: c.data, otherName: encodeEntries(t, other, checkpoint.Entry{Key: []byte(k2), Value: v8})}
+			files := map[string][]byte{c.file: c.data, otherName: encodeEntries(t, other, statefile.Entry{Key: []byte(k2), Value: v8})}
 			err = b.Restore(m, files)
 			var ce *checkpoint.CorruptError
 			require.ErrorAs(t, err, &ce)
@@ -487,21 +489,21 @@ func TestRestoreCorruptFiles(t *testing.T) {
 	i := bytes.LastIndex(bad, []byte(k1)) - 2 // the record: key group, key length, key
 	require.Equal(t, byte(2*kg1), bad[i])
 	bad[i] += 2
-	_, _, err = checkpoint.DecodeKeyGroups(name, bad)
+	_, _, err = statefile.DecodeKeyGroups(name, bad)
 	require.ErrorContains(t, err, "record of key group")
 	require.NoError(t, b.Restore(m, map[string][]byte{name: bad}))
 	// A name that is not a state file of this checkpoint is an error.
 	b = newTestBackend(t, "op", FullRange(testMaxP))
 	require.Error(t, b.Restore(m, map[string][]byte{"ckpt-abc123-00000000000000000001.meta": nil}))
 	b = newTestBackend(t, "op", FullRange(testMaxP))
-	require.Error(t, b.Restore(m, map[string][]byte{checkpoint.StateFileName(testRun, 2, "op.count", 0): good}))
+	require.Error(t, b.Restore(m, map[string][]byte{layout.StateFileName(testRun, 2, "op.count", 0): good}))
 }
 
 // encodeEntries makes a key-group range file holding entries in key group
 // kg.
-func encodeEntries(t testing.TB, kg int, entries ...checkpoint.Entry) []byte {
+func encodeEntries(t testing.TB, kg int, entries ...statefile.Entry) []byte {
 	t.Helper()
-	b, err := checkpoint.EncodeKeyGroups([]int{kg}, 1, func(int, int) ([]checkpoint.Entry, error) { return entries, nil })
+	b, err := statefile.EncodeKeyGroups([]int{kg}, 1, func(int, int) ([]statefile.Entry, error) { return entries, nil })
 	require.NoError(t, err)
 	return b
 }
@@ -673,7 +675,7 @@ func TestEncodeReusesMemory(t *testing.T) {
 	s3 := b.Snapshot()
 	f3 := only(mustEncodeSnap(t, s3))
 	require.Same(t, &f1[0], &f3[0], "s3 reuses released s1's memory")
-	_, _, err := checkpoint.DecodeKeyGroups("f3", f3)
+	_, _, err := statefile.DecodeKeyGroups("f3", f3)
 	require.NoError(t, err)
 	s2.Release()
 	s3.Release()

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/statefile"
 )
 
 // Kind is the kind of a keyed state.
@@ -47,7 +49,7 @@ type StateInfo struct {
 }
 
 // FileOperator is "<operator>.<state>": the operator slot of the state's
-// checkpoint.StateFileName and the Name of its checkpoint.OperatorRef.
+// file name (internal/layout) and the Name of its checkpoint.OperatorRef.
 // Operator and state names have no '.', so it splits back unambiguously.
 func (i StateInfo) FileOperator() string { return i.Operator + "." + i.Name }
 
@@ -58,28 +60,8 @@ func (i StateInfo) Ref() checkpoint.OperatorRef {
 	return checkpoint.OperatorRef{Name: i.FileOperator(), Type: i.Kind.refType(), SchemaFingerprint: i.Fingerprint}
 }
 
-// splitFileOperator splits "<operator>.<state>"; ok is false for a name
-// that is not one (no '.', or more than one).
-func splitFileOperator(s string) (operator, state string, ok bool) {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '.' {
-			operator, state = s[:i], s[i+1:]
-			if operator == "" || state == "" {
-				return "", "", false
-			}
-			for j := 0; j < len(state); j++ {
-				if state[j] == '.' {
-					return "", "", false
-				}
-			}
-			return operator, state, true
-		}
-	}
-	return "", "", false
-}
-
 // validateName checks an operator or state name: 1 or more characters of
-// [a-zA-Z0-9_-] (checkpoint.ValidateOperator's set without '.', which
+// [a-zA-Z0-9_-] (layout.ValidateOperator's set without '.', which
 // separates the two in file names).
 func validateName(what, s string) error {
 	if s == "" {
@@ -258,7 +240,7 @@ type state interface {
 	reset()
 	// restoreGroup replaces group g's table with entries, the contents of
 	// file for key group g + r.Start. It may run concurrently for distinct g.
-	restoreGroup(g int, file string, entries []checkpoint.Entry) error
+	restoreGroup(g int, file string, entries []statefile.Entry) error
 }
 
 func register[T any](b *Backend, name string, kind Kind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
@@ -274,7 +256,7 @@ func registerState[T any](b *Backend, name string, kind Kind, fp string, enc enc
 	if err := validateName("state", name); err != nil {
 		return nil, fmt.Errorf("keyed: operator %q: %w", b.operator, err)
 	}
-	if err := checkpoint.ValidateOperator(b.operator + "." + name); err != nil {
+	if err := layout.ValidateOperator(b.operator + "." + name); err != nil {
 		return nil, fmt.Errorf("keyed: operator %q state %q: %w", b.operator, name, err)
 	}
 	if b.restored {
@@ -529,7 +511,7 @@ func (s *store[T]) freeze() frozenState {
 	return &frozen[T]{inf: s.inf, start: s.b.r.Start, groups: slices.Clone(s.groups), enc: enc}
 }
 
-func (s *store[T]) restoreGroup(g int, file string, entries []checkpoint.Entry) error {
+func (s *store[T]) restoreGroup(g int, file string, entries []statefile.Entry) error {
 	kg := g + s.b.r.Start
 	t := &table[T]{idx: make(map[string]uint32, len(entries)), vals: make([]T, 0, len(entries)), keys: make([]string, 0, len(entries)), epoch: s.b.epoch, ownAll: true}
 	// The keys share one string: one allocation instead of one a key, and

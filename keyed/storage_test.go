@@ -19,6 +19,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/checkpoint/blobstore"
 	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/vfs"
 )
@@ -72,7 +73,7 @@ func TestCheckpointStorage(t *testing.T) {
 			metas++
 		}
 	}
-	require.Contains(t, names, checkpoint.CommittedName, "the committed marker is in the bucket")
+	require.Contains(t, names, layout.CommittedName, "the committed marker is in the bucket")
 	require.Positive(t, metas, "checkpoints are in the bucket: %v", names)
 	local, err := mem.ReadDir("/unused")
 	require.True(t, err != nil || len(local) == 0, "nothing in the directory: %v %v", local, err)
@@ -102,7 +103,7 @@ type hangingStorage struct {
 }
 
 func (h *hangingStorage) Put(ctx context.Context, name string, data []byte) error {
-	if n, ok := checkpoint.ParseName(name); ok && n.Kind == checkpoint.KindState {
+	if n, ok := layout.ParseName(name); ok && n.Kind == layout.KindState {
 		h.once.Do(func() { close(h.hanged) })
 		return h.stuck.Put(ctx, name, data)
 	}

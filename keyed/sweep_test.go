@@ -44,7 +44,7 @@ func (s *memberSink) Assignment(context.Context) (map[string][]int32, <-chan str
 
 func (s *memberSink) Released() {}
 
-func (s *memberSink) Commit(ctx context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error {
+func (s *memberSink) Commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
 	if err := s.MemorySink.Commit(ctx, ref, offsets); err != nil {
 		return err
 	}
@@ -71,10 +71,10 @@ func (s *memberSink) Recorded(context.Context) (*keyed.Recorded, error) {
 	return rec, nil
 }
 
-func (s *memberSink) named() map[checkpoint.CheckpointRef]bool {
+func (s *memberSink) named() map[checkpoint.Ref]bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	named := map[checkpoint.CheckpointRef]bool{}
+	named := map[checkpoint.Ref]bool{}
 	for _, r := range s.recs {
 		named[r.Ref] = true
 	}
@@ -122,7 +122,7 @@ func TestSweepOtherRuns(t *testing.T) {
 				}
 				require.NoError(t, err)
 				named := sink.named()
-				var others []checkpoint.CheckpointRef
+				var others []checkpoint.Ref
 				last := refs[len(refs)-1].Run
 				for _, r := range refs {
 					if r.Run != last && !named[r] {

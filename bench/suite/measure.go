@@ -19,7 +19,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
-	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/producer"
 )
 
@@ -34,7 +34,7 @@ type input struct {
 
 // createTopics creates topics with parts partitions each.
 func createTopics(ctx context.Context, brokers string, parts int32, topics ...string) error {
-	s, err := consumer.New(consumer.Brokers(strings.Split(brokers, ",")...))
+	s, err := admin.New(admin.Brokers(strings.Split(brokers, ",")...))
 	if err != nil {
 		return err
 	}

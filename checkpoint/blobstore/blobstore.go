@@ -26,6 +26,7 @@ import (
 	"gocloud.dev/gcerrors"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/layout"
 )
 
 // Store is checkpoint.Objects in a bucket, under a prefix.
@@ -61,7 +62,7 @@ func (s *Store) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 func (s *Store) key(op, name string) (string, error) {
-	if !checkpoint.ValidObjectName(name) {
+	if !layout.ValidObjectName(name) {
 		return "", fmt.Errorf("checkpoint: %s %q: not a valid object name", op, name)
 	}
 	return s.prefix + name, nil
@@ -129,7 +130,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 			return nil, fmt.Errorf("checkpoint: list %s%s: %w", s.prefix, prefix, err)
 		}
 		name := strings.TrimPrefix(obj.Key, s.prefix)
-		if obj.IsDir || !checkpoint.ValidObjectName(name) {
+		if obj.IsDir || !layout.ValidObjectName(name) {
 			continue
 		}
 		out = append(out, name)

@@ -96,7 +96,7 @@ func (s *LineSink[T]) Write(_ context.Context, epoch uint64, v T) error {
 // Commit implements keyed.Sink: the lines of every epoch up to ref.ID are
 // appended and made durable, then the record names ref, its offsets and
 // the file's new length.
-func (s *LineSink[T]) Commit(_ context.Context, ref checkpoint.CheckpointRef, offsets []checkpoint.PartitionOffset) error {
+func (s *LineSink[T]) Commit(_ context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f, err := os.OpenFile(s.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -152,7 +152,7 @@ func (s *LineSink[T]) Recorded(context.Context) (*keyed.Recorded, error) {
 	if err != nil || r == nil {
 		return nil, err
 	}
-	return &keyed.Recorded{Ref: checkpoint.CheckpointRef{Run: r.Run, ID: r.ID}, Offsets: r.Offsets, Where: "line sink " + s.recordPath()}, nil
+	return &keyed.Recorded{Ref: checkpoint.Ref{Run: r.Run, ID: r.ID}, Offsets: r.Offsets, Where: "line sink " + s.recordPath()}, nil
 }
 
 // Lines returns the committed lines of the file at path.

@@ -5,7 +5,11 @@
 //	kordtest/                  an in-process cluster and read-back, for users' tests
 //	kafkaio/                   the Kafka edge: the engine's source and sink
 //	keyed/                     job graph, runtime, keyed and operator state
-//	checkpoint/                pure core: aligner, lifecycle, recovery, formats, storage
+//	internal/align, lifecycle, pure core under keyed: aligner, lifecycle,
+//	  recovery, retain,        recovery decision, retention, state-file format
+//	  statefile
+//	checkpoint/                checkpoint storage, metadata, the restore errors
+//	internal/layout            the grammar of checkpoint object names
 //	producer/  consumer/       standalone clients on confluent-kafka-go;
 //	admin/                     admin/ imports neither of the other two
 //	partitioner/               Kafka's placement rules, pure functions

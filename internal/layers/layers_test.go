@@ -41,6 +41,24 @@ var rules = []struct {
 		"checkpoint storage is part of the core: no Kafka, nothing above it"},
 	{"partitioner", []string{mod + "/"},
 		"partitioner is pure: it imports nothing of kord"},
+	{"internal/layout", []string{mod + "/"},
+		"the file-name grammar is at the bottom: checkpoint and everything over it parse names with it"},
+}
+
+// core are the engine's internal packages under checkpoint's rules: the
+// state machines, the state-file format, the recovery decision and
+// retention.
+var core = []string{"internal/align", "internal/lifecycle", "internal/recovery", "internal/retain", "internal/statefile"}
+
+func init() {
+	for _, pkg := range core {
+		rules = append(rules, struct {
+			pkg    string
+			banned []string
+			why    string
+		}{pkg, append([]string{mod + "/producer", mod + "/consumer", mod + "/kafkaio", mod + "/keyed", mod + "/kordtest", "gocloud.dev"}, kafkaClients...),
+			"the core imports no Kafka client, no cloud SDK and nothing above checkpoint"})
+	}
 }
 
 // deps lists the packages pkg depends on, itself excluded; with tests, the
@@ -90,7 +108,7 @@ func TestLayers(t *testing.T) {
 // without Kafka too (the Kafka tests are kafkaio's): their test
 // dependencies hold no Kafka client and not the edge.
 func TestEngineTestsKnowNoKafka(t *testing.T) {
-	for _, pkg := range []string{"checkpoint", "keyed"} {
+	for _, pkg := range append([]string{"checkpoint", "keyed"}, core...) {
 		banned := append([]string{mod + "/producer", mod + "/consumer", mod + "/kafkaio"}, kafkaClients...)
 		if bad := violations(deps(t, pkg, true), banned); len(bad) > 0 {
 			t.Errorf("the tests of %s import %v", pkg, bad)
@@ -249,23 +267,21 @@ func internalPackages(t *testing.T) (ground, rigs []string) {
 	return ground, rigs
 }
 
-// TestGroundBelowRigs: a ground helper imports nothing of kord but other
-// ground helpers (a helper that imported the engine or a test cluster
-// would run an arrow upwards); no package a program links depends on a
+// TestGroundBelowRigs: an internal package that is no test rig (a ground
+// helper like kafkaconf, or the engine's core: align, lifecycle, ...) runs
+// no arrow upwards: it depends on no test rig and on nothing at or above
+// the clients and the engine. No package a program links depends on a
 // test rig.
 func TestGroundBelowRigs(t *testing.T) {
 	ground, rigs := internalPackages(t)
 	if len(ground) == 0 || len(rigs) == 0 {
-		t.Fatalf("ground helpers %v, rigs %v: the layout moved", ground, rigs)
+		t.Fatalf("internal packages %v, rigs %v: the layout moved", ground, rigs)
 	}
-	isGround := map[string]bool{}
+	above := []string{mod + "/internal/rig", mod + "/keyed", mod + "/kafkaio", mod + "/kordtest", mod + "/producer", mod + "/consumer", mod + "/admin", mod + "/runlog"}
 	for _, g := range ground {
-		isGround[mod+"/"+g] = true
-	}
-	for _, g := range ground {
-		for _, d := range listDeps(t, g, "kordfailpoints") {
-			if (d == mod || strings.HasPrefix(d, mod+"/")) && d != mod+"/"+g && !isGround[d] {
-				t.Errorf("ground helper %s depends on %s: it may import only other ground helpers", g, d)
+		for _, tags := range []string{"", "kordfailpoints"} {
+			if bad := violations(listDeps(t, g, tags), above); len(bad) > 0 {
+				t.Errorf("internal package %s (tags %q) depends on %v: an arrow upwards", g, tags, bad)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/layout"
 )
 
 // Options describe what the Objects under test promise.
@@ -66,7 +67,7 @@ func Run(t *testing.T, open func(t *testing.T) checkpoint.Objects, opts ...Optio
 		require.Contains(t, st.Where("COMMITTED"), "COMMITTED")
 		// A whole checkpoint through the Storage, read back verified.
 		m := &checkpoint.Metadata{Run: "0123456789abcdef", ID: 3, MaxParallelism: 4}
-		files := map[string][]byte{checkpoint.StateFileName("0123456789abcdef", 3, "op", 1): []byte("state")}
+		files := map[string][]byte{layout.StateFileName("0123456789abcdef", 3, "op", 1): []byte("state")}
 		require.NoError(t, checkpoint.WriteCheckpoint(t.Context(), st, m, files))
 		got, gotFiles, err := checkpoint.ReadCheckpoint(t.Context(), st, m.Run, m.ID)
 		require.NoError(t, err)
@@ -74,7 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) checkpoint.Objects, opts ...Optio
 		require.Equal(t, files, gotFiles)
 		refs, err := checkpoint.ListCheckpoints(t.Context(), st)
 		require.NoError(t, err)
-		require.Equal(t, []checkpoint.CheckpointRef{{Run: m.Run, ID: 3}}, refs)
+		require.Equal(t, []checkpoint.Ref{{Run: m.Run, ID: 3}}, refs)
 	})
 	t.Run("missing", func(t *testing.T) {
 		o := open(t)
@@ -104,7 +105,7 @@ func Run(t *testing.T, open func(t *testing.T) checkpoint.Objects, opts ...Optio
 	})
 	t.Run("invalid names", func(t *testing.T) {
 		o := open(t)
-		for _, n := range []string{"", ".", "..", "a/b", `a\b`, checkpoint.LockName} {
+		for _, n := range []string{"", ".", "..", "a/b", `a\b`, layout.LockName} {
 			require.Error(t, o.Put(t.Context(), n, []byte("x")), "%q", n)
 			_, err := o.Get(t.Context(), n)
 			require.Error(t, err, "%q", n)

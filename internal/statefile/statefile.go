@@ -1,4 +1,4 @@
-package checkpoint
+package statefile
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/kordproject/kord/checkpoint"
 	"github.com/linkedin/goavro/v2"
 )
 
@@ -44,7 +45,7 @@ var ocfMagic = []byte("Obj\x01")
 var entryCodec = func() *goavro.Codec {
 	c, err := goavro.NewCodec(entrySchema)
 	if err != nil {
-		panic("checkpoint: entry schema: " + err.Error())
+		panic("statefile: entry schema: " + err.Error())
 	}
 	return c
 }()
@@ -121,14 +122,14 @@ func nonNil(b []byte) []byte {
 }
 
 // DecodeKeyGroup decodes a key-group state file read from name (used in
-// errors). Any malformed input is a *CorruptError; it never panics, and it
+// errors). Any malformed input is a *checkpoint.CorruptError; it never panics, and it
 // bounds every allocation by the input's size (a deflate block by 1 GiB).
 // The returned entries share memory with each other but not with b.
 func DecodeKeyGroup(name string, b []byte) ([]Entry, error) {
 	d := ocfDecoder{b: b}
 	entries, err := d.decode()
 	if err != nil {
-		return nil, &CorruptError{Path: name, Reason: fmt.Sprintf("state file at byte %d: %v", d.off, err), Err: err}
+		return nil, &checkpoint.CorruptError{Path: name, Reason: fmt.Sprintf("state file at byte %d: %v", d.off, err), Err: err}
 	}
 	return entries, nil
 }
@@ -232,7 +233,7 @@ func checkFormat(meta map[string][]byte, want string, schema *goavro.Codec) erro
 		if f == "" {
 			return fmt.Errorf("header metadata has no %s: not a kord state file", formatKey)
 		}
-		return fmt.Errorf("%w: state file format %q, this reader reads %q", ErrUnsupportedVersion, f, want)
+		return fmt.Errorf("%w: state file format %q, this reader reads %q", checkpoint.ErrUnsupportedVersion, f, want)
 	}
 	return checkSchema(string(meta["avro.schema"]), schema)
 }

@@ -1,4 +1,4 @@
-package checkpoint
+package lifecycle
 
 import (
 	"math/rand/v2"
@@ -20,7 +20,7 @@ func TestLifecycleProperties(t *testing.T) {
 	if testing.Short() {
 		seeds = 300
 	}
-	seen := map[EffectKind]int{}
+	seen := map[Kind]int{}
 	defer func() {
 		for k := Trigger; k <= Stopped; k++ {
 			if seen[k] == 0 {
@@ -39,7 +39,7 @@ func TestLifecycleProperties(t *testing.T) {
 		tasks := 1 + r.IntN(4)
 		start := uint64(r.IntN(5))
 		now := time.Unix(0, 0)
-		l, err := NewLifecycle(cfg, tasks, start, now)
+		l, err := New(cfg, tasks, start, now)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package checkpoint
+package lifecycle
 
 import (
 	"fmt"
@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/internal/transcript"
 )
 
-// TestLifecycleTranscripts runs the scripts in testdata/lifecycle: each case
+// TestLifecycleTranscripts runs the scripts in testdata: each case
 // is a command, a "----" line, and the effects it must return, one per line.
-// go test ./checkpoint -run Transcripts -rewrite regenerates the expectations
+// go test ./internal/lifecycle/ -run Transcripts -rewrite regenerates the expectations
 // (review the diff).
 //
 // Commands: new key=value... (interval timeout minpause tolerable tasks
@@ -21,14 +23,14 @@ import (
 // ID, meta-failed ID at=D, commit-done ID at=D, commit-failed ID, stop at=D,
 // state. Times are durations from an epoch.
 func TestLifecycleTranscripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/lifecycle/*.txt")
+	files, err := filepath.Glob("testdata/*.txt")
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			var l *Lifecycle
 			epoch := time.Unix(1_700_000_000, 0)
-			runTranscript(t, f, func(cmd string) string { return execLifecycle(t, &l, epoch, cmd) })
+			transcript.Run(t, f, func(cmd string) string { return execLifecycle(t, &l, epoch, cmd) })
 		})
 	}
 }
@@ -68,7 +70,7 @@ func execLifecycle(t *testing.T, lp **Lifecycle, epoch time.Time, cmd string) st
 	switch fields[0] {
 	case "new":
 		var err error
-		*lp, err = NewLifecycle(Config{Interval: dur("interval"), Timeout: dur("timeout"), MinPause: dur("minpause"), TolerableFailures: num("tolerable")},
+		*lp, err = New(Config{Interval: dur("interval"), Timeout: dur("timeout"), MinPause: dur("minpause"), TolerableFailures: num("tolerable")},
 			num("tasks"), uint64(num("committed")), at)
 		if err != nil {
 			return "error: " + err.Error()
@@ -109,14 +111,6 @@ func TestConfigValidate(t *testing.T) {
 	require.Error(t, Config{Timeout: time.Millisecond}.Validate())
 	require.Error(t, Config{MinPause: -1}.Validate())
 	require.Error(t, Config{TolerableFailures: -1}.Validate())
-	_, err := NewLifecycle(Config{}, 0, 0, time.Now())
+	_, err := New(Config{}, 0, 0, time.Now())
 	require.Error(t, err)
-}
-
-func TestTransactionTimeout(t *testing.T) {
-	require.Equal(t, 71*time.Second, Config{}.TransactionTimeout())
-	require.Equal(t, 3*(2*time.Second+30*time.Second)+10*time.Second, Config{Interval: 2 * time.Second, Timeout: 30 * time.Second, TolerableFailures: 2}.TransactionTimeout())
-	require.Equal(t, 15*time.Minute, Config{Timeout: time.Hour}.TransactionTimeout(), "capped under the broker's default maximum")
-	require.Equal(t, 30*time.Minute, Config{Timeout: time.Hour, TransactionMaxTimeout: 30 * time.Minute}.TransactionTimeout(), "capped at the brokers' maximum set")
-	require.Error(t, Config{TransactionMaxTimeout: time.Millisecond}.Validate())
 }

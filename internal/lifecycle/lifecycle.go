@@ -1,4 +1,4 @@
-package checkpoint
+package lifecycle
 
 import (
 	"fmt"
@@ -23,12 +23,6 @@ type Config struct {
 	// Default 0: the first abort fails the job, which restarts from the last
 	// committed checkpoint.
 	TolerableFailures int
-	// TransactionMaxTimeout is the brokers' transaction.max.timeout.ms, the
-	// cap of the derived transaction timeout (TransactionTimeout). Default
-	// 15 minutes, Kafka's default. Set it only to match brokers configured
-	// otherwise: a transaction timeout above the brokers' maximum fails
-	// InitTransactions with an error naming transaction.max.timeout.ms.
-	TransactionMaxTimeout time.Duration
 }
 
 // WithDefaults fills zero fields with their defaults: the one place they
@@ -40,24 +34,7 @@ func (c Config) WithDefaults() Config {
 	if c.Timeout == 0 {
 		c.Timeout = 60 * time.Second
 	}
-	if c.TransactionMaxTimeout == 0 {
-		c.TransactionMaxTimeout = 15 * time.Minute
-	}
 	return c
-}
-
-// TransactionTimeout derives the Kafka transaction timeout from the
-// checkpoint settings: a transaction stays open from one commit to the next,
-// across up to TolerableFailures aborted checkpoints, each lasting at most
-// Interval plus Timeout plus MinPause; plus a 10 s margin. It is capped at
-// TransactionMaxTimeout, by default 15 minutes, the broker's default
-// transaction.max.timeout.ms (a longer chain ends in an abort and a replay,
-// never in loss). Flink's 1 h default against the broker's 15 min maximum is
-// the classic failure this avoids.
-func (c Config) TransactionTimeout() time.Duration {
-	c = c.WithDefaults()
-	d := time.Duration(c.TolerableFailures+1)*(c.Interval+c.Timeout+c.MinPause) + 10*time.Second
-	return min(d, c.TransactionMaxTimeout)
 }
 
 // Validate reports a configuration error.
@@ -65,15 +42,13 @@ func (c Config) Validate() error {
 	c = c.WithDefaults()
 	switch {
 	case c.Interval < time.Millisecond:
-		return fmt.Errorf("checkpoint: interval %v below 1ms", c.Interval)
+		return fmt.Errorf("lifecycle: checkpoint interval %v below 1ms", c.Interval)
 	case c.Timeout < 10*time.Millisecond:
-		return fmt.Errorf("checkpoint: timeout %v below 10ms", c.Timeout)
+		return fmt.Errorf("lifecycle: checkpoint timeout %v below 10ms", c.Timeout)
 	case c.MinPause < 0:
-		return fmt.Errorf("checkpoint: negative min pause %v", c.MinPause)
+		return fmt.Errorf("lifecycle: negative checkpoint min pause %v", c.MinPause)
 	case c.TolerableFailures < 0:
-		return fmt.Errorf("checkpoint: negative tolerable failures %d", c.TolerableFailures)
-	case c.TransactionMaxTimeout < time.Second:
-		return fmt.Errorf("checkpoint: transaction max timeout %v below 1s", c.TransactionMaxTimeout)
+		return fmt.Errorf("lifecycle: negative tolerable checkpoint failures %d", c.TolerableFailures)
 	}
 	return nil
 }
@@ -100,14 +75,14 @@ func (r Reason) String() string {
 	return fmt.Sprintf("reason(%d)", int(r))
 }
 
-// EffectKind is what the runtime must do.
-type EffectKind int
+// Kind is what the runtime must do.
+type Kind int
 
 const (
 	// Trigger: inject barrier ID at the sources (recording their offsets);
 	// from here the sink keeps output after the barrier in its epoch
 	// buffer.
-	Trigger EffectKind = iota + 1
+	Trigger Kind = iota + 1
 	// WriteMetadata: every task acknowledged a durable snapshot; write the
 	// checkpoint's metadata durably.
 	WriteMetadata
@@ -135,7 +110,7 @@ const (
 
 var effectNames = [...]string{"", "trigger", "write-metadata", "commit", "committed", "abort", "recover", "fail", "stopped"}
 
-func (k EffectKind) String() string {
+func (k Kind) String() string {
 	if int(k) < len(effectNames) {
 		return effectNames[k]
 	}
@@ -144,7 +119,7 @@ func (k EffectKind) String() string {
 
 // Effect is one instruction to the runtime.
 type Effect struct {
-	Kind   EffectKind
+	Kind   Kind
 	ID     uint64
 	Reason Reason
 	Final  bool // Trigger: the final checkpoint of a graceful stop
@@ -199,15 +174,15 @@ type Lifecycle struct {
 	done      bool
 }
 
-// NewLifecycle starts a lifecycle for tasks tasks after recovery: committed
+// New starts a lifecycle for tasks tasks after recovery: committed
 // is the checkpoint restored (the one Kafka recorded), so the next
 // checkpoint is committed+1. now starts the interval.
-func NewLifecycle(cfg Config, tasks int, committed uint64, now time.Time) (*Lifecycle, error) {
+func New(cfg Config, tasks int, committed uint64, now time.Time) (*Lifecycle, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if tasks < 1 {
-		return nil, fmt.Errorf("checkpoint: lifecycle needs at least one task, got %d", tasks)
+		return nil, fmt.Errorf("lifecycle: needs at least one task, got %d", tasks)
 	}
 	return &Lifecycle{cfg: cfg.WithDefaults(), tasks: tasks, nextID: committed + 1, committed: committed, lastTrig: now, lastEnd: now}, nil
 }

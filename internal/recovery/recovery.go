@@ -1,28 +1,14 @@
-package checkpoint
+// Package recovery is what a restore decides: which checkpoint to
+// restore, or none (Decide, DESIGN.md's start rules), and the checks the
+// restored checkpoint must pass against what Kafka recorded (CheckOffsets)
+// and where the job reads now (CheckProvenance).
+package recovery
 
 import (
 	"errors"
 	"fmt"
-)
 
-// What recovery found, and what it decided (DESIGN.md, "Start").
-
-var (
-	// ErrCommittedMissing means Kafka recorded checkpoint (run, id) as
-	// committed but it is missing or corrupt on disk. Exactly-once mode
-	// stops; restoring an older checkpoint would emit its output again.
-	ErrCommittedMissing = errors.New("checkpoint: the checkpoint Kafka recorded as committed is missing or corrupt")
-	// ErrAmbiguous means checkpoints exist on disk but Kafka holds no commit
-	// record (group offsets expire after offsets.retention.minutes) and no
-	// valid local committed marker says which one committed, or a durable
-	// checkpoint newer than the marker may have committed after it.
-	ErrAmbiguous = errors.New("checkpoint: checkpoints exist but neither Kafka nor a valid local marker records which one committed")
-	// ErrOffsetsDiffer means the offsets recorded with a commit record (a
-	// commit group's) are not the restored checkpoint's offsets.
-	ErrOffsetsDiffer = errors.New("checkpoint: recorded offsets differ from the restored checkpoint's")
-	// ErrRecordsDisagree means the commit group's partitions carry
-	// different commit records.
-	ErrRecordsDisagree = errors.New("checkpoint: commit group partitions carry different commit records")
+	"github.com/kordproject/kord/checkpoint"
 )
 
 // Action is what recovery decided.
@@ -39,24 +25,25 @@ const (
 // Decision is the outcome of Decide.
 type Decision struct {
 	Action Action
-	Ref    CheckpointRef
+	Ref    checkpoint.Ref
 	// Fallback: Ref is not what Kafka recorded; the operator accepted
 	// duplicates (exactly-once) or the job runs at-least-once.
 	Fallback bool
 	Note     string // what led here, for the log
 }
 
-// RecoveryInput is what Decide looks at.
-type RecoveryInput struct {
-	// Record is the commit record Kafka holds, nil if none.
-	Record *CommitRecord
-	// Local lists the checkpoints on disk, ascending (ListCheckpoints).
-	Local []CheckpointRef
+// Input is what Decide looks at.
+type Input struct {
+	// Recorded is the checkpoint Kafka's commit record names, nil if
+	// Kafka holds none.
+	Recorded *checkpoint.Ref
+	// Local lists the checkpoints on disk, ascending (checkpoint.ListCheckpoints).
+	Local []checkpoint.Ref
 	// Marker is the local committed marker, nil if none or unreadable.
-	Marker *CheckpointRef
+	Marker *checkpoint.Ref
 	// Valid reports whether a checkpoint reads back intact (every file's
 	// size and checksum), and the error naming the file when not.
-	Valid func(CheckpointRef) error
+	Valid func(checkpoint.Ref) error
 	// AcceptDuplicates lets exactly-once mode restore an older checkpoint
 	// when the committed one is missing or corrupt, or restore the local
 	// marker's checkpoint when Kafka holds no record and a newer durable
@@ -66,15 +53,15 @@ type RecoveryInput struct {
 }
 
 // Decide applies DESIGN.md's start rules. It is pure apart from in.Valid.
-func Decide(in RecoveryInput) (Decision, error) {
-	if in.Record != nil {
-		ref := CheckpointRef{Run: in.Record.Run, ID: in.Record.Checkpoint}
+func Decide(in Input) (Decision, error) {
+	if in.Recorded != nil {
+		ref := *in.Recorded
 		err := in.Valid(ref)
 		if err == nil {
 			return Decision{Action: Restore, Ref: ref, Note: "Kafka's commit record"}, nil
 		}
 		if !in.AcceptDuplicates {
-			return Decision{}, fmt.Errorf("%w: %s: %w", ErrCommittedMissing, ref, err)
+			return Decision{}, fmt.Errorf("%w: %s: %w", checkpoint.ErrCommittedMissing, ref, err)
 		}
 		for i := len(in.Local) - 1; i >= 0; i-- {
 			old := in.Local[i]
@@ -83,7 +70,7 @@ func Decide(in RecoveryInput) (Decision, error) {
 					Note: fmt.Sprintf("committed checkpoint %s unusable (%v); duplicates accepted, restoring older %s", ref, err, old)}, nil
 			}
 		}
-		return Decision{}, fmt.Errorf("%w: %s: %w; and no older valid checkpoint", ErrCommittedMissing, ref, err)
+		return Decision{}, fmt.Errorf("%w: %s: %w; and no older valid checkpoint", checkpoint.ErrCommittedMissing, ref, err)
 	}
 	if len(in.Local) == 0 {
 		return Decision{Action: Fresh, Note: "no commit record and no checkpoint: fresh start"}, nil
@@ -97,7 +84,7 @@ func Decide(in RecoveryInput) (Decision, error) {
 	if in.Marker != nil {
 		m := *in.Marker
 		if err := in.Valid(m); err != nil {
-			return Decision{}, fmt.Errorf("%w: marker names %s: %w", ErrAmbiguous, m, err)
+			return Decision{}, fmt.Errorf("%w: marker names %s: %w", checkpoint.ErrAmbiguous, m, err)
 		}
 		if newer := newerThan(in.Local, m); newer != nil {
 			// The marker is written after the commit, so a crash between
@@ -107,35 +94,14 @@ func Decide(in RecoveryInput) (Decision, error) {
 			// emit the newer one's output again.
 			if !in.AcceptDuplicates {
 				return Decision{}, fmt.Errorf("%w: the local marker names %s, but the newer checkpoint %s is durable on disk and may have committed before Kafka's record expired; "+
-					"to restore %s anyway and possibly repeat the output after it, accept duplicates (AcceptDuplicates)", ErrAmbiguous, m, *newer, m)
+					"to restore %s anyway and possibly repeat the output after it, accept duplicates (AcceptDuplicates)", checkpoint.ErrAmbiguous, m, *newer, m)
 			}
 			return Decision{Action: Restore, Ref: m, Fallback: true,
 				Note: fmt.Sprintf("no commit record in Kafka (expired?); local committed marker %s, newer checkpoint %s may have committed; duplicates accepted", m, *newer)}, nil
 		}
 		return Decision{Action: Restore, Ref: m, Note: "no commit record in Kafka (expired?); local committed marker, nothing newer on disk"}, nil
 	}
-	return Decision{}, fmt.Errorf("%w (%d checkpoints, newest %s)", ErrAmbiguous, len(in.Local), in.Local[len(in.Local)-1])
-}
-
-// CommitRecordOf extracts the one commit record from the metadata of a
-// commit group's partitions ("" = no offset). Partitions without an offset
-// are ignored; if none has one, it returns nil.
-func CommitRecordOf(metadata []string) (*CommitRecord, error) {
-	var rec *CommitRecord
-	for _, m := range metadata {
-		if m == "" {
-			continue
-		}
-		r, err := ParseCommitRecord(m)
-		if err != nil {
-			return nil, err
-		}
-		if rec != nil && *rec != r {
-			return nil, fmt.Errorf("%w: %s and %s", ErrRecordsDisagree, rec, r)
-		}
-		rec = &r
-	}
-	return rec, nil
+	return Decision{}, fmt.Errorf("%w (%d checkpoints, newest %s)", checkpoint.ErrAmbiguous, len(in.Local), in.Local[len(in.Local)-1])
 }
 
 // newerThan returns the newest checkpoint in local (ascending) that may have
@@ -151,14 +117,14 @@ func CommitRecordOf(metadata []string) (*CommitRecord, error) {
 // would have restored it and numbered on from it). The rule errs on the safe
 // side: a zombie's or an abandoned run's higher checkpoint, which never
 // committed, also counts as newer and makes recovery stop.
-func newerThan(local []CheckpointRef, marker CheckpointRef) *CheckpointRef {
+func newerThan(local []checkpoint.Ref, marker checkpoint.Ref) *checkpoint.Ref {
 	if n := len(local); n > 0 && local[n-1].ID > marker.ID {
 		return &local[n-1]
 	}
 	return nil
 }
 
-func onlyFreshStarts(refs []CheckpointRef) bool {
+func onlyFreshStarts(refs []checkpoint.Ref) bool {
 	for _, r := range refs {
 		if r.ID != 0 {
 			return false
@@ -180,7 +146,7 @@ func onlyFreshStarts(refs []CheckpointRef) bool {
 //     it, but no commit of the checkpoint's ever named it either, so nothing
 //     is recorded for it and it passes; an offset recorded there was written
 //     by something other than this checkpoint's commit.
-func CheckOffsets(where string, ref CheckpointRef, ckpt, recorded []PartitionOffset) error {
+func CheckOffsets(where string, ref checkpoint.Ref, ckpt, recorded []checkpoint.PartitionOffset) error {
 	type tp struct {
 		topic     string
 		partition int32
@@ -196,15 +162,52 @@ func CheckOffsets(where string, ref CheckpointRef, ckpt, recorded []PartitionOff
 	var errs []error
 	for _, o := range ckpt {
 		if g, ok := got[tp{o.Topic, o.Partition}]; !ok {
-			errs = append(errs, fmt.Errorf("%w: %s[%d] has no offset in %s, %d in checkpoint %s", ErrOffsetsDiffer, o.Topic, o.Partition, where, o.Offset, ref))
+			errs = append(errs, fmt.Errorf("%w: %s[%d] has no offset in %s, %d in checkpoint %s", checkpoint.ErrOffsetsDiffer, o.Topic, o.Partition, where, o.Offset, ref))
 		} else if g != o.Offset {
-			errs = append(errs, fmt.Errorf("%w: %s[%d] is at %d in %s, %d in checkpoint %s", ErrOffsetsDiffer, o.Topic, o.Partition, g, where, o.Offset, ref))
+			errs = append(errs, fmt.Errorf("%w: %s[%d] is at %d in %s, %d in checkpoint %s", checkpoint.ErrOffsetsDiffer, o.Topic, o.Partition, g, where, o.Offset, ref))
 		}
 	}
 	for _, o := range recorded {
 		if _, ok := want[tp{o.Topic, o.Partition}]; !ok {
-			errs = append(errs, fmt.Errorf("%w: %s[%d] is at %d in %s but not in checkpoint %s", ErrOffsetsDiffer, o.Topic, o.Partition, o.Offset, where, ref))
+			errs = append(errs, fmt.Errorf("%w: %s[%d] is at %d in %s but not in checkpoint %s", checkpoint.ErrOffsetsDiffer, o.Topic, o.Partition, o.Offset, where, ref))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CheckProvenance compares where checkpoint m read its sources with where
+// the job reads them now (current: one per source topic whose connector
+// knows its cluster and topic id). A topic m holds offsets for, recorded
+// on another cluster or with another topic id, is a *checkpoint.ProvenanceError (all
+// of them, joined). A topic m holds offsets for but records no provenance
+// of (metadata older than format 3, or a connector that had none then) is
+// returned in unknown, for the caller to warn about: it restores as
+// before. A topic m holds no offsets for is a new source: nothing to
+// compare. An id missing on either side is not compared.
+func CheckProvenance(m *checkpoint.Metadata, current []checkpoint.SourceRef) (unknown []string, err error) {
+	read := make(map[string]bool, len(m.Offsets))
+	for _, o := range m.Offsets {
+		read[o.Topic] = true
+	}
+	recorded := make(map[string]checkpoint.SourceRef, len(m.Sources))
+	for _, s := range m.Sources {
+		recorded[s.Topic] = s
+	}
+	var errs []error
+	for _, cur := range current {
+		if !read[cur.Topic] {
+			continue
+		}
+		rec, ok := recorded[cur.Topic]
+		if !ok {
+			unknown = append(unknown, cur.Topic)
+			continue
+		}
+		otherCluster := rec.Cluster != "" && cur.Cluster != "" && rec.Cluster != cur.Cluster
+		otherTopic := rec.TopicID != "" && cur.TopicID != "" && rec.TopicID != cur.TopicID
+		if otherCluster || otherTopic {
+			errs = append(errs, &checkpoint.ProvenanceError{Checkpoint: m.Ref(), Recorded: rec, Current: cur})
+		}
+	}
+	return unknown, errors.Join(errs...)
 }

@@ -1,4 +1,4 @@
-package checkpoint
+package layout
 
 import (
 	"testing"
@@ -10,7 +10,7 @@ func TestNames(t *testing.T) {
 	require.Equal(t, "ckpt-00ff-00000000000000000007.meta", MetaName("00ff", 7))
 	require.Equal(t, "ckpt-ab-00000000000000000003.op-count-kg-00005.avro", StateFileName("ab", 3, "count", 5))
 	require.Equal(t, "ckpt-ab-18446744073709551615.meta", MetaName("ab", 1<<64-1))
-	require.Equal(t, "ckpt-ab-00000000000000000003.", checkpointPrefix("ab", 3))
+	require.Equal(t, "ckpt-ab-00000000000000000003.", CheckpointPrefix("ab", 3))
 }
 
 func TestParseName(t *testing.T) {
@@ -89,4 +89,27 @@ func FuzzParseName(f *testing.F) {
 			t.Fatalf("re-parse of %q: %+v, %v", s, n2, ok)
 		}
 	})
+}
+
+func TestSplitOperator(t *testing.T) {
+	for _, tc := range []struct {
+		in, op, state string
+		ok            bool
+	}{
+		{"count.total", "count", "total", true},
+		{"op_1-a.st-2", "op_1-a", "st-2", true},
+		{"count", "", "", false},  // an operator instance's own state
+		{"a.b.c", "", "", false},  // more than one '.'
+		{".total", "", "", false}, // no operator
+		{"count.", "", "", false}, // no state
+		{"", "", "", false},
+	} {
+		op, state, ok := SplitOperator(tc.in)
+		require.Equal(t, tc.ok, ok, tc.in)
+		require.Equal(t, tc.op, op, tc.in)
+		require.Equal(t, tc.state, state, tc.in)
+		if ok {
+			require.NoError(t, ValidateOperator(tc.in), "a split name is a valid operator slot")
+		}
+	}
 }

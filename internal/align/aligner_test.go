@@ -1,4 +1,4 @@
-package checkpoint
+package align
 
 import (
 	"fmt"
@@ -11,11 +11,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/transcript"
 )
 
-// TestAlignerTranscripts runs the scripts in testdata/aligner, in the format
-// of the lifecycle transcripts: each case is a command, a "----" line, and
-// the effects it must return, one per line. go test ./checkpoint -run
+// TestAlignerTranscripts runs the scripts in testdata, in the format
+// of internal/lifecycle's transcripts: each case is a command, a "----" line, and
+// the effects it must return, one per line. go test ./internal/align/ -run
 // AlignerTranscripts -rewrite regenerates the expectations (review the
 // diff).
 //
@@ -23,7 +26,7 @@ import (
 // input=N at=D, record input=N, end input=N at=D, cancel ID at=D, state.
 // Times are durations from an epoch.
 func TestAlignerTranscripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/aligner/*.txt")
+	files, err := filepath.Glob("testdata/*.txt")
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
 	for _, f := range files {
@@ -34,7 +37,7 @@ func TestAlignerTranscripts(t *testing.T) {
 func runAlignerTranscript(t *testing.T, path string) {
 	var a *Aligner
 	epoch := time.Unix(1_700_000_000, 0)
-	runTranscript(t, path, func(cmd string) string { return execAligner(t, &a, epoch, cmd) })
+	transcript.Run(t, path, func(cmd string) string { return execAligner(t, &a, epoch, cmd) })
 }
 
 func execAligner(t *testing.T, ap **Aligner, epoch time.Time, cmd string) string {
@@ -62,12 +65,12 @@ func execAligner(t *testing.T, ap **Aligner, epoch time.Time, cmd string) string
 		at = epoch.Add(d)
 	}
 	a := *ap
-	var effs []AlignEffect
+	var effs []Effect
 	switch fields[0] {
 	case "new":
-		modes := map[string]Mode{"exactly-once": ExactlyOnce, "at-least-once": AtLeastOnce}
+		modes := map[string]checkpoint.Mode{"exactly-once": checkpoint.ExactlyOnce, "at-least-once": checkpoint.AtLeastOnce}
 		var err error
-		*ap, err = NewAligner(modes[args["mode"]], num("inputs"))
+		*ap, err = New(modes[args["mode"]], num("inputs"))
 		if err != nil {
 			return "error: " + err.Error()
 		}
@@ -113,15 +116,15 @@ func alignerState(a *Aligner) string {
 }
 
 func TestNewAlignerRejects(t *testing.T) {
-	_, err := NewAligner(0, 2)
+	_, err := New(0, 2)
 	require.ErrorContains(t, err, "mode")
-	_, err = NewAligner(Mode(3), 2)
+	_, err = New(checkpoint.Mode(3), 2)
 	require.ErrorContains(t, err, "mode(3)")
-	_, err = NewAligner(ExactlyOnce, 0)
+	_, err = New(checkpoint.ExactlyOnce, 0)
 	require.ErrorContains(t, err, "at least one input")
-	a, err := NewAligner(AtLeastOnce, 2)
+	a, err := New(checkpoint.AtLeastOnce, 2)
 	require.NoError(t, err)
-	require.Equal(t, AtLeastOnce, a.Mode())
+	require.Equal(t, checkpoint.AtLeastOnce, a.Mode())
 	require.Equal(t, 2, a.Inputs())
 	require.False(t, a.Blocked(-1))
 	require.False(t, a.Blocked(2))
@@ -129,14 +132,14 @@ func TestNewAlignerRejects(t *testing.T) {
 }
 
 func TestAlignEffectErr(t *testing.T) {
-	require.NoError(t, AlignEffect{Kind: AlignSnapshot, ID: 1}.Err())
-	require.EqualError(t, AlignEffect{Kind: AlignError, Input: 2, ID: 5, Reason: AlignInputBlocked}.Err(),
-		"checkpoint: aligner rejected barrier 5 on input 2: input-blocked")
-	require.EqualError(t, AlignEffect{Kind: AlignError, Input: 9, Reason: AlignBadInput}.Err(),
-		"checkpoint: aligner rejected event on input 9: bad-input")
-	require.Equal(t, "align-kind(99)", AlignKind(99).String())
-	require.Equal(t, "align-reason(99)", AlignReason(99).String())
-	require.Equal(t, "exactly-once", ExactlyOnce.String())
+	require.NoError(t, Effect{Kind: Snapshot, ID: 1}.Err())
+	require.EqualError(t, Effect{Kind: Error, Input: 2, ID: 5, Reason: InputBlocked}.Err(),
+		"align: rejected barrier 5 on input 2: input-blocked")
+	require.EqualError(t, Effect{Kind: Error, Input: 9, Reason: BadInput}.Err(),
+		"align: rejected event on input 9: bad-input")
+	require.Equal(t, "align-kind(99)", Kind(99).String())
+	require.Equal(t, "align-reason(99)", Reason(99).String())
+	require.Equal(t, "exactly-once", checkpoint.ExactlyOnce.String())
 }
 
 // channelItem is one element of a simulated input channel.
@@ -157,7 +160,7 @@ type channelItem struct {
 // coordinator cancels checkpoints, so subsumption and cancellation are
 // exercised too.
 func TestAlignerSnapshotConsistency(t *testing.T) {
-	for _, mode := range []Mode{ExactlyOnce, AtLeastOnce} {
+	for _, mode := range []checkpoint.Mode{checkpoint.ExactlyOnce, checkpoint.AtLeastOnce} {
 		t.Run(mode.String(), func(t *testing.T) {
 			for seed := range uint64(2000) {
 				simulateChannels(t, mode, seed)
@@ -166,7 +169,7 @@ func TestAlignerSnapshotConsistency(t *testing.T) {
 	}
 }
 
-func simulateChannels(t *testing.T, mode Mode, seed uint64) {
+func simulateChannels(t *testing.T, mode checkpoint.Mode, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	n := 1 + rng.IntN(5)
 	checkpoints := 1 + rng.IntN(8)
@@ -213,18 +216,18 @@ func simulateChannels(t *testing.T, mode Mode, seed uint64) {
 		}
 	}
 
-	a, err := NewAligner(mode, n)
+	a, err := New(mode, n)
 	require.NoError(t, err)
 	processed := make([]int, n) // the operator's state: records processed per input
 	heads := make([]int, n)
 	now := time.Unix(0, 0)
 	var snapshots []uint64
 	allFinished := false
-	apply := func(effs []AlignEffect) {
+	apply := func(effs []Effect) {
 		for _, e := range effs {
 			require.NoError(t, e.Err(), "seed %d", seed)
 			switch e.Kind {
-			case AlignSnapshot:
+			case Snapshot:
 				require.True(t, len(snapshots) == 0 || e.ID > snapshots[len(snapshots)-1], "seed %d: snapshots out of order", seed)
 				snapshots = append(snapshots, e.ID)
 				for i := range n {
@@ -235,13 +238,13 @@ func simulateChannels(t *testing.T, mode Mode, seed uint64) {
 						require.Equal(t, len(chans[i]), heads[i], "seed %d: snapshot %d before input %d ended", seed, e.ID, i)
 						want = all[i]
 					}
-					if mode == ExactlyOnce {
+					if mode == checkpoint.ExactlyOnce {
 						require.Equal(t, want, processed[i], "seed %d: snapshot %d input %d", seed, e.ID, i)
 					} else {
 						require.GreaterOrEqual(t, processed[i], want, "seed %d: snapshot %d input %d", seed, e.ID, i)
 					}
 				}
-			case AlignAllFinished:
+			case AllFinished:
 				allFinished = true
 			}
 		}
@@ -294,7 +297,7 @@ func simulateChannels(t *testing.T, mode Mode, seed uint64) {
 				}
 			}
 		}
-		if mode == AtLeastOnce {
+		if mode == checkpoint.AtLeastOnce {
 			// A newer checkpoint completing at the same end-of-input
 			// subsumes older ones; each snapshot is still one of them.
 			require.Subset(t, want, snapshots, "seed %d", seed)
@@ -317,10 +320,10 @@ func sum(s []int) int {
 // BenchmarkAlignerBarrier measures one full alignment round per iteration:
 // barrier n on each input in turn, the last completing checkpoint n.
 func BenchmarkAlignerBarrier(b *testing.B) {
-	for _, mode := range []Mode{ExactlyOnce, AtLeastOnce} {
+	for _, mode := range []checkpoint.Mode{checkpoint.ExactlyOnce, checkpoint.AtLeastOnce} {
 		for _, inputs := range []int{2, 8} {
 			b.Run(fmt.Sprintf("%s/inputs=%d", mode, inputs), func(b *testing.B) {
-				a, err := NewAligner(mode, inputs)
+				a, err := New(mode, inputs)
 				require.NoError(b, err)
 				now := time.Unix(0, 0)
 				var id uint64
@@ -328,7 +331,7 @@ func BenchmarkAlignerBarrier(b *testing.B) {
 				for b.Loop() {
 					id++
 					for i := range inputs {
-						if effs := a.Barrier(i, id, now); len(effs) > 0 && effs[0].Kind == AlignError {
+						if effs := a.Barrier(i, id, now); len(effs) > 0 && effs[0].Kind == Error {
 							b.Fatal(effs[0].Err())
 						}
 					}
@@ -341,7 +344,7 @@ func BenchmarkAlignerBarrier(b *testing.B) {
 
 // BenchmarkAlignerRecord measures the per-record check, the true hot path.
 func BenchmarkAlignerRecord(b *testing.B) {
-	a, err := NewAligner(ExactlyOnce, 8)
+	a, err := New(checkpoint.ExactlyOnce, 8)
 	require.NoError(b, err)
 	a.Barrier(3, 1, time.Unix(0, 0)) // one input blocked, a checkpoint pending
 	b.ReportAllocs()
@@ -357,9 +360,9 @@ func BenchmarkAlignerRecord(b *testing.B) {
 }
 
 func ExampleAligner() {
-	a, _ := NewAligner(ExactlyOnce, 2)
+	a, _ := New(checkpoint.ExactlyOnce, 2)
 	t0 := time.Unix(0, 0)
-	show := func(effs []AlignEffect) {
+	show := func(effs []Effect) {
 		for _, e := range effs {
 			fmt.Println(e)
 		}

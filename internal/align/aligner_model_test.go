@@ -1,4 +1,4 @@
-package checkpoint
+package align
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/checkpoint"
 )
 
 // alignModel is a deliberately plain reference for Aligner (in the manner of
@@ -17,10 +19,10 @@ import (
 // everything else (finished inputs, pending checkpoints, arrivals, blocked
 // inputs) from them by brute force on every question.
 type alignModel struct {
-	mode    Mode
+	mode    checkpoint.Mode
 	n       int
 	history []modelEvent
-	outcome map[uint64]AlignKind // AlignSnapshot or AlignAbort, once decided
+	outcome map[uint64]Kind // Snapshot or Abort, once decided
 }
 
 type modelEvent struct {
@@ -107,7 +109,7 @@ func (m *alignModel) pending() []uint64 {
 }
 
 func (m *alignModel) blocked(i int) bool {
-	if m.mode != ExactlyOnce {
+	if m.mode != checkpoint.ExactlyOnce {
 		return false
 	}
 	for _, c := range m.pending() {
@@ -118,22 +120,22 @@ func (m *alignModel) blocked(i int) bool {
 	return false
 }
 
-func (m *alignModel) reject(i int) AlignReason {
+func (m *alignModel) reject(i int) Reason {
 	switch {
 	case i < 0 || i >= m.n:
-		return AlignBadInput
+		return BadInput
 	case m.finished(i):
-		return AlignInputFinished
+		return InputFinished
 	case m.blocked(i):
-		return AlignInputBlocked
+		return InputBlocked
 	}
-	return AlignReasonNone
+	return NoReason
 }
 
 // decide records the outcome of c and returns its effect.
-func (m *alignModel) decide(c uint64, kind AlignKind, r AlignReason, now time.Time) AlignEffect {
+func (m *alignModel) decide(c uint64, kind Kind, r Reason, now time.Time) Effect {
 	m.outcome[c] = kind
-	e := AlignEffect{Kind: kind, Input: NoInput, ID: c, Reason: r}
+	e := Effect{Kind: kind, Input: NoInput, ID: c, Reason: r}
 	if t, ok := m.first(c); ok {
 		e.Alignment = now.Sub(t)
 	}
@@ -142,7 +144,7 @@ func (m *alignModel) decide(c uint64, kind AlignKind, r AlignReason, now time.Ti
 
 // settle snapshots the newest pending checkpoint whose barrier is on every
 // input that has not finished, and aborts the pending ones older than it.
-func (m *alignModel) settle(now time.Time) []AlignEffect {
+func (m *alignModel) settle(now time.Time) []Effect {
 	pend := m.pending()
 	for k := len(pend) - 1; k >= 0; k-- {
 		c := pend[k]
@@ -156,71 +158,71 @@ func (m *alignModel) settle(now time.Time) []AlignEffect {
 		if !complete {
 			continue
 		}
-		var out []AlignEffect
+		var out []Effect
 		for _, older := range pend[:k] {
-			out = append(out, m.decide(older, AlignAbort, AlignSubsumed, now))
+			out = append(out, m.decide(older, Abort, Subsumed, now))
 		}
-		return append(out, m.decide(c, AlignSnapshot, AlignReasonNone, now))
+		return append(out, m.decide(c, Snapshot, NoReason, now))
 	}
 	return nil
 }
 
-func (m *alignModel) record(i int) []AlignEffect {
-	if r := m.reject(i); r != AlignReasonNone {
-		return []AlignEffect{{Kind: AlignError, Input: i, Reason: r}}
+func (m *alignModel) record(i int) []Effect {
+	if r := m.reject(i); r != NoReason {
+		return []Effect{{Kind: Error, Input: i, Reason: r}}
 	}
 	return nil
 }
 
-func (m *alignModel) barrier(i int, c uint64, now time.Time) []AlignEffect {
+func (m *alignModel) barrier(i int, c uint64, now time.Time) []Effect {
 	r := m.reject(i)
-	if r == AlignReasonNone && c <= m.lastBarrier(i) {
-		r = AlignOutOfOrder
+	if r == NoReason && c <= m.lastBarrier(i) {
+		r = OutOfOrder
 	}
-	if r != AlignReasonNone {
-		return []AlignEffect{{Kind: AlignError, Input: i, ID: c, Reason: r}}
+	if r != NoReason {
+		return []Effect{{Kind: Error, Input: i, ID: c, Reason: r}}
 	}
-	var out []AlignEffect
+	var out []Effect
 	pend := m.pending()
 	switch {
 	case slices.Contains(pend, c):
 	case c <= m.top():
 		m.history = append(m.history, modelEvent{kind: "barrier", input: i, id: c, at: now})
-		return []AlignEffect{{Kind: AlignIgnore, Input: i, ID: c, Reason: AlignObsolete}}
-	case m.mode == ExactlyOnce:
+		return []Effect{{Kind: Ignore, Input: i, ID: c, Reason: Obsolete}}
+	case m.mode == checkpoint.ExactlyOnce:
 		for _, p := range pend {
-			out = append(out, m.decide(p, AlignAbort, AlignSubsumed, now))
+			out = append(out, m.decide(p, Abort, Subsumed, now))
 		}
 	}
 	m.history = append(m.history, modelEvent{kind: "barrier", input: i, id: c, at: now, counted: true})
 	return append(out, m.settle(now)...)
 }
 
-func (m *alignModel) end(i int, now time.Time) []AlignEffect {
-	if r := m.reject(i); r != AlignReasonNone {
-		return []AlignEffect{{Kind: AlignError, Input: i, Reason: r}}
+func (m *alignModel) end(i int, now time.Time) []Effect {
+	if r := m.reject(i); r != NoReason {
+		return []Effect{{Kind: Error, Input: i, Reason: r}}
 	}
 	m.history = append(m.history, modelEvent{kind: "end", input: i, at: now})
 	out := m.settle(now)
 	if m.allFinished() {
-		out = append(out, AlignEffect{Kind: AlignAllFinished, Input: NoInput})
+		out = append(out, Effect{Kind: AllFinished, Input: NoInput})
 	}
 	return out
 }
 
-func (m *alignModel) cancel(c uint64, now time.Time) []AlignEffect {
-	var out []AlignEffect
+func (m *alignModel) cancel(c uint64, now time.Time) []Effect {
+	var out []Effect
 	pend := m.pending()
 	for _, p := range pend {
 		if p < c {
-			out = append(out, m.decide(p, AlignAbort, AlignSubsumed, now))
+			out = append(out, m.decide(p, Abort, Subsumed, now))
 		}
 	}
 	switch {
 	case slices.Contains(pend, c) || c > m.top():
-		out = append(out, m.decide(c, AlignAbort, AlignCancelled, now))
+		out = append(out, m.decide(c, Abort, Cancelled, now))
 	default:
-		out = append(out, AlignEffect{Kind: AlignIgnore, Input: NoInput, ID: c, Reason: AlignObsolete})
+		out = append(out, Effect{Kind: Ignore, Input: NoInput, ID: c, Reason: Obsolete})
 	}
 	m.history = append(m.history, modelEvent{kind: "cancel", id: c, at: now})
 	return out
@@ -239,7 +241,7 @@ func TestAlignerMatchesModel(t *testing.T) {
 	if testing.Short() {
 		seeds = 200
 	}
-	for _, mode := range []Mode{ExactlyOnce, AtLeastOnce} {
+	for _, mode := range []checkpoint.Mode{checkpoint.ExactlyOnce, checkpoint.AtLeastOnce} {
 		for seed := range seeds {
 			compareWithModel(t, mode, seed, seen)
 		}
@@ -256,12 +258,12 @@ func TestAlignerMatchesModel(t *testing.T) {
 	t.Logf("effects generated: %v", seen)
 }
 
-func compareWithModel(t *testing.T, mode Mode, seed uint64, seen map[string]int) {
+func compareWithModel(t *testing.T, mode checkpoint.Mode, seed uint64, seen map[string]int) {
 	rng := rand.New(rand.NewPCG(seed, uint64(mode)))
 	n := 1 + rng.IntN(4)
-	a, err := NewAligner(mode, n)
+	a, err := New(mode, n)
 	require.NoError(t, err)
-	m := &alignModel{mode: mode, n: n, outcome: map[uint64]AlignKind{}}
+	m := &alignModel{mode: mode, n: n, outcome: map[uint64]Kind{}}
 	mirror := make([]bool, n) // blocked inputs as the Block/Unblock effects say
 	now := time.Unix(0, 0)
 	var trace []string
@@ -292,7 +294,7 @@ func compareWithModel(t *testing.T, mode Mode, seed uint64, seen map[string]int)
 			break // little is left to test once every input ended
 		}
 		now = now.Add(time.Duration(rng.IntN(5)) * time.Millisecond)
-		var got, want []AlignEffect
+		var got, want []Effect
 		var ev string
 		switch r := rng.IntN(24); {
 		case r < 11:
@@ -318,24 +320,24 @@ func compareWithModel(t *testing.T, mode Mode, seed uint64, seen map[string]int)
 			return fmt.Sprintf("mode %v seed %d step %d, inputs=%d, trace:\n%s\ngot %v", mode, seed, step, n, strings.Join(trace, "\n"), got)
 		})
 
-		var outcomes []AlignEffect
+		var outcomes []Effect
 		ended := map[uint64]bool{}
 		for _, e := range got {
 			key := e.Kind.String()
-			if e.Reason != AlignReasonNone {
+			if e.Reason != NoReason {
 				key += "/" + e.Reason.String()
 			}
 			seen[key]++
 			switch e.Kind {
-			case AlignBlock:
+			case Block:
 				require.False(t, mirror[e.Input], "block of a blocked input: %s", where)
 				mirror[e.Input] = true
-			case AlignUnblock:
+			case Unblock:
 				require.True(t, mirror[e.Input], "unblock of an unblocked input: %s", where)
 				require.True(t, ended[e.ID], "unblock before its checkpoint ended: %s", where)
 				mirror[e.Input] = false
 			default:
-				if e.Kind == AlignSnapshot || e.Kind == AlignAbort {
+				if e.Kind == Snapshot || e.Kind == Abort {
 					ended[e.ID] = true
 				}
 				outcomes = append(outcomes, e)
@@ -353,7 +355,7 @@ func compareWithModel(t *testing.T, mode Mode, seed uint64, seen map[string]int)
 		if ok {
 			require.Equal(t, pend[len(pend)-1], id, "pending: %s", where)
 		}
-		if mode == ExactlyOnce {
+		if mode == checkpoint.ExactlyOnce {
 			require.LessOrEqual(t, len(pend), 1, "exactly-once tracks one checkpoint: %s", where)
 		}
 	}

@@ -1,4 +1,4 @@
-package checkpoint
+package statefile
 
 import (
 	"bytes"
@@ -7,14 +7,17 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/linkedin/goavro/v2"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/layout"
+	"github.com/linkedin/goavro/v2"
 )
 
 // testGroups returns key groups and their entries: groups of 0, 1, a block
 // and a block plus one entries, and an empty key and value.
 func testGroups() ([]int, [][]Entry) {
-	kgs := []int{0, 3, 4, 17, 127, MaxKeyGroups - 1}
+	kgs := []int{0, 3, 4, 17, 127, layout.MaxKeyGroups - 1}
 	es := [][]Entry{testEntries(5), nil, testEntries(blockEntries), testEntries(blockEntries + 1), {{Key: []byte{}, Value: []byte{}}}, testEntries(1)}
 	for i := range es {
 		for j := range es[i] { // distinct keys per group
@@ -151,7 +154,7 @@ func groupOf(t testing.TB, groups [][]Entry, n int) int {
 
 func TestEncodeKeyGroupsRefusals(t *testing.T) {
 	none := func(int, int) ([]Entry, error) { return nil, nil }
-	for _, kgs := range [][]int{{3, 3}, {4, 2}, {-1}, {MaxKeyGroups}} {
+	for _, kgs := range [][]int{{3, 3}, {4, 2}, {-1}, {layout.MaxKeyGroups}} {
 		_, err := EncodeKeyGroups(kgs, 1, none)
 		require.Error(t, err, "%v", kgs)
 	}
@@ -185,7 +188,7 @@ func TestKeyGroupsErrors(t *testing.T) {
 	requireCorrupt := func(t *testing.T, b []byte, want string) {
 		t.Helper()
 		_, _, err := DecodeKeyGroups(path, b)
-		var ce *CorruptError
+		var ce *checkpoint.CorruptError
 		require.ErrorAs(t, err, &ce)
 		require.Equal(t, path, ce.Path)
 		require.ErrorContains(t, err, path)
@@ -268,7 +271,7 @@ func TestKeyGroupsErrors(t *testing.T) {
 		{"index past the end", withHeader(groupEntrySchema, "4106", 1, 2, 4106, s0+s1+100), "bytes of blocks"},
 		{"index sum below header", withHeader(groupEntrySchema, "4200", 2, 2, 4099, s0, 5, 7, s1), "lists 4106 entries, the header 4200"},
 		{"index trailing", withHeader(groupEntrySchema, "4106", 2, 2, 4099, s0, 5, 7, s1, 9), "after the last entry"},
-		{"key group out of range", withHeader(groupEntrySchema, "4106", 1, MaxKeyGroups, 4106, s0+s1), "out of range"},
+		{"key group out of range", withHeader(groupEntrySchema, "4106", 1, layout.MaxKeyGroups, 4106, s0+s1), "out of range"},
 		{"index shorter than blocks", withHeader(groupEntrySchema, "4099", 1, 2, 4099, s0), "after the last key group's blocks"},
 		{"group count below its records", withHeader(groupEntrySchema, "4106", 2, 2, 4098, s0, 5, 8, s1), "more records than the 4098 in the index"},
 		{"group count above its records", withHeader(groupEntrySchema, "4106", 2, 2, 4100, s0, 5, 6, s1), "4099 records, the index says 4100"},
@@ -279,7 +282,7 @@ func TestKeyGroupsErrors(t *testing.T) {
 	_, err = goavro.NewOCFWriter(goavro.OCFConfig{W: &hb, Schema: groupEntrySchema, MetaData: map[string][]byte{formatKey: []byte("keygroups-2")}})
 	require.NoError(t, err)
 	_, _, err = DecodeKeyGroups(path, hb.Bytes())
-	require.ErrorIs(t, err, ErrUnsupportedVersion)
+	require.ErrorIs(t, err, checkpoint.ErrUnsupportedVersion)
 }
 
 func FuzzDecodeKeyGroups(f *testing.F) {
@@ -291,9 +294,9 @@ func FuzzDecodeKeyGroups(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		kgs, es, err := DecodeKeyGroups("f", b)
 		if err != nil {
-			var ce *CorruptError
+			var ce *checkpoint.CorruptError
 			if !errors.As(err, &ce) || ce.Path != "f" {
-				t.Fatalf("error %v is not a *CorruptError naming the file", err)
+				t.Fatalf("error %v is not a *checkpoint.CorruptError naming the file", err)
 			}
 			return
 		}

@@ -1,4 +1,10 @@
-package checkpoint
+// Package layout owns the grammar of checkpoint object names: what
+// MetaName and StateFileName make and ParseName reads back, the run and
+// operator names they admit, the "<operator>.<state>" split of a keyed
+// state's operator slot (SplitOperator), and which names an Objects may
+// hold at all (ValidObjectName). Nothing else in kord builds or parses a
+// checkpoint object's name.
+package layout
 
 import (
 	"fmt"
@@ -13,10 +19,10 @@ import (
 //
 //	ckpt-<run>-<id:020d>.meta                              metadata (written last)
 //	ckpt-<run>-<id:020d>.op-<operator>-kg-<keygroup:05d>.avro  state file: keyed state from a key group on
-//	                                                           (EncodeKeyGroups), or one key group or
-//	                                                           instance (EncodeKeyGroup)
+//	                                                           (statefile.EncodeKeyGroups), or one key group or
+//	                                                           instance (statefile.EncodeKeyGroup)
 //	COMMITTED                                              the local committed marker
-//	JOB                                                    the job whose checkpoints these are (ClaimJob)
+//	JOB                                                    the job whose checkpoints these are (retain.Claim)
 //	LOCK                                                   the directory lock
 //
 // The zero-padded id makes a lexical listing sort by checkpoint id within a
@@ -28,15 +34,19 @@ const (
 	// LockName is the name of the lock file that OpenStore holds.
 	LockName = "LOCK"
 	// JobName is the name of the object naming the job that owns shared
-	// storage (ClaimJob).
+	// storage (retain.Claim).
 	JobName = "JOB"
 
-	namePrefix  = "ckpt-"
+	// Prefix starts the name of every object of a checkpoint.
+	Prefix = "ckpt-"
+	// TempPrefix starts the name of a temp file a writer has not yet
+	// renamed or linked to its object's name.
+	TempPrefix = ".tmp."
+
 	metaSuffix  = ".meta"
 	stateSuffix = ".avro"
 	opPrefix    = ".op-"
 	kgInfix     = "-kg-"
-	tempPrefix  = ".tmp."
 
 	idDigits = 20
 	kgDigits = 5
@@ -97,7 +107,7 @@ func (n Name) String() string {
 }
 
 func base(run string, id uint64) string {
-	return fmt.Sprintf("%s%s-%0*d", namePrefix, run, idDigits, id)
+	return fmt.Sprintf("%s%s-%0*d", Prefix, run, idDigits, id)
 }
 
 // MetaName is the name of checkpoint (run, id)'s metadata object. The run is
@@ -112,8 +122,8 @@ func StateFileName(run string, id uint64, operator string, keyGroup int) string 
 	return fmt.Sprintf("%s%s%s%s%0*d%s", base(run, id), opPrefix, operator, kgInfix, kgDigits, keyGroup, stateSuffix)
 }
 
-// checkpointPrefix is the prefix shared by every object of checkpoint (run, id).
-func checkpointPrefix(run string, id uint64) string {
+// CheckpointPrefix is the prefix shared by every object of checkpoint (run, id).
+func CheckpointPrefix(run string, id uint64) string {
 	return base(run, id) + "."
 }
 
@@ -121,11 +131,11 @@ func checkpointPrefix(run string, id uint64) string {
 // digits.
 func ValidateRun(run string) error {
 	if len(run) == 0 || len(run) > maxRunLen {
-		return fmt.Errorf("checkpoint: run id %q: want 1 to %d lowercase hex digits", run, maxRunLen)
+		return fmt.Errorf("layout: run id %q: want 1 to %d lowercase hex digits", run, maxRunLen)
 	}
 	for i := 0; i < len(run); i++ {
 		if c := run[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return fmt.Errorf("checkpoint: run id %q: want 1 to %d lowercase hex digits", run, maxRunLen)
+			return fmt.Errorf("layout: run id %q: want 1 to %d lowercase hex digits", run, maxRunLen)
 		}
 	}
 	return nil
@@ -135,20 +145,21 @@ func ValidateRun(run string) error {
 // file: 1 to 128 characters of [a-zA-Z0-9_.-].
 func ValidateOperator(op string) error {
 	if len(op) == 0 || len(op) > maxOpLen {
-		return fmt.Errorf("checkpoint: operator name %q: want 1 to %d characters of [a-zA-Z0-9_.-]", op, maxOpLen)
+		return fmt.Errorf("layout: operator name %q: want 1 to %d characters of [a-zA-Z0-9_.-]", op, maxOpLen)
 	}
 	for i := 0; i < len(op); i++ {
 		c := op[i]
 		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '_' || c == '.' || c == '-') {
-			return fmt.Errorf("checkpoint: operator name %q: want 1 to %d characters of [a-zA-Z0-9_.-]", op, maxOpLen)
+			return fmt.Errorf("layout: operator name %q: want 1 to %d characters of [a-zA-Z0-9_.-]", op, maxOpLen)
 		}
 	}
 	return nil
 }
 
-func validateKeyGroup(kg int) error {
+// ValidateKeyGroup reports whether kg is in [0, MaxKeyGroups).
+func ValidateKeyGroup(kg int) error {
 	if kg < 0 || kg >= MaxKeyGroups {
-		return fmt.Errorf("checkpoint: key group %d out of range [0, %d)", kg, MaxKeyGroups)
+		return fmt.Errorf("layout: key group %d out of range [0, %d)", kg, MaxKeyGroups)
 	}
 	return nil
 }
@@ -173,7 +184,7 @@ func ParseName(name string) (Name, bool) {
 	if name == CommittedName {
 		return Name{Kind: KindCommitted}, true
 	}
-	rest, ok := strings.CutPrefix(name, namePrefix)
+	rest, ok := strings.CutPrefix(name, Prefix)
 	if !ok {
 		return Name{}, false
 	}
@@ -216,4 +227,24 @@ func ParseName(name string) (Name, bool) {
 	return Name{Kind: KindState, Run: run, ID: id, Operator: op, KeyGroup: int(kg)}, true
 }
 
-func isTempName(name string) bool { return strings.HasPrefix(name, tempPrefix) }
+// IsTemp reports whether name is a temp file's.
+func IsTemp(name string) bool { return strings.HasPrefix(name, TempPrefix) }
+
+// ValidObjectName reports whether name can name an object in every
+// checkpoint.Objects: not empty, no path separator, not "." or "..", not
+// the lock file's name nor a temp file's.
+func ValidObjectName(name string) bool {
+	return name != "" && name != "." && name != ".." && !strings.ContainsAny(name, `/\`) && name != LockName && !IsTemp(name)
+}
+
+// SplitOperator splits the operator slot of a keyed state's file name,
+// "<operator>.<state>"; ok is false for a name without exactly one '.'
+// with something on each side (an operator instance's own state, whose
+// name has no '.').
+func SplitOperator(s string) (operator, state string, ok bool) {
+	operator, state, ok = strings.Cut(s, ".")
+	if !ok || operator == "" || state == "" || strings.Contains(state, ".") {
+		return "", "", false
+	}
+	return operator, state, true
+}

@@ -1,4 +1,4 @@
-package checkpoint
+package statefile
 
 import (
 	"bytes"
@@ -8,8 +8,10 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/linkedin/goavro/v2"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/linkedin/goavro/v2"
 )
 
 // goavroEncodeKeyGroup writes a key-group file with goavro's OCF writer: the
@@ -166,7 +168,7 @@ func TestDecodeKeyGroupErrors(t *testing.T) {
 	t.Run("every truncation", func(t *testing.T) {
 		for i := range len(valid) {
 			_, err := DecodeKeyGroup(path, valid[:i])
-			var ce *CorruptError
+			var ce *checkpoint.CorruptError
 			require.ErrorAs(t, err, &ce, "prefix %d", i)
 			require.Equal(t, path, ce.Path)
 			require.ErrorContains(t, err, path)
@@ -199,14 +201,14 @@ func TestDecodeKeyGroupErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := DecodeKeyGroup(path, tc.b)
-			var ce *CorruptError
+			var ce *checkpoint.CorruptError
 			require.ErrorAs(t, err, &ce)
 			require.ErrorContains(t, err, tc.want)
 			require.ErrorContains(t, err, path)
 		})
 	}
 	_, err = DecodeKeyGroup(path, other(map[string][]byte{formatKey: []byte("keygroup-2")}, entrySchema))
-	require.True(t, errors.Is(err, ErrUnsupportedVersion))
+	require.True(t, errors.Is(err, checkpoint.ErrUnsupportedVersion))
 }
 
 func FuzzDecodeKeyGroup(f *testing.F) {
@@ -222,9 +224,9 @@ func FuzzDecodeKeyGroup(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		es, err := DecodeKeyGroup("f", b)
 		if err != nil {
-			var ce *CorruptError
+			var ce *checkpoint.CorruptError
 			if !errors.As(err, &ce) || ce.Path != "f" {
-				t.Fatalf("error %v is not a *CorruptError naming the file", err)
+				t.Fatalf("error %v is not a *checkpoint.CorruptError naming the file", err)
 			}
 			return
 		}

@@ -1,4 +1,4 @@
-package checkpoint
+package statefile
 
 import (
 	"crypto/rand"
@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/layout"
 	"github.com/linkedin/goavro/v2"
 )
 
@@ -50,7 +52,7 @@ const (
 var groupEntryCodec = func() *goavro.Codec {
 	c, err := goavro.NewCodec(groupEntrySchema)
 	if err != nil {
-		panic("checkpoint: key-group entry schema: " + err.Error())
+		panic("statefile: key-group entry schema: " + err.Error())
 	}
 	return c
 }()
@@ -62,7 +64,7 @@ var groupEntryCodec = func() *goavro.Codec {
 type GroupEntries func(worker, i int) ([]Entry, error)
 
 // EncodeKeyGroups encodes a key-group range file holding, for each key group
-// keyGroups[i] (strictly ascending, each in [0, MaxKeyGroups)), the entries
+// keyGroups[i] (strictly ascending, each in [0, layout.MaxKeyGroups)), the entries
 // that entries(_, i) returns, in that order. Key groups without entries are
 // left out of the file. The groups are encoded on up to parallel goroutines
 // (GOMAXPROCS when parallel <= 0), all ended before it returns.
@@ -87,11 +89,11 @@ type KeyGroupEncoder struct {
 // call.
 func (e *KeyGroupEncoder) Encode(keyGroups []int, parallel int, entries GroupEntries) ([]byte, error) {
 	for i, kg := range keyGroups {
-		if err := validateKeyGroup(kg); err != nil {
+		if err := layout.ValidateKeyGroup(kg); err != nil {
 			return nil, err
 		}
 		if i > 0 && kg <= keyGroups[i-1] {
-			return nil, fmt.Errorf("checkpoint: key groups not strictly ascending: %d after %d", kg, keyGroups[i-1])
+			return nil, fmt.Errorf("statefile: key groups not strictly ascending: %d after %d", kg, keyGroups[i-1])
 		}
 	}
 	var marker [16]byte
@@ -226,13 +228,13 @@ type groupSpan struct {
 }
 
 // OpenKeyGroups reads the header and index of a key-group range file read
-// from name (used in errors). Malformed input is a *CorruptError naming it;
+// from name (used in errors). Malformed input is a *checkpoint.CorruptError naming it;
 // it never panics. The returned file refers to b, which must not change.
 func OpenKeyGroups(name string, b []byte) (*KeyGroupFile, error) {
 	d := ocfDecoder{b: b}
 	f, err := d.openGroups(name)
 	if err != nil {
-		return nil, &CorruptError{Path: name, Reason: fmt.Sprintf("state file at byte %d: %v", d.off, err), Err: err}
+		return nil, &checkpoint.CorruptError{Path: name, Reason: fmt.Sprintf("state file at byte %d: %v", d.off, err), Err: err}
 	}
 	return f, nil
 }
@@ -269,8 +271,8 @@ func (d *ocfDecoder) openGroups(name string) (*KeyGroupFile, error) {
 		}
 		kg, count, size := v[0], v[1], v[2]
 		switch {
-		case kg < 0 || kg >= MaxKeyGroups:
-			return nil, fmt.Errorf("%s entry %d: key group %d out of range [0, %d)", indexKey, i, kg, MaxKeyGroups)
+		case kg < 0 || kg >= layout.MaxKeyGroups:
+			return nil, fmt.Errorf("%s entry %d: key group %d out of range [0, %d)", indexKey, i, kg, layout.MaxKeyGroups)
 		case i > 0 && int(kg) <= f.groups[i-1].kg:
 			return nil, fmt.Errorf("%s entry %d: key group %d after %d", indexKey, i, kg, f.groups[i-1].kg)
 		case count <= 0 || count > total-sum:
@@ -304,7 +306,7 @@ func (f *KeyGroupFile) Len() int { return len(f.groups) }
 func (f *KeyGroupFile) KeyGroup(i int) int { return f.groups[i].kg }
 
 // Entries decodes the i-th key group's entries, checking the framing and
-// each record's key group. Errors are *CorruptError naming the file. The
+// each record's key group. Errors are *checkpoint.CorruptError naming the file. The
 // entries share memory with each other but not with the file's bytes. It is
 // safe to call concurrently for different or equal i.
 func (f *KeyGroupFile) Entries(i int) ([]Entry, error) {
@@ -312,7 +314,7 @@ func (f *KeyGroupFile) Entries(i int) ([]Entry, error) {
 	d := ocfDecoder{b: f.b[:g.end], off: g.off}
 	es, err := d.groupEntries(g, f.compression, f.sync)
 	if err != nil {
-		return nil, &CorruptError{Path: f.name, Reason: fmt.Sprintf("state file at byte %d, key group %d: %v", d.off, g.kg, err), Err: err}
+		return nil, &checkpoint.CorruptError{Path: f.name, Reason: fmt.Sprintf("state file at byte %d, key group %d: %v", d.off, g.kg, err), Err: err}
 	}
 	return es, nil
 }
@@ -359,7 +361,7 @@ func (d *ocfDecoder) groupEntries(g groupSpan, compression string, sync []byte) 
 
 // DecodeKeyGroups decodes every key group of a key-group range file: the
 // key groups in ascending order and their entries. Errors are
-// *CorruptError naming name.
+// *checkpoint.CorruptError naming name.
 func DecodeKeyGroups(name string, b []byte) (keyGroups []int, entries [][]Entry, err error) {
 	f, err := OpenKeyGroups(name, b)
 	if err != nil {

@@ -1,4 +1,9 @@
-package checkpoint
+// Package transcript runs the data-driven transcript tests of the state
+// machines (internal/align, internal/lifecycle). Regenerate their
+// expectations with -rewrite and review the diff:
+//
+//	go test ./internal/align/ ./internal/lifecycle/ -run Transcripts -rewrite
+package transcript
 
 import (
 	"flag"
@@ -11,12 +16,12 @@ import (
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of transcript tests in testdata/")
 
-// runTranscript runs one data-driven transcript (raft's testdata style):
+// Run runs one data-driven transcript (raft's testdata style):
 // blocks separated by blank lines, each optional "#" comment lines, a
 // command, a "----" line and the expected output. exec runs a command and
 // returns its output. With -rewrite the file is rewritten with the actual
 // outputs (review the diff).
-func runTranscript(t *testing.T, path string, exec func(cmd string) string) {
+func Run(t *testing.T, path string, exec func(cmd string) string) {
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var out strings.Builder
