@@ -19,7 +19,7 @@
 // a contiguous KeyGroupRange (Flink's KeyGroupRangeAssignment formulas). Two
 // modes share this layout:
 //
-//   - keyBy(extractor): KeyGroup(key, maxParallelism) = xxhash64(key) %
+//   - keyBy(extractor): key group = xxhash64(key) %
 //     maxParallelism, our own hash of the key bytes (Flink applies murmur to
 //     a Java hashCode; kord does not). Records are shuffled to
 //     OperatorIndex(keyGroup, maxParallelism, parallelism).

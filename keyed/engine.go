@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,6 +125,13 @@ type run struct {
 	// sources is where the job's sources read now (Identified), recorded
 	// in every checkpoint of the run.
 	sources []checkpoint.SourceRef
+	// What the source tasks read before their bounded input ended (ended):
+	// records, whether any started from a restored checkpoint, and where
+	// each stood.
+	endMu       sync.Mutex
+	endRead     int64
+	endRestored bool
+	endOffsets  []string
 	// stop is closed when the run ends (its context is cancelled): every
 	// task and helper goroutine returns.
 	stop   <-chan struct{}
@@ -280,8 +288,8 @@ func (j *Job) Run(ctx context.Context) (err error) {
 			// commits a final checkpoint, so that the stop leaves nothing
 			// open and the failed checkpoint's output is not lost to it.
 			recoveries++
-			if recoveries > MaxRecoveries {
-				return fmt.Errorf("keyed: job %s: gave up after %d recoveries in a row: %w", j.name, MaxRecoveries, err)
+			if recoveries > maxRecoveries {
+				return fmt.Errorf("keyed: job %s: gave up after %d recoveries in a row: %w", j.name, maxRecoveries, err)
 			}
 			j.cfg.Logger.Warn("keyed: recovering from what the sink recorded", "job", j.name, "recovery", recoveries, "err", err)
 			continue
@@ -704,6 +712,34 @@ func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkp
 	return r.onCommit(0)
 }
 
+// ended records, from a source task whose bounded input ended, how many
+// records it read this run, whether its positions came from a restored
+// checkpoint, and its offsets.
+func (r *run) ended(read int64, restored bool, offsets []string) {
+	r.endMu.Lock()
+	defer r.endMu.Unlock()
+	r.endRead += read
+	r.endRestored = r.endRestored || restored
+	r.endOffsets = append(r.endOffsets, offsets...)
+}
+
+// emptyRun says, whatever the Logger, that the bounded input ended before
+// the run read a single record because the restored checkpoint's offsets
+// were already at its end: a job pointed at a new topic or cluster with an
+// old checkpoint that records no provenance would otherwise write nothing
+// and return nil without a word. Called once every source task's input has
+// ended.
+func (r *run) emptyRun() {
+	r.endMu.Lock()
+	defer r.endMu.Unlock()
+	if r.endRead > 0 || !r.endRestored {
+		return
+	}
+	sort.Strings(r.endOffsets)
+	r.warn.Warn("keyed: the bounded input ended before the run read any record: the restored checkpoint's offsets are already at its end (to read the input again, start over with Job.Forget)",
+		"offsets", strings.Join(r.endOffsets, " "))
+}
+
 // onCommit calls the job's OnCommit function, if any, for checkpoint id,
 // which has committed.
 func (r *run) onCommit(id uint64) error {
@@ -898,6 +934,9 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 			effs = lc.Ack(a.id, a.task)
 		case t := <-r.exhausted:
 			exhausted[t] = true
+			if len(exhausted) == len(r.triggers) {
+				r.emptyRun()
+			}
 			if len(exhausted) == len(r.triggers) && !stopping {
 				stopping, stopRequest = true, nil
 				effs = lc.Stop(time.Now())

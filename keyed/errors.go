@@ -27,9 +27,9 @@ var (
 	ErrStopTimeout = errors.New("keyed: graceful stop timed out")
 )
 
-// MaxRecoveries bounds the recoveries from unknown outcomes in a row, with
+// maxRecoveries bounds the recoveries from unknown outcomes in a row, with
 // no checkpoint committed between them.
-const MaxRecoveries = 10
+const maxRecoveries = 10
 
 // classified is an error with its class: errors.Is finds both the class
 // and everything err wraps; the message is err's.

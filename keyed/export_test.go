@@ -9,3 +9,13 @@ func SetSweepAge(d time.Duration) (restore func()) {
 	testSweepAge.Store(int64(d))
 	return func() { testSweepAge.Store(-1) }
 }
+
+// The runtime's backend and key-group math, for the external tests
+// (package keyed_test) that exercise state without a job.
+var (
+	NewBackend = newBackend
+	FullRange  = fullRange
+	KeyGroup   = keyGroupOf
+)
+
+type KeyGroupRange = keyGroupRange

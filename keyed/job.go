@@ -112,7 +112,7 @@ func (j *Job) Validate() error {
 		errs = append(errs, fmt.Errorf("keyed: transaction max timeout %v below 1s", j.cfg.TransactionMaxTimeout))
 	}
 	if j.cfg.MaxParallelism != 0 {
-		if err := ValidateParallelism(1, j.cfg.MaxParallelism); err != nil {
+		if err := validateParallelism(1, j.cfg.MaxParallelism); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -11,69 +11,69 @@ import (
 // maxParallelism is not set (Flink's lower bound for its default, 128).
 const DefaultMaxParallelism = 128
 
-// MaxParallelismLimit bounds maxParallelism: the bound the checkpoint
+// maxParallelismLimit bounds maxParallelism: the bound the checkpoint
 // format holds key groups to (internal/layout's MaxKeyGroups: five digits
 // in a state file name). It is above Flink's 32768 because in the partitioned mode
 // maxParallelism is a topic's partition count, which Kafka does not cap at
 // 32768; every formula here is computed in 64 bits, so any bound up to
 // 2^31 would be safe.
-const MaxParallelismLimit = layout.MaxKeyGroups
+const maxParallelismLimit = layout.MaxKeyGroups
 
 // KeyGroup returns the key group of key in the keyBy mode:
 // xxhash64(key) % maxParallelism. nil and empty keys are the same key
 // (xxhash64 of no bytes). maxParallelism must be positive (see
 // ValidateParallelism); KeyGroup panics otherwise.
-func KeyGroup(key []byte, maxParallelism int) int {
+func keyGroupOf(key []byte, maxParallelism int) int {
 	return int(xxhash.Sum64(key) % uint64(maxParallelism))
 }
 
-// OperatorIndex returns the index of the operator instance, out of
+// operatorIndex returns the index of the operator instance, out of
 // parallelism, that owns keyGroup: keyGroup * parallelism / maxParallelism
 // (Flink, KeyGroupRangeAssignment.computeOperatorIndexForKeyGroup). It is
 // the instance whose RangeFor contains keyGroup.
-func OperatorIndex(keyGroup, maxParallelism, parallelism int) int {
+func operatorIndex(keyGroup, maxParallelism, parallelism int) int {
 	return int(int64(keyGroup) * int64(parallelism) / int64(maxParallelism))
 }
 
-// KeyGroupRange is the inclusive range of key groups [Start, End]. It is
+// keyGroupRange is the inclusive range of key groups [Start, End]. It is
 // empty when End < Start.
-type KeyGroupRange struct {
+type keyGroupRange struct {
 	Start, End int
 }
 
-// RangeFor returns the key groups that operator instance operatorIndex, out
+// rangeFor returns the key groups that operator instance operatorIndex, out
 // of parallelism, owns: [ceil(i*maxP/p), floor(((i+1)*maxP-1)/p)] (Flink,
 // KeyGroupRangeAssignment.computeKeyGroupRangeForOperatorIndex). For
 // 1 <= p <= maxP the ranges of instances 0..p-1 are non-empty, contiguous,
 // ascending, and partition [0, maxP).
-func RangeFor(operatorIndex, maxParallelism, parallelism int) KeyGroupRange {
+func rangeFor(operatorIndex, maxParallelism, parallelism int) keyGroupRange {
 	i, maxP, p := int64(operatorIndex), int64(maxParallelism), int64(parallelism)
-	return KeyGroupRange{Start: int((i*maxP + p - 1) / p), End: int(((i+1)*maxP - 1) / p)}
+	return keyGroupRange{Start: int((i*maxP + p - 1) / p), End: int(((i+1)*maxP - 1) / p)}
 }
 
-// FullRange is the range of every key group, [0, maxParallelism-1]: the
+// fullRange is the range of every key group, [0, maxParallelism-1]: the
 // range of a single instance.
-func FullRange(maxParallelism int) KeyGroupRange {
-	return KeyGroupRange{Start: 0, End: maxParallelism - 1}
+func fullRange(maxParallelism int) keyGroupRange {
+	return keyGroupRange{Start: 0, End: maxParallelism - 1}
 }
 
 // Contains reports whether keyGroup is in r.
-func (r KeyGroupRange) Contains(keyGroup int) bool { return r.Start <= keyGroup && keyGroup <= r.End }
+func (r keyGroupRange) Contains(keyGroup int) bool { return r.Start <= keyGroup && keyGroup <= r.End }
 
 // Len is the number of key groups in r.
-func (r KeyGroupRange) Len() int { return max(0, r.End-r.Start+1) }
+func (r keyGroupRange) Len() int { return max(0, r.End-r.Start+1) }
 
 // Empty reports whether r has no key groups.
-func (r KeyGroupRange) Empty() bool { return r.End < r.Start }
+func (r keyGroupRange) Empty() bool { return r.End < r.Start }
 
-func (r KeyGroupRange) String() string { return fmt.Sprintf("[%d, %d]", r.Start, r.End) }
+func (r keyGroupRange) String() string { return fmt.Sprintf("[%d, %d]", r.Start, r.End) }
 
-// ValidateParallelism checks 1 <= parallelism <= maxParallelism <=
+// validateParallelism checks 1 <= parallelism <= maxParallelism <=
 // MaxParallelismLimit. Every key group is owned by one instance and no
 // instance is left without key groups exactly when it holds.
-func ValidateParallelism(parallelism, maxParallelism int) error {
-	if maxParallelism < 1 || maxParallelism > MaxParallelismLimit {
-		return fmt.Errorf("keyed: max parallelism %d out of range [1, %d]", maxParallelism, MaxParallelismLimit)
+func validateParallelism(parallelism, maxParallelism int) error {
+	if maxParallelism < 1 || maxParallelism > maxParallelismLimit {
+		return fmt.Errorf("keyed: max parallelism %d out of range [1, %d]", maxParallelism, maxParallelismLimit)
 	}
 	if parallelism < 1 || parallelism > maxParallelism {
 		return fmt.Errorf("keyed: parallelism %d out of range [1, %d] (max parallelism %d)", parallelism, maxParallelism, maxParallelism)
@@ -81,9 +81,9 @@ func ValidateParallelism(parallelism, maxParallelism int) error {
 	return nil
 }
 
-func validateRange(r KeyGroupRange, maxParallelism int) error {
-	if maxParallelism < 1 || maxParallelism > MaxParallelismLimit {
-		return fmt.Errorf("keyed: max parallelism %d out of range [1, %d]", maxParallelism, MaxParallelismLimit)
+func validateRange(r keyGroupRange, maxParallelism int) error {
+	if maxParallelism < 1 || maxParallelism > maxParallelismLimit {
+		return fmt.Errorf("keyed: max parallelism %d out of range [1, %d]", maxParallelism, maxParallelismLimit)
 	}
 	if r.Empty() || r.Start < 0 || r.End >= maxParallelism {
 		return fmt.Errorf("keyed: key-group range %s is not a non-empty range within [0, %d)", r, maxParallelism)
@@ -105,16 +105,16 @@ func validateRange(r KeyGroupRange, maxParallelism int) error {
 // depends on the partition count), so it changes maxParallelism, and
 // Backend.Restore refuses a checkpoint of another maxParallelism.
 
-// PartitionedMaxParallelism returns the maxParallelism of the partitioned
+// partitionedMaxParallelism returns the maxParallelism of the partitioned
 // mode for a topic of partitions partitions: partitions itself, checked to
 // be in [1, MaxParallelismLimit].
-func PartitionedMaxParallelism(partitions int) (int, error) {
-	if partitions < 1 || partitions > MaxParallelismLimit {
-		return 0, fmt.Errorf("keyed: partitioned mode: %d partitions, want 1 to %d", partitions, MaxParallelismLimit)
+func partitionedMaxParallelism(partitions int) (int, error) {
+	if partitions < 1 || partitions > maxParallelismLimit {
+		return 0, fmt.Errorf("keyed: partitioned mode: %d partitions, want 1 to %d", partitions, maxParallelismLimit)
 	}
 	return partitions, nil
 }
 
-// PartitionKeyGroup returns the key group, in the partitioned mode, of a
+// partitionKeyGroup returns the key group, in the partitioned mode, of a
 // record read from partition: the partition itself.
-func PartitionKeyGroup(partition int32) int { return int(partition) }
+func partitionKeyGroup(partition int32) int { return int(partition) }

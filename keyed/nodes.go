@@ -180,7 +180,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 		}
 	}
 	maxP := rs.maxP
-	if err := ValidateParallelism(o.parallelism, maxP); err != nil {
+	if err := validateParallelism(o.parallelism, maxP); err != nil {
 		return fmt.Errorf("keyed: operator %q: %w", o.name, err)
 	}
 	// The keying mode decides what a key group means: a checkpoint taken in
@@ -238,7 +238,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 		for k, p := range infos[i].parts {
 			t := k % s.parallelism
 			if o.in.byPartition {
-				t = OperatorIndex(int(p), maxP, s.parallelism)
+				t = operatorIndex(int(p), maxP, s.parallelism)
 			}
 			assign[t] = append(assign[t], Position{Partition: p, Offset: infos[i].pos[p]})
 		}
@@ -285,12 +285,12 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	}
 	for d := 0; d < o.parallelism; d++ {
 		task := r.addTask(fmt.Sprintf("%s[%d]", o.name, d))
-		rng := RangeFor(d, maxP, o.parallelism)
-		var bopts []BackendOpt
+		rng := rangeFor(d, maxP, o.parallelism)
+		var bopts []backendOpt
 		if !o.in.byPartition {
-			bopts = append(bopts, KeyGroupFunc(func(key []byte) int { return KeyGroup(key, maxP) }))
+			bopts = append(bopts, keyGroupFunc(func(key []byte) int { return keyGroupOf(key, maxP) }))
 		}
-		b, err := NewBackend(o.name, maxP, rng, bopts...)
+		b, err := newBackend(o.name, maxP, rng, bopts...)
 		if err != nil {
 			return err
 		}
@@ -576,18 +576,13 @@ func idleWait(cfg config, idleness time.Duration) time.Duration {
 	return max(cfg.BufferTimeout, w)
 }
 
-// emptyRestore says, whatever the Logger, that a bounded input ended
-// before this task read a record because the restored checkpoint's offsets
-// were already at its end: a job pointed at a new topic or cluster with an
-// old checkpoint that records no provenance would otherwise write nothing
-// and return nil without a word.
-func (s *sourceTask[T]) emptyRestore(pos map[int32]int64) {
+// offsetsAt names the task's partitions at the positions pos, for logs.
+func (s *sourceTask[T]) offsetsAt(pos map[int32]int64) []string {
 	offsets := make([]string, 0, len(s.positions))
 	for _, p := range s.positions {
 		offsets = append(offsets, fmt.Sprintf("%s[%d]@%d", s.topic, p.Partition, pos[p.Partition]))
 	}
-	s.r.warn.Warn("keyed: the bounded input ended before any record was read: the restored checkpoint's offsets are already at its end, so this run reads nothing (to read the input again, start over with Job.Forget)",
-		"source", s.name, "task", s.instance, "offsets", strings.Join(offsets, " "))
+	return offsets
 }
 
 // deadLetter hands an undecodable record to the sink's dead letters under
@@ -697,9 +692,9 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 				key, kg = rec.Key, int(rec.Partition)
 			} else {
 				key = s.key(rec.Value)
-				kg = KeyGroup(key, s.maxP)
+				kg = keyGroupOf(key, s.maxP)
 			}
-			d = OperatorIndex(kg, s.maxP, s.p)
+			d = operatorIndex(kg, s.maxP, s.p)
 			ms := timeMillis(ts)
 			if err := s.out.add(d, element[T]{v: rec.Value, key: key, kg: int32(kg), ts: ms}); err != nil {
 				return err
@@ -724,9 +719,7 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 		}
 		if done && !exhausted {
 			exhausted = true
-			if s.read == 0 && s.restored && len(s.positions) > 0 {
-				s.emptyRestore(pos)
-			}
+			s.r.ended(s.read, s.restored, s.offsetsAt(pos))
 			if s.watermarks {
 				s.out.advance(endOfTime) // a bounded input's end: every time has passed
 			}
@@ -889,7 +882,7 @@ func (t *opTask[T, O]) apply(ctx context.Context, effs []align.Effect) error {
 
 // writeSnapshot encodes the snapshot and writes its files durably, under
 // the run's context ctx.
-func (t *opTask[T, O]) writeSnapshot(ctx context.Context, snap *Snapshot, id uint64) ([]checkpoint.FileRef, error) {
+func (t *opTask[T, O]) writeSnapshot(ctx context.Context, snap *snapshot, id uint64) ([]checkpoint.FileRef, error) {
 	defer snap.Release()
 	files, err := snap.Encode(t.r.runID, id, 1)
 	if err != nil {

@@ -203,7 +203,7 @@ func (c config) transactionTimeout() time.Duration {
 // ByPartition job takes it from the partition count: leave it unset.
 func MaxParallelism(n int) Opt {
 	return func(c *config) {
-		if err := ValidateParallelism(1, n); err != nil {
+		if err := validateParallelism(1, n); err != nil {
 			c.errs = append(c.errs, fmt.Errorf("keyed: MaxParallelism: %w", err))
 		}
 		c.MaxParallelism = n

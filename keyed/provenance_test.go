@@ -204,7 +204,7 @@ func TestRestoreSaysWhatItDecided(t *testing.T) {
 	require.Empty(t, sink2.Committed())
 	out := log.String()
 	require.Contains(t, out, "level=WARN msg=\"keyed: restoring from the local committed marker")
-	require.Contains(t, out, "level=WARN msg=\"keyed: the bounded input ended before any record was read")
+	require.Contains(t, out, "level=WARN msg=\"keyed: the bounded input ended before the run read any record")
 	for p := 0; p < 4; p++ {
 		require.Contains(t, out, fmt.Sprintf("events[%d]@%d", p, src.Len(int32(p))), "the warning names every offset")
 	}

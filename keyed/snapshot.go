@@ -13,14 +13,14 @@ import (
 	"github.com/kordproject/kord/internal/statefile"
 )
 
-// Snapshot is the keyed state of a Backend at one instant, taken by
-// Backend.Snapshot at a barrier. It holds the backend's tables as they
+// snapshot is the keyed state of a Backend at one instant, taken by
+// Backend.snapshot at a barrier. It holds the backend's tables as they
 // were; the backend copies a table before its next write to it. Encode it
 // (on any goroutine, while the backend goes on), then Release it.
-type Snapshot struct {
+type snapshot struct {
 	operator string
 	maxP     int
-	r        KeyGroupRange
+	r        keyGroupRange
 	infos    []StateInfo
 	states   []frozenState // nil once released
 
@@ -135,10 +135,10 @@ func (f *frozen[T]) entries(g int, w *workspace) ([]statefile.Entry, error) {
 // and copies no keys or values: the first write to each key group after it
 // copies that group's table (copy-on-write), until the snapshot is
 // released.
-func (b *Backend) Snapshot() *Snapshot {
+func (b *Backend) Snapshot() *snapshot {
 	b.epoch++
 	b.pending.Add(1)
-	s := &Snapshot{operator: b.operator, maxP: b.maxP, r: b.r, b: b, infos: b.States(), states: make([]frozenState, len(b.states))}
+	s := &snapshot{operator: b.operator, maxP: b.maxP, r: b.r, b: b, infos: b.States(), states: make([]frozenState, len(b.states))}
 	for i, st := range b.states {
 		s.states[i] = st.freeze()
 	}
@@ -148,7 +148,7 @@ func (b *Backend) Snapshot() *Snapshot {
 // OperatorRefs returns the snapshotted states' entries for
 // checkpoint.Metadata.Operators (see Backend.OperatorRefs), also after
 // Release.
-func (s *Snapshot) OperatorRefs() []checkpoint.OperatorRef {
+func (s *snapshot) OperatorRefs() []checkpoint.OperatorRef {
 	out := make([]checkpoint.OperatorRef, len(s.infos))
 	for i, inf := range s.infos {
 		out[i] = inf.Ref()
@@ -158,11 +158,11 @@ func (s *Snapshot) OperatorRefs() []checkpoint.OperatorRef {
 
 // MaxParallelism returns the number of key groups, for
 // checkpoint.Metadata.MaxParallelism.
-func (s *Snapshot) MaxParallelism() int { return s.maxP }
+func (s *snapshot) MaxParallelism() int { return s.maxP }
 
 // Len returns the number of (state, key) entries in the snapshot (0 once
 // released).
-func (s *Snapshot) Len() int {
+func (s *snapshot) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -174,8 +174,8 @@ func (s *Snapshot) Len() int {
 	return n
 }
 
-// ErrReleased is returned by Encode on a released snapshot.
-var ErrReleased = errors.New("keyed: snapshot already released")
+// errReleased is returned by Encode on a released snapshot.
+var errReleased = errors.New("keyed: snapshot already released")
 
 // Encode encodes the snapshot as the state files of checkpoint (run, id):
 // for each state with entries, one statefile.EncodeKeyGroups file holding
@@ -190,11 +190,11 @@ var ErrReleased = errors.New("keyed: snapshot already released")
 // parallel <= 0), ended before it returns, and may run while the backend
 // goes on processing. The files' contents are valid until Release (their
 // memory is reused by the backend's next snapshots).
-func (s *Snapshot) Encode(run string, id uint64, parallel int) (map[string][]byte, error) {
+func (s *snapshot) Encode(run string, id uint64, parallel int) (map[string][]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released.Load() {
-		return nil, ErrReleased
+		return nil, errReleased
 	}
 	if err := layout.ValidateRun(run); err != nil {
 		return nil, err
@@ -233,7 +233,7 @@ func (s *Snapshot) Encode(run string, id uint64, parallel int) (map[string][]byt
 // Release ends the snapshot: the backend writes its tables in place again
 // once every snapshot is released. It waits for an Encode in progress and
 // is idempotent; a released snapshot cannot be encoded.
-func (s *Snapshot) Release() {
+func (s *snapshot) Release() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released.CompareAndSwap(false, true) {

@@ -48,7 +48,7 @@ func decodeFiles(t testing.TB, op string, maxP int, files map[string][]byte) *mo
 		}
 		for j, e := range entries {
 			k := string(e.Key)
-			require.Equal(t, entryKG[j], KeyGroup(e.Key, maxP), "key %s in file %s", k, name)
+			require.Equal(t, entryKG[j], keyGroupOf(e.Key, maxP), "key %s in file %s", k, name)
 			switch st {
 			case "count":
 				v, err := Int64().Decode(e.Value)
@@ -83,7 +83,7 @@ func requireModel(t testing.TB, want, got *model) {
 func TestSnapshotCopyOnWrite(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	keys := testKeys(2000)
-	b := newTestBackend(t, "op", FullRange(testMaxP))
+	b := newTestBackend(t, "op", fullRange(testMaxP))
 	s := registerStateSet(t, b)
 	md := newModel()
 	for range 20_000 {
@@ -94,7 +94,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 		err   error
 	}
 	var wg sync.WaitGroup
-	var snaps []*Snapshot
+	var snaps []*snapshot
 	var want []*model
 	results := make([]result, 3)
 	for i := range results {
@@ -122,7 +122,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 
 	// Released: writes go in place again, and the snapshot is unusable.
 	_, err := snaps[0].Encode(testRun, 9, 1)
-	require.ErrorIs(t, err, ErrReleased)
+	require.ErrorIs(t, err, errReleased)
 	snaps[0].Release() // idempotent
 	require.Zero(t, b.pending.Load())
 }
@@ -131,7 +131,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 // group's table only on the first write to it, not on reads, and not at all
 // once released.
 func TestCopyOnWriteGranularity(t *testing.T) {
-	b := newTestBackend(t, "op", FullRange(testMaxP))
+	b := newTestBackend(t, "op", fullRange(testMaxP))
 	v, err := Value(b, "v", Int64())
 	require.NoError(t, err)
 	m, err := Map(b, "m", String(), Int64())
@@ -140,7 +140,7 @@ func TestCopyOnWriteGranularity(t *testing.T) {
 	setKey(b, k1)
 	v.Set(1)
 	m.Put("x", 1)
-	g := KeyGroup([]byte(k1), testMaxP)
+	g := keyGroupOf([]byte(k1), testMaxP)
 	t0, m0 := v.s.groups[g], m.s.groups[g]
 
 	snap := b.Snapshot()
@@ -230,7 +230,7 @@ func instances(t testing.TB, op string, p int) ([]*Backend, []stateSet) {
 	bs := make([]*Backend, p)
 	ss := make([]stateSet, p)
 	for i := range p {
-		bs[i] = newTestBackend(t, op, RangeFor(i, testMaxP, p))
+		bs[i] = newTestBackend(t, op, rangeFor(i, testMaxP, p))
 		ss[i] = registerStateSet(t, bs[i])
 	}
 	return bs, ss
@@ -238,7 +238,7 @@ func instances(t testing.TB, op string, p int) ([]*Backend, []stateSet) {
 
 // owner returns the instance of p that owns key.
 func owner(key string, p int) int {
-	return OperatorIndex(KeyGroup([]byte(key), testMaxP), testMaxP, p)
+	return operatorIndex(keyGroupOf([]byte(key), testMaxP), testMaxP, p)
 }
 
 // TestRescale snapshots 2 instances, restores into 3, processes more,
@@ -268,7 +268,7 @@ func TestRescale(t *testing.T) {
 
 	bs2, ss2 := instances(t, "op", 2)
 	// Another operator's state in the same checkpoint is left alone.
-	other := newTestBackend(t, "other", FullRange(testMaxP))
+	other := newTestBackend(t, "other", fullRange(testMaxP))
 	ov, err := Value(other, "count", String())
 	require.NoError(t, err)
 	setKey(other, "x")
@@ -302,7 +302,7 @@ func TestRestorePartitioned(t *testing.T) {
 	vs := make([]*ValueState[int64], 2)
 	for i := range src {
 		var err error
-		src[i], err = NewBackend("count", partitions, RangeFor(i, partitions, 2))
+		src[i], err = newBackend("count", partitions, rangeFor(i, partitions, 2))
 		require.NoError(t, err)
 		vs[i], err = Value(src[i], "n", Int64())
 		require.NoError(t, err)
@@ -310,16 +310,16 @@ func TestRestorePartitioned(t *testing.T) {
 	want := map[int]map[string]int64{}
 	for p := range partitions {
 		want[p] = map[string]int64{}
-		i := OperatorIndex(p, partitions, 2)
+		i := operatorIndex(p, partitions, 2)
 		for k := range 10 {
 			key := fmt.Sprintf("p%d-k%d", p, k)
-			src[i].SetCurrentKey([]byte(key), PartitionKeyGroup(int32(p)))
+			src[i].SetCurrentKey([]byte(key), partitionKeyGroup(int32(p)))
 			vs[i].Set(int64(p*100 + k))
 			want[p][key] = int64(p*100 + k)
 		}
 	}
 	m, files := checkpointOf(t, 1, src...)
-	dst, err := NewBackend("count", partitions, FullRange(partitions))
+	dst, err := newBackend("count", partitions, fullRange(partitions))
 	require.NoError(t, err)
 	v, err := Value(dst, "n", Int64())
 	require.NoError(t, err)
@@ -334,7 +334,7 @@ func TestRestorePartitioned(t *testing.T) {
 	}
 	// With the keyBy key-group function the same files are refused: their
 	// keys are not in the key groups the hash gives.
-	hashed, err := NewBackend("count", partitions, FullRange(partitions), KeyGroupFunc(func(k []byte) int { return KeyGroup(k, partitions) }))
+	hashed, err := newBackend("count", partitions, fullRange(partitions), keyGroupFunc(func(k []byte) int { return keyGroupOf(k, partitions) }))
 	require.NoError(t, err)
 	_, err = Value(hashed, "n", Int64())
 	require.NoError(t, err)
@@ -344,7 +344,7 @@ func TestRestorePartitioned(t *testing.T) {
 }
 
 func TestRestoreRefusals(t *testing.T) {
-	src := newTestBackend(t, "op", FullRange(testMaxP))
+	src := newTestBackend(t, "op", fullRange(testMaxP))
 	s := registerStateSet(t, src)
 	setKey(src, "k")
 	s.v.Set(1)
@@ -353,7 +353,7 @@ func TestRestoreRefusals(t *testing.T) {
 	m, files := checkpointOf(t, 1, src)
 
 	fresh := func(reg func(b *Backend)) *Backend {
-		b := newTestBackend(t, "op", FullRange(testMaxP))
+		b := newTestBackend(t, "op", fullRange(testMaxP))
 		reg(b)
 		return b
 	}
@@ -397,7 +397,7 @@ func TestRestoreRefusals(t *testing.T) {
 	require.Equal(t, "record", me.Field)
 
 	// Another max parallelism.
-	b, err = NewBackend("op", 64, FullRange(64))
+	b, err = newBackend("op", 64, fullRange(64))
 	require.NoError(t, err)
 	registerStateSet(t, b)
 	require.ErrorContains(t, b.Restore(m, files), "max parallelism 128, this backend 64")
@@ -435,14 +435,14 @@ func TestRestoreCorruptFiles(t *testing.T) {
 		k := fmt.Sprintf("key-%d", i)
 		switch {
 		case k1 == "":
-			if KeyGroup([]byte(k), testMaxP) < 63 { // one varint byte for it and the next
+			if keyGroupOf([]byte(k), testMaxP) < 63 { // one varint byte for it and the next
 				k1 = k
 			}
-		case KeyGroup([]byte(k), testMaxP) == KeyGroup([]byte(k1), testMaxP)+1:
+		case keyGroupOf([]byte(k), testMaxP) == keyGroupOf([]byte(k1), testMaxP)+1:
 			k2 = k
 		}
 	}
-	kg1 := KeyGroup([]byte(k1), testMaxP)
+	kg1 := keyGroupOf([]byte(k1), testMaxP)
 	other := (kg1 + 1) % testMaxP
 	v8 := make([]byte, 8)
 	good := encodeEntries(t, kg1, statefile.Entry{Key: []byte(k1), Value: v8})
@@ -462,7 +462,7 @@ func TestRestoreCorruptFiles(t *testing.T) {
 		{"key group in two files", layout.StateFileName(testRun, 1, "op.count", 2), encodeEntries(t, other, statefile.Entry{Key: []byte(k2), Value: v8}), "is also in " + otherName},
 	} {
 		t.Run(c.what, func(t *testing.T) {
-			b := newTestBackend(t, "op", FullRange(testMaxP))
+			b := newTestBackend(t, "op", fullRange(testMaxP))
 			v, err := Value(b, "count", Int64())
 			require.NoError(t, err)
 			m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.OperatorRefs()}
@@ -481,7 +481,7 @@ func TestRestoreCorruptFiles(t *testing.T) {
 	}
 	// The key groups of a file outside the range are not decoded, however
 	// bad: kg1's records claim another key group.
-	b := newTestBackend(t, "op", KeyGroupRange{Start: other, End: other})
+	b := newTestBackend(t, "op", keyGroupRange{Start: other, End: other})
 	_, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.OperatorRefs()}
@@ -493,9 +493,9 @@ func TestRestoreCorruptFiles(t *testing.T) {
 	require.ErrorContains(t, err, "record of key group")
 	require.NoError(t, b.Restore(m, map[string][]byte{name: bad}))
 	// A name that is not a state file of this checkpoint is an error.
-	b = newTestBackend(t, "op", FullRange(testMaxP))
+	b = newTestBackend(t, "op", fullRange(testMaxP))
 	require.Error(t, b.Restore(m, map[string][]byte{"ckpt-abc123-00000000000000000001.meta": nil}))
-	b = newTestBackend(t, "op", FullRange(testMaxP))
+	b = newTestBackend(t, "op", fullRange(testMaxP))
 	require.Error(t, b.Restore(m, map[string][]byte{layout.StateFileName(testRun, 2, "op.count", 0): good}))
 }
 
@@ -509,7 +509,7 @@ func encodeEntries(t testing.TB, kg int, entries ...statefile.Entry) []byte {
 }
 
 func TestEncodeErrors(t *testing.T) {
-	b := newTestBackend(t, "op", FullRange(testMaxP))
+	b := newTestBackend(t, "op", fullRange(testMaxP))
 	v, err := Value(b, "v", failingCodec{})
 	require.NoError(t, err)
 	setKey(b, "k")
@@ -534,14 +534,14 @@ func (failingCodec) Fingerprint() string                      { return "failing"
 // fillCounters makes a backend with a ValueState[int64] of n uuid keys.
 func fillCounters(tb testing.TB, n int) (*Backend, [][]byte, []int) {
 	r := rand.New(rand.NewPCG(11, 12))
-	b := newTestBackend(tb, "op", FullRange(testMaxP))
+	b := newTestBackend(tb, "op", fullRange(testMaxP))
 	v, err := Value(b, "count", Int64())
 	require.NoError(tb, err)
 	keys := make([][]byte, n)
 	kgs := make([]int, n)
 	for i := range keys {
 		keys[i] = []byte(fakeUUID(r))
-		kgs[i] = KeyGroup(keys[i], testMaxP)
+		kgs[i] = keyGroupOf(keys[i], testMaxP)
 		b.SetCurrentKey(keys[i], kgs[i])
 		v.Set(int64(i))
 	}
@@ -642,7 +642,7 @@ func BenchmarkRestore(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		nb := newTestBackend(b, "op", FullRange(testMaxP))
+		nb := newTestBackend(b, "op", fullRange(testMaxP))
 		_, err := Value(nb, "count", Int64())
 		require.NoError(b, err)
 		require.NoError(b, nb.Restore(m, files))
@@ -681,7 +681,7 @@ func TestEncodeReusesMemory(t *testing.T) {
 	s3.Release()
 }
 
-func mustEncodeSnap(t testing.TB, s *Snapshot) map[string][]byte {
+func mustEncodeSnap(t testing.TB, s *snapshot) map[string][]byte {
 	t.Helper()
 	files, err := s.Encode(testRun, 1, 1)
 	require.NoError(t, err)

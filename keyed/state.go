@@ -100,19 +100,19 @@ func (e *MismatchError) Error() string {
 		e.Operator, e.State, e.Field, e.Found, e.Want)
 }
 
-// BackendOpt configures a Backend.
-type BackendOpt func(*Backend)
+// backendOpt configures a Backend.
+type backendOpt func(*Backend)
 
-// KeyGroupFunc sets the function that gives a key's key group, used by
+// keyGroupFunc sets the function that gives a key's key group, used by
 // Check and by Restore to verify that every restored key belongs to the key
 // group of the file it is in. In the keyBy mode pass
-// func(k []byte) int { return KeyGroup(k, maxParallelism) }. There is none
+// func(k []byte) int { return keyGroupOf(k, maxParallelism) }. There is none
 // by default, which suits the partitioned mode, where the key group is the
 // partition a record was read from and cannot in general be recomputed from
 // the key bytes; Restore then trusts the file names. A partitioned topic
 // known to be written by kord's producer may pass its placement,
 // int(partitioner.KeyPartition(key, partitions)).
-func KeyGroupFunc(f func(key []byte) int) BackendOpt {
+func keyGroupFunc(f func(key []byte) int) backendOpt {
 	return func(b *Backend) { b.keyGroupOf = f }
 }
 
@@ -128,7 +128,7 @@ func KeyGroupFunc(f func(key []byte) int) BackendOpt {
 type Backend struct {
 	operator   string
 	maxP       int
-	r          KeyGroupRange
+	r          keyGroupRange
 	keyGroupOf func(key []byte) int
 
 	states []state
@@ -148,10 +148,10 @@ type Backend struct {
 	clock func() int64 // TTL states' processing time (Unix ms); nil: the wall clock
 }
 
-// NewBackend returns an empty backend for instance r of operator, out of
+// newBackend returns an empty backend for instance r of operator, out of
 // maxParallelism key groups. operator is 1 or more characters of
 // [a-zA-Z0-9_-].
-func NewBackend(operator string, maxParallelism int, r KeyGroupRange, opts ...BackendOpt) (*Backend, error) {
+func newBackend(operator string, maxParallelism int, r keyGroupRange, opts ...backendOpt) (*Backend, error) {
 	if err := validateName("operator", operator); err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func (b *Backend) Operator() string { return b.operator }
 func (b *Backend) MaxParallelism() int { return b.maxP }
 
 // Range returns the key groups this backend owns.
-func (b *Backend) Range() KeyGroupRange { return b.r }
+func (b *Backend) Range() keyGroupRange { return b.r }
 
 // States describes the registered states in registration order.
 func (b *Backend) States() []StateInfo {

@@ -13,20 +13,20 @@ import (
 
 const testMaxP = 128
 
-func newTestBackend(t testing.TB, op string, r KeyGroupRange) *Backend {
+func newTestBackend(t testing.TB, op string, r keyGroupRange) *Backend {
 	t.Helper()
-	b, err := NewBackend(op, testMaxP, r, KeyGroupFunc(func(k []byte) int { return KeyGroup(k, testMaxP) }))
+	b, err := newBackend(op, testMaxP, r, keyGroupFunc(func(k []byte) int { return keyGroupOf(k, testMaxP) }))
 	require.NoError(t, err)
 	return b
 }
 
 // setKey makes key current on b, in its keyBy key group.
 func setKey(b *Backend, key string) {
-	b.SetCurrentKey([]byte(key), KeyGroup([]byte(key), b.MaxParallelism()))
+	b.SetCurrentKey([]byte(key), keyGroupOf([]byte(key), b.MaxParallelism()))
 }
 
 func TestValueState(t *testing.T) {
-	b := newTestBackend(t, "op", FullRange(testMaxP))
+	b := newTestBackend(t, "op", fullRange(testMaxP))
 	v, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	s, err := Value(b, "name", String())
@@ -66,7 +66,7 @@ func TestValueState(t *testing.T) {
 
 	// The key is copied when stored: reusing the caller's buffer is fine.
 	buf := []byte("zz")
-	b.SetCurrentKey(buf, KeyGroup(buf, testMaxP))
+	b.SetCurrentKey(buf, keyGroupOf(buf, testMaxP))
 	v.Set(5)
 	buf[0] = 'y'
 	setKey(b, "zz")
@@ -76,7 +76,7 @@ func TestValueState(t *testing.T) {
 }
 
 func TestListState(t *testing.T) {
-	b := newTestBackend(t, "op", FullRange(testMaxP))
+	b := newTestBackend(t, "op", fullRange(testMaxP))
 	l, err := List(b, "events", String())
 	require.NoError(t, err)
 	setKey(b, "k")
@@ -104,7 +104,7 @@ func TestListState(t *testing.T) {
 }
 
 func TestMapState(t *testing.T) {
-	b := newTestBackend(t, "op", FullRange(testMaxP))
+	b := newTestBackend(t, "op", fullRange(testMaxP))
 	m, err := Map(b, "attrs", String(), Int64())
 	require.NoError(t, err)
 	setKey(b, "k")
@@ -138,7 +138,7 @@ func TestMapState(t *testing.T) {
 }
 
 func TestRegistration(t *testing.T) {
-	b := newTestBackend(t, "op", FullRange(testMaxP))
+	b := newTestBackend(t, "op", fullRange(testMaxP))
 	_, err := Value(b, "s", Int64())
 	require.NoError(t, err)
 	_, err = List(b, "s", Int64())
@@ -169,19 +169,19 @@ func TestRegistration(t *testing.T) {
 	require.Equal(t, "key=string;value=json:[]int", refs[2].SchemaFingerprint)
 
 	for _, bad := range []string{"", "a.b", "x/y"} {
-		_, err := NewBackend(bad, testMaxP, FullRange(testMaxP))
+		_, err := newBackend(bad, testMaxP, fullRange(testMaxP))
 		require.Error(t, err, "%q", bad)
 	}
-	for _, r := range []KeyGroupRange{{0, testMaxP}, {-1, 3}, {5, 4}} {
-		_, err := NewBackend("op", testMaxP, r)
+	for _, r := range []keyGroupRange{{0, testMaxP}, {-1, 3}, {5, 4}} {
+		_, err := newBackend("op", testMaxP, r)
 		require.Error(t, err, "%v", r)
 	}
-	_, err = NewBackend("op", MaxParallelismLimit+1, FullRange(MaxParallelismLimit+1))
+	_, err = newBackend("op", maxParallelismLimit+1, fullRange(maxParallelismLimit+1))
 	require.Error(t, err)
 }
 
 func TestCurrentKeyChecks(t *testing.T) {
-	r := RangeFor(1, testMaxP, 2) // [64, 127]
+	r := rangeFor(1, testMaxP, 2) // [64, 127]
 	b := newTestBackend(t, "op", r)
 	v, err := Value(b, "v", Int64())
 	require.NoError(t, err)
@@ -197,13 +197,13 @@ func TestCurrentKeyChecks(t *testing.T) {
 	var in, out []byte
 	for i := 0; in == nil || out == nil; i++ {
 		k := fmt.Appendf(nil, "key-%d", i)
-		if r.Contains(KeyGroup(k, testMaxP)) {
+		if r.Contains(keyGroupOf(k, testMaxP)) {
 			in = k
 		} else {
 			out = k
 		}
 	}
-	kg = KeyGroup(in, testMaxP)
+	kg = keyGroupOf(in, testMaxP)
 	require.NoError(t, b.Check(in, kg))
 	other := r.Start + (kg-r.Start+1)%r.Len()
 	require.ErrorContains(t, b.Check(in, other), "is in key group")
@@ -213,7 +213,7 @@ func TestCurrentKeyChecks(t *testing.T) {
 	require.Equal(t, kg, gotKG)
 
 	// Without a key-group function only the range is checked.
-	p, err := NewBackend("op", testMaxP, r)
+	p, err := newBackend("op", testMaxP, r)
 	require.NoError(t, err)
 	require.NoError(t, p.Check(in, other))
 }
@@ -222,7 +222,7 @@ func TestCurrentKeyChecks(t *testing.T) {
 // allocates nothing, and that storing a new key allocates the key once
 // (amortized table growth aside).
 func TestHotPathAllocs(t *testing.T) {
-	b := newTestBackend(t, "op", FullRange(testMaxP))
+	b := newTestBackend(t, "op", fullRange(testMaxP))
 	v, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	m, err := Map(b, "m", String(), Int64())
@@ -230,7 +230,7 @@ func TestHotPathAllocs(t *testing.T) {
 	l, err := List(b, "l", Int64())
 	require.NoError(t, err)
 	key := []byte("3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b")
-	kg := KeyGroup(key, testMaxP)
+	kg := keyGroupOf(key, testMaxP)
 	b.SetCurrentKey(key, kg)
 	v.Set(1)
 	m.Put("x", 1)
@@ -272,12 +272,12 @@ func TestValueStateMemory(t *testing.T) {
 	kgs := make([]int, n)
 	for i := range keys {
 		keys[i] = []byte(fakeUUID(r))
-		kgs[i] = KeyGroup(keys[i], testMaxP)
+		kgs[i] = keyGroupOf(keys[i], testMaxP)
 	}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	b := newTestBackend(t, "op", FullRange(testMaxP))
+	b := newTestBackend(t, "op", fullRange(testMaxP))
 	v, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	for i, k := range keys {
@@ -390,7 +390,7 @@ func op(r *rand.Rand, s stateSet, md *model, key string) {
 func check(t testing.TB, b *Backend, s stateSet, md *model, keys []string) {
 	t.Helper()
 	for _, k := range keys {
-		if !b.Range().Contains(KeyGroup([]byte(k), b.MaxParallelism())) {
+		if !b.Range().Contains(keyGroupOf([]byte(k), b.MaxParallelism())) {
 			continue
 		}
 		setKey(b, k)
@@ -420,10 +420,10 @@ func testKeys(n int) []string {
 func TestStatesAgainstModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	keys := testKeys(300)
-	b := newTestBackend(t, "op", FullRange(testMaxP))
+	b := newTestBackend(t, "op", fullRange(testMaxP))
 	s := registerStateSet(t, b)
 	md := newModel()
-	var open []*Snapshot
+	var open []*snapshot
 	for i := range 20_000 {
 		step(r, b, s, md, keys[r.IntN(len(keys))])
 		switch {

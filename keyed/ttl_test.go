@@ -18,7 +18,7 @@ type ttlStates struct {
 
 func newTTLBackend(t *testing.T, now *int64, ttl time.Duration) (*Backend, ttlStates) {
 	t.Helper()
-	b := newTestBackend(t, "op", FullRange(testMaxP))
+	b := newTestBackend(t, "op", fullRange(testMaxP))
 	b.clock = func() int64 { return *now }
 	var s ttlStates
 	var err error
@@ -134,7 +134,7 @@ func TestTTLSnapshot(t *testing.T) {
 	_, ok = rs.v.Get()
 	require.False(t, ok)
 
-	plain := newTestBackend(t, "op", FullRange(testMaxP))
+	plain := newTestBackend(t, "op", fullRange(testMaxP))
 	_, err := Value(plain, "v", Int64())
 	require.NoError(t, err)
 	_, err = List(plain, "l", String())
