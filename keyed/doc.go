@@ -21,12 +21,11 @@
 //
 //   - keyBy(extractor): key group = xxhash64(key) %
 //     maxParallelism, our own hash of the key bytes (Flink applies murmur to
-//     a Java hashCode; kord does not). Records are shuffled to
-//     OperatorIndex(keyGroup, maxParallelism, parallelism).
+//     a Java hashCode; kord does not). Records are shuffled to instance
+//     keyGroup * parallelism / maxParallelism.
 //   - keyed by the record key, already partitioned: the key group is the
 //     Kafka partition the record was read from and maxParallelism is the
-//     topic's partition count (PartitionedMaxParallelism,
-//     PartitionKeyGroup), so no shuffle is needed (Flink's
+//     topic's partition count, so no shuffle is needed (Flink's
 //     reinterpretAsKeyedStream).
 //
 // # State
