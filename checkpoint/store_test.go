@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/rig/crashfs"
 	"github.com/kordproject/kord/vfs"
 	"github.com/kordproject/kord/vfs/errorfs"
 )
@@ -173,41 +174,6 @@ func TestOpenStoreRemovesTempFiles(t *testing.T) {
 	require.NotContains(t, names, layout.TempPrefix+"a.7")
 }
 
-// crashFS runs operations on a MemFS and, at the n-th operation (counting
-// from 1), takes a CrashClone before the operation runs and fails it and
-// every later one: the process died there.
-type crashFS struct {
-	mu    sync.Mutex // WriteCheckpoint writes files in parallel
-	mem   *vfs.MemFS
-	n, at int
-	clone *vfs.MemFS
-}
-
-func newCrashFS(mem *vfs.MemFS, at int) (*crashFS, vfs.FS) {
-	c := &crashFS{mem: mem, at: at}
-	return c, errorfs.New(mem, func(op errorfs.Op, name string) error {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.n++
-		if c.n == c.at {
-			c.clone = c.mem.CrashClone()
-		}
-		if c.clone != nil {
-			return errorfs.ErrInjected
-		}
-		return nil
-	})
-}
-
-// crashed returns the filesystem after the crash, or after the run if it
-// ended first.
-func (c *crashFS) crashed() *vfs.MemFS {
-	if c.clone != nil {
-		return c.clone
-	}
-	return c.mem.CrashClone()
-}
-
 func TestPutCrash(t *testing.T) {
 	// Put's operations: open (exists check), create, write, sync, close,
 	// rename, syncdir.
@@ -215,15 +181,15 @@ func TestPutCrash(t *testing.T) {
 		mem := vfs.NewMem()
 		s0 := openMem(t, mem)
 		require.NoError(t, s0.Close())
-		c, fsys := newCrashFS(mem, 0)
+		c, fsys := crashfs.New(mem)
 		s, err := OpenStore(fsys, testDir)
 		require.NoError(t, err)
-		c.at = c.n + at // count from after OpenStore
+		c.CrashIn(at) // count from after OpenStore
 		err = s.Put(t.Context(), "obj", []byte("data"))
-		done := c.clone == nil
+		done := !c.Crashed()
 		s.Close()
 
-		after := openMem(t, c.crashed())
+		after := openMem(t, c.After())
 		got, err2 := after.Get(t.Context(), "obj")
 		if done {
 			require.NoError(t, err)
@@ -274,15 +240,15 @@ func TestSetPointerCrash(t *testing.T) {
 		require.NoError(t, SetCommitted(t.Context(), s0, Ref{Run: "a", ID: 1}))
 		require.NoError(t, s0.Close())
 
-		c, fsys := newCrashFS(mem, 0)
+		c, fsys := crashfs.New(mem)
 		s, err := OpenStore(fsys, testDir)
 		require.NoError(t, err)
-		c.at = c.n + at
+		c.CrashIn(at)
 		err = SetCommitted(t.Context(), s, Ref{Run: "a", ID: 2})
-		done := c.clone == nil
+		done := !c.Crashed()
 		s.Close()
 
-		after := openMem(t, c.crashed())
+		after := openMem(t, c.After())
 		ref, ok, err2 := ReadCommitted(t.Context(), after)
 		require.NoError(t, err2, "crash at op %d: never a torn pointer", at)
 		require.True(t, ok)
@@ -463,15 +429,15 @@ func TestWriteCheckpointCrash(t *testing.T) {
 		require.NoError(t, SetCommitted(t.Context(), s0, Ref{"a", 1}))
 		require.NoError(t, s0.Close())
 
-		c, fsys := newCrashFS(mem, 0)
+		c, fsys := crashfs.New(mem)
 		s, err := OpenStore(fsys, testDir)
 		require.NoError(t, err)
-		c.at = c.n + at
+		c.CrashIn(at)
 		err = WriteCheckpoint(t.Context(), s, testMeta("a", 2), testFiles("a", 2, 3))
-		done := c.clone == nil
+		done := !c.Crashed()
 		s.Close()
 
-		after := openMem(t, c.crashed())
+		after := openMem(t, c.After())
 		refs := checkStoreInvariants(t, after)
 		if done {
 			require.NoError(t, err)

@@ -3,7 +3,6 @@ package align
 import (
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,47 +25,20 @@ import (
 // input=N at=D, record input=N, end input=N at=D, cancel ID at=D, state.
 // Times are durations from an epoch.
 func TestAlignerTranscripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) { runAlignerTranscript(t, f) })
-	}
+	transcript.RunDir(t, func(t *testing.T) func(cmd string) string {
+		var a *Aligner
+		epoch := time.Unix(1_700_000_000, 0)
+		return func(cmd string) string { return execAligner(t, &a, epoch, cmd) }
+	})
 }
 
-func runAlignerTranscript(t *testing.T, path string) {
-	var a *Aligner
-	epoch := time.Unix(1_700_000_000, 0)
-	transcript.Run(t, path, func(cmd string) string { return execAligner(t, &a, epoch, cmd) })
-}
-
-func execAligner(t *testing.T, ap **Aligner, epoch time.Time, cmd string) string {
-	fields := strings.Fields(cmd)
-	args := map[string]string{}
-	var id uint64
-	for _, f := range fields[1:] {
-		if k, v, ok := strings.Cut(f, "="); ok {
-			args[k] = v
-		} else {
-			n, err := strconv.ParseUint(f, 10, 64)
-			require.NoError(t, err, cmd)
-			id = n
-		}
-	}
-	num := func(k string) int {
-		n, err := strconv.Atoi(args[k])
-		require.NoError(t, err, cmd)
-		return n
-	}
-	at := epoch
-	if args["at"] != "" {
-		d, err := time.ParseDuration(args["at"])
-		require.NoError(t, err, cmd)
-		at = epoch.Add(d)
-	}
+func execAligner(t *testing.T, ap **Aligner, epoch time.Time, line string) string {
+	c := transcript.Parse(t, line)
+	id, args, num := c.ID, c.Args, c.Int
+	at := epoch.Add(c.Duration("at"))
 	a := *ap
 	var effs []Effect
-	switch fields[0] {
+	switch c.Name {
 	case "new":
 		modes := map[string]checkpoint.Mode{"exactly-once": checkpoint.ExactlyOnce, "at-least-once": checkpoint.AtLeastOnce}
 		var err error
@@ -86,7 +58,7 @@ func execAligner(t *testing.T, ap **Aligner, epoch time.Time, cmd string) string
 	case "state":
 		return alignerState(a)
 	default:
-		t.Fatalf("unknown command %q", cmd)
+		t.Fatalf("unknown command %q", line)
 	}
 	s := make([]string, len(effs))
 	for i, e := range effs {

@@ -2,8 +2,6 @@ package lifecycle
 
 import (
 	"fmt"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,51 +21,21 @@ import (
 // ID, meta-failed ID at=D, commit-done ID at=D, commit-failed ID, stop at=D,
 // state. Times are durations from an epoch.
 func TestLifecycleTranscripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			var l *Lifecycle
-			epoch := time.Unix(1_700_000_000, 0)
-			transcript.Run(t, f, func(cmd string) string { return execLifecycle(t, &l, epoch, cmd) })
-		})
-	}
+	transcript.RunDir(t, func(t *testing.T) func(cmd string) string {
+		var l *Lifecycle
+		epoch := time.Unix(1_700_000_000, 0)
+		return func(cmd string) string { return execLifecycle(t, &l, epoch, cmd) }
+	})
 }
 
-func execLifecycle(t *testing.T, lp **Lifecycle, epoch time.Time, cmd string) string {
-	fields := strings.Fields(cmd)
-	args := map[string]string{}
-	var id uint64
-	for _, f := range fields[1:] {
-		if k, v, ok := strings.Cut(f, "="); ok {
-			args[k] = v
-		} else {
-			n, err := strconv.ParseUint(f, 10, 64)
-			require.NoError(t, err, cmd)
-			id = n
-		}
-	}
-	dur := func(k string) time.Duration {
-		if args[k] == "" {
-			return 0
-		}
-		d, err := time.ParseDuration(args[k])
-		require.NoError(t, err, cmd)
-		return d
-	}
-	num := func(k string) int {
-		if args[k] == "" {
-			return 0
-		}
-		n, err := strconv.Atoi(args[k])
-		require.NoError(t, err, cmd)
-		return n
-	}
+func execLifecycle(t *testing.T, lp **Lifecycle, epoch time.Time, line string) string {
+	c := transcript.Parse(t, line)
+	id := c.ID
+	dur, num := c.Duration, c.Int
 	at := epoch.Add(dur("at"))
 	var effs []Effect
 	l := *lp
-	switch fields[0] {
+	switch c.Name {
 	case "new":
 		var err error
 		*lp, err = New(Config{Interval: dur("interval"), Timeout: dur("timeout"), MinPause: dur("minpause"), TolerableFailures: num("tolerable")},
@@ -96,7 +64,7 @@ func execLifecycle(t *testing.T, lp **Lifecycle, epoch time.Time, cmd string) st
 		cur, ok := l.InFlight()
 		return fmt.Sprintf("committed=%d inflight=%v/%d", l.Committed(), ok, cur)
 	default:
-		t.Fatalf("unknown command %q", cmd)
+		t.Fatalf("unknown command %q", line)
 	}
 	s := make([]string, len(effs))
 	for i, e := range effs {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,8 +12,8 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/rig/crashfs"
 	"github.com/kordproject/kord/vfs"
-	"github.com/kordproject/kord/vfs/errorfs"
 )
 
 const testDir = "/ckpt"
@@ -25,41 +24,6 @@ func openMem(t testing.TB, fsys vfs.FS) *checkpoint.Store {
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	return s
-}
-
-// crashFS runs operations on a MemFS and, at the n-th operation (counting
-// from 1), takes a CrashClone before the operation runs and fails it and
-// every later one: the process died there.
-type crashFS struct {
-	mu    sync.Mutex // checkpoint.WriteCheckpoint writes files in parallel
-	mem   *vfs.MemFS
-	n, at int
-	clone *vfs.MemFS
-}
-
-func newCrashFS(mem *vfs.MemFS, at int) (*crashFS, vfs.FS) {
-	c := &crashFS{mem: mem, at: at}
-	return c, errorfs.New(mem, func(op errorfs.Op, name string) error {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.n++
-		if c.n == c.at {
-			c.clone = c.mem.CrashClone()
-		}
-		if c.clone != nil {
-			return errorfs.ErrInjected
-		}
-		return nil
-	})
-}
-
-// crashed returns the filesystem after the crash, or after the run if it
-// ended first.
-func (c *crashFS) crashed() *vfs.MemFS {
-	if c.clone != nil {
-		return c.clone
-	}
-	return c.mem.CrashClone()
 }
 
 // writeTestCheckpoint writes checkpoint (run, id) with n key groups.
@@ -108,15 +72,15 @@ func TestRetainAfterWriteCrash(t *testing.T) {
 		require.NoError(t, checkpoint.SetCommitted(t.Context(), s0, checkpoint.Ref{Run: "a", ID: 1}))
 		require.NoError(t, s0.Close())
 
-		c, fsys := newCrashFS(mem, 0)
+		c, fsys := crashfs.New(mem)
 		s, err := checkpoint.OpenStore(fsys, testDir)
 		require.NoError(t, err)
-		c.at = c.n + at
+		c.CrashIn(at)
 		err = checkpoint.WriteCheckpoint(t.Context(), s, testMeta("a", 2), testFiles("a", 2, 3))
-		done := c.clone == nil
+		done := !c.Crashed()
 		s.Close()
 
-		after := openMem(t, c.crashed())
+		after := openMem(t, c.After())
 		refs := checkStoreInvariants(t, after)
 		if done {
 			require.NoError(t, err)
@@ -200,14 +164,14 @@ func TestCommittedCrash(t *testing.T) {
 			require.NoError(t, checkpoint.WriteCheckpoint(t.Context(), s0, testMeta("a", id), testFiles("a", id, 2)))
 		}
 		require.NoError(t, s0.Close())
-		c, fsys := newCrashFS(mem, 0)
+		c, fsys := crashfs.New(mem)
 		s, err := checkpoint.OpenStore(fsys, testDir)
 		require.NoError(t, err)
-		c.at = c.n + at
+		c.CrashIn(at)
 		err = Committed(t.Context(), s, checkpoint.Ref{Run: "a", ID: 3}, 1)
-		done := c.clone == nil
+		done := !c.Crashed()
 		s.Close()
-		after := openMem(t, c.crashed())
+		after := openMem(t, c.After())
 		refs := checkStoreInvariants(t, after)
 		require.Contains(t, refs, checkpoint.Ref{Run: "a", ID: 3})
 		if done {
