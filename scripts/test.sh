@@ -44,28 +44,60 @@ KORD_TEST_LOGS="${KORD_TEST_LOGS:-$(mktemp -d /tmp/kord-test-logs.XXXXXX)}"
 mkdir -p "$KORD_TEST_LOGS"
 echo "test.sh: test events and reports in $KORD_TEST_LOGS" >&2
 go build -o "$KORD_TEST_LOGS/testlog" ./internal/rig/testlog
-n=0
+# gotest NAME ARGS...: go test -json ARGS, its events and report kept as
+# NAME.json and NAME.txt.
 gotest() {
-	n=$((n + 1))
-	go test -json "$@" </dev/null | "$KORD_TEST_LOGS/testlog" -json "$KORD_TEST_LOGS/$n.json" -report "$KORD_TEST_LOGS/$n.txt"
+	local name=$1
+	shift
+	go test -json "$@" </dev/null | "$KORD_TEST_LOGS/testlog" -json "$KORD_TEST_LOGS/$name.json" -report "$KORD_TEST_LOGS/$name.txt"
 }
 # Every test runs once: the tests of untagged files on plain binaries, the
 # tests of files built only with the tag (scripts/failpoint-tests.sh lists
-# them per package) on tagged ones. kafkaio's proofs take about 10 minutes
-# under -race on 2 cores: more than go test's default 10-minute timeout per
-# package.
-gotest -race -count=1 -timeout 25m "$@" ./...
+# them per package) on tagged ones. kafkaio's proofs take about 15 minutes
+# under -race on 2 cores (more than go test's default 10-minute timeout per
+# package), so they run in a lane of their own beside every other
+# package's, one package at a time in each lane: two test processes at once,
+# as one go test ./... runs on 2 cores. The kafkaio lane's output follows
+# the other's.
 mapfile -t tagged < <(scripts/failpoint-tests.sh)
-for line in "${tagged[@]}"; do
-	gotest -race -count=1 -timeout 25m -tags kordfailpoints -run "^(${line#* })\$" "$@" "${line%% *}"
-done
+# run_tagged LANE [go test flags]: the tagged tests of kafkaio (LANE
+# kafkaio) or of every other package (LANE others); every package is run
+# whatever the one before it did, and the status says whether any failed.
+run_tagged() {
+	local lane=$1 line pkg rc=0
+	shift
+	for line in "${tagged[@]}"; do
+		pkg=${line%% *}
+		if { [ "$lane" = kafkaio ] && [ "$pkg" = ./kafkaio ]; } || { [ "$lane" = others ] && [ "$pkg" != ./kafkaio ]; }; then
+			gotest "tagged-${pkg//[.\/]/_}" -race -count=1 -timeout 25m -tags kordfailpoints -run "^(${line#* })\$" "$@" "$pkg" || rc=$?
+		fi
+	done
+	return $rc
+}
+(
+	rc=0
+	gotest kafkaio -race -count=1 -timeout 25m "$@" ./kafkaio/ || rc=$?
+	run_tagged kafkaio "$@" || rc=$?
+	exit $rc
+) >"$KORD_TEST_LOGS/kafkaio-lane.out" 2>&1 &
+lane=$!
+status=0
+# shellcheck disable=SC2046
+gotest others -race -count=1 -timeout 25m -p 1 "$@" $(go list ./... | grep -vx 'github.com/kordproject/kord/kafkaio') || status=$?
+run_tagged others "$@" || status=$?
+wait "$lane" || status=$?
+cat "$KORD_TEST_LOGS/kafkaio-lane.out"
+if [ "$status" != 0 ]; then
+	echo "test.sh: tests failed (reports in $KORD_TEST_LOGS)" >&2
+	exit "$status"
+fi
 # The race detector slows the engine tenfold, so under -race the seeded
 # failure test runs 150 seeds and the window model tests 45 and 30; here
 # they run 1,000 and 300 each without it.
-gotest -count=1 -tags kordfailpoints -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/
+gotest seeded -count=1 -tags kordfailpoints -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/
 # Allocation counts that a sync.Pool makes: the race detector drops pooled
 # values on purpose, so these run without it.
-gotest -count=1 -run 'TestDecoderAllocs' ./internal/jsonx/
+gotest allocs -count=1 -run 'TestDecoderAllocs' ./internal/jsonx/
 # Modules of their own: the benchmark peers and suite, and the toy sink
 # written outside kord against its public connector interface only.
 for m in bench/peers bench/peers/franz bench/peers/goka bench/peers/librdkafka bench/suite examples/toysink; do
