@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -355,6 +356,7 @@ func TestScaledZombie(t *testing.T) {
 		"p0 takes every partition\n%s", logs)
 	t.Logf("p0 took p1's partitions after %v", time.Since(stopped).Round(time.Millisecond))
 	ps.waitCommits(2, "p0 goes on", "p0")
+	beforeCont := len(zombie.Stderr.String()) // a stopped process writes nothing
 	require.NoError(t, zombie.Cmd.Process.Signal(syscall.SIGCONT))
 	t.Logf("SIGCONTinued p1 after %v", time.Since(stopped).Round(time.Millisecond))
 
@@ -363,10 +365,20 @@ func TestScaledZombie(t *testing.T) {
 	ps.stopAll()
 	require.Equal(t, f.expected(), len(recs), "%s", logs())
 	f.verify()
-	zlog := zombie.Stderr.String()
-	t.Logf("p1 after SIGCONT:\n%s", grepLines(zlog, "lost", "recover", "fenc", "generation", "Unknown member"))
-	// The zombie's commit reached the group coordinator and was refused.
-	require.Regexp(t, `send offsets.*(Unknown member|Illegal generation|[Ff]enced)`, zlog)
+	zlog := zombie.Stderr.String()[beforeCont:]
+	t.Logf("p1 after SIGCONT:\n%s", grepLines(zlog, "lost", "recover", "fenc", "generation", "Unknown member", "committed"))
+	// The zombie of the old generation committed nothing. Either its
+	// commit reached the group coordinator and was refused (KIP-447), or
+	// its member found the session lost when it woke (librdkafka checks
+	// the session timeout itself) and revoked its partitions as lost
+	// before the job's next commit: which comes first is a race. The
+	// exactly-once check above holds either way.
+	refused := regexp.MustCompile(`send offsets.*(Unknown member|[Ii]llegal generation|generation id is not valid|[Ff]enced)`).MatchString(zlog)
+	lost := strings.Index(zlog, "lost=true")
+	committed := strings.Index(zlog, "test: committed")
+	require.True(t, refused || (lost >= 0 && (committed < 0 || lost < committed)),
+		"the zombie neither had a commit refused nor lost its partitions before committing:\n%s", zlog)
+	t.Logf("zombie: commit refused %v, partitions lost before a commit %v", refused, lost >= 0 && (committed < 0 || lost < committed))
 }
 
 func grepLines(s string, subs ...string) string {
