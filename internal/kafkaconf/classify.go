@@ -138,7 +138,11 @@ func timedOut(err error) bool {
 // which failed a job in CI), and the errors Kafka's Java client retries
 // that admin results carry unmarked: no controller (a broker just
 // started; NotControllerException is a RetriableException in
-// kafka-clients) and a request timed out on the broker.
+// kafka-clients), a request timed out on the broker, and a group
+// coordinator still loading its partition of __consumer_offsets or not
+// yet elected (CoordinatorLoadInProgressException and
+// CoordinatorNotAvailableException are retriable there too; a DeleteGroups
+// on a broker just started met the first in CI).
 func Transient(err error) bool {
 	var kerr kafka.Error
 	if !errors.As(err, &kerr) {
@@ -146,7 +150,7 @@ func Transient(err error) bool {
 	}
 	switch kerr.Code() {
 	case kafka.ErrNotLeaderForPartition, kafka.ErrLeaderNotAvailable, kafka.ErrNotCoordinator, kafka.ErrTimedOut, kafka.ErrTransport,
-		kafka.ErrNotController, kafka.ErrRequestTimedOut:
+		kafka.ErrNotController, kafka.ErrRequestTimedOut, kafka.ErrCoordinatorLoadInProgress, kafka.ErrCoordinatorNotAvailable:
 		return true
 	}
 	return kerr.IsRetriable()
