@@ -9,7 +9,7 @@
 //
 // Start with New, Resolve (where to begin), Assign and Poll; Ends and
 // Reached tell when a partition's end is read (see Example). A kord job
-// reads Kafka through kafkaio.Source, which builds on this package.
+// reads Kafka through kafkaio.NewSource, which builds on this package.
 //
 // # Failures
 //

@@ -9,6 +9,7 @@ import (
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // Reading a topic from its start to its end, as a read_committed consumer
@@ -22,7 +23,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer cluster.Close()
-	p, err := producer.New(producer.String(), producer.String(), producer.Brokers(cluster.Brokers()...))
+	p, err := producer.New(serde.String(), serde.String(), producer.Brokers(cluster.Brokers()...))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // watcher records a member's hook calls.
@@ -214,7 +215,7 @@ func TestMemberFencesOldGeneration(t *testing.T) {
 	require.Eventually(t, func() bool { return wa.count() == 2 }, time.Minute, 20*time.Millisecond, "%s", &log)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers), producer.TransactionalID("kord.test."+kafkatest.TopicName(t)))
+	p, err := producer.New(serde.String(), serde.String(), producer.Brokers(c.Brokers), producer.TransactionalID("kord.test."+kafkatest.TopicName(t)))
 	require.NoError(t, err)
 	defer p.Close()
 	require.NoError(t, p.InitTransactions(ctx))

@@ -47,6 +47,12 @@ type Record struct {
 	TimestampType TimestampType
 }
 
+// Header is a record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
 // TimestampType is the kind of a record's timestamp (Kafka's
 // TimestampType).
 type TimestampType int8

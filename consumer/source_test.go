@@ -12,6 +12,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 func TestConfigRefusesOffsetCommits(t *testing.T) {
@@ -71,7 +72,7 @@ func TestSourcePositionsAndRanges(t *testing.T) {
 // produceNumbers writes the values "0" to "n-1", key "k", to partition 0
 // of topic.
 func produceNumbers(ctx context.Context, t *testing.T, c *kafkatest.Cluster, topic string, n int) {
-	p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers), producer.Partitioner(partitioner.Func(func(string, []byte, int, []int32) int32 { return 0 })))
+	p, err := producer.New(serde.String(), serde.String(), producer.Brokers(c.Brokers), producer.Partitioner(partitioner.Func(func(string, []byte, int, []int32) int32 { return 0 })))
 	require.NoError(t, err)
 	for i := 0; i < n; i++ {
 		require.NoError(t, p.Produce(ctx, producer.Record[string, string]{Topic: topic, Key: "k", Value: strconv.Itoa(i)}, nil))
@@ -138,7 +139,7 @@ func TestReachedPastTransactionMarkers(t *testing.T) {
 		topic := c.CreateTopic(t, 2, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers), producer.TransactionalID(topic))
+		p, err := producer.New(serde.String(), serde.String(), producer.Brokers(c.Brokers), producer.TransactionalID(topic))
 		require.NoError(t, err)
 		defer p.Close()
 		require.NoError(t, p.InitTransactions(ctx))

@@ -23,6 +23,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // rec is a record to produce to one partition, with an optional timestamp.
@@ -45,7 +46,7 @@ func produce(t *testing.T, c *kafkatest.Cluster, topic string, recs ...rec) {
 		}
 		return int32(p)
 	})
-	p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers), producer.Partitioner(byKey))
+	p, err := producer.New(serde.String(), serde.String(), producer.Brokers(c.Brokers), producer.Partitioner(byKey))
 	require.NoError(t, err)
 	defer p.Close()
 	n := map[int32]int{}

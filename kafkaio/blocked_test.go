@@ -12,13 +12,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // wmProbe is the counter, keeping the highest watermark its task met.
@@ -63,7 +63,7 @@ func TestBlockedPartitionHoldsWatermark(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
 				base := time.Now().Add(-time.Hour)
-				txp, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(c.Brokers),
+				txp, err := producer.New(serde.String(), serde.JSON[event](), producer.Brokers(c.Brokers),
 					producer.TransactionalID("blocked-"+strings.ReplaceAll(in, "/", ".")))
 				require.NoError(t, err)
 				defer txp.Close()
@@ -82,16 +82,16 @@ func TestBlockedPartitionHoldsWatermark(t *testing.T) {
 				var log syncbuf.Buffer
 				j := keyed.NewJob(strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), keyed.Dir(t.TempDir()), keyed.CheckpointInterval(200*time.Millisecond),
 					keyed.Logger(logTo(&log, slog.LevelInfo, nil)))
-				s := keyed.FromSource(j, "events", 1, keyed.Source[event](kafkaio.NewSource(client, in, consumer.JSONValue[event]()))).
+				s := keyed.FromSource(j, "events", 1, keyed.Source[event](kafkaio.NewSource(client, in, serde.JSON[event]()))).
 					Watermarks(10 * time.Millisecond).Idleness(300 * time.Millisecond)
 				o := keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &wmProbe{mu: &mu, max: &maxWm} })
-				keyed.ToSink(o, "results", keyed.Sink[result](kafkaio.NewSink(client, out, kafkaio.JSON(func(r result) string { return r.UUID }))))
+				keyed.ToSink(o, "results", keyed.Sink[result](kafkaio.NewSink(client, out, serde.JSON[result](), kafkaio.Key(func(r result) string { return r.UUID }, serde.String()))))
 				rctx, stop := context.WithCancel(ctx)
 				done := make(chan error, 1)
 				go func() { done <- j.Run(rctx) }()
 
 				// Partitions 0 and 1 flow, each key once, times rising.
-				p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(c.Brokers))
+				p, err := producer.New(serde.String(), serde.JSON[event](), producer.Brokers(c.Brokers))
 				require.NoError(t, err)
 				defer p.Close()
 				var sent atomic.Int64

@@ -3,14 +3,11 @@ package kafkaio
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
-	"unsafe"
 
 	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/internal/jsonx"
 	"github.com/kordproject/kord/internal/kafkaconf"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
@@ -23,24 +20,20 @@ type Client struct {
 	brokers  []string
 	settings map[string]string
 	log      *slog.Logger
-	logSet   bool
-	err      error
 }
 
-// ClientOpt configures a Client.
-type ClientOpt func(*Client)
-
-// NewClient returns a client configuration. It fails when a properties
-// file cannot be read or mapped (Properties), or when the settings ask for
-// what the linked librdkafka was not built with (GSSAPI, say): at once,
-// before any job runs.
-func NewClient(opts ...ClientOpt) (*Client, error) {
-	c := &Client{settings: map[string]string{}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	for _, o := range opts {
-		o(c)
+// NewClient returns a client configuration (options Brokers, Properties,
+// Set, Logger). It fails when a properties file cannot be read or mapped
+// (Properties), or when the settings ask for what the linked librdkafka
+// was not built with (GSSAPI, say): at once, before any job runs.
+func NewClient(opts ...Opt) (*Client, error) {
+	o := apply(toClient, opts)
+	if err := errors.Join(o.err, o.misplaced("NewClient")); err != nil {
+		return nil, err
 	}
-	if c.err != nil {
-		return nil, c.err
+	c := &Client{brokers: o.brokers, settings: o.settings, log: o.log}
+	if c.settings == nil {
+		c.settings = map[string]string{}
 	}
 	if err := kafkaconf.FoldAliases(c.settings); err != nil {
 		return nil, fmt.Errorf("kafkaio: %w", err)
@@ -49,38 +42,6 @@ func NewClient(opts ...ClientOpt) (*Client, error) {
 		return nil, fmt.Errorf("kafkaio: %w", err)
 	}
 	return c, nil
-}
-
-// Brokers are the bootstrap servers, host:port (Kafka's
-// bootstrap.servers). Required.
-func Brokers(addrs ...string) ClientOpt {
-	return func(c *Client) { c.brokers = append(c.brokers, addrs...) }
-}
-
-// Set passes a librdkafka property to every client (security settings,
-// client.id, ...), by librdkafka's name. The settings kord derives or
-// owns are refused where they are used (see the producer and consumer
-// packages, and Sink's doc).
-func Set(key, value string) ClientOpt { return func(c *Client) { c.settings[key] = value } }
-
-// Properties applies a Java client.properties file, the one a Java or
-// Flink client of the same cluster uses, to every client: each Java
-// property is mapped to its librdkafka equivalent (security.protocol,
-// sasl.mechanism, sasl.jaas.config, ssl.truststore.*, ssl.keystore.*,
-// ...; the README's table). A property with no equivalent makes NewClient
-// fail, naming it and what to use instead. Its bootstrap.servers serves
-// when Brokers is not given; options after it override what it sets.
-func Properties(path string) ClientOpt {
-	return func(c *Client) {
-		if err := kafkaconf.LoadJavaInto(path, c.settings); err != nil {
-			c.err = errors.Join(c.err, fmt.Errorf("kafkaio: %w", err))
-		}
-	}
-}
-
-// Logger receives the clients' log. Default: the job's logger, or nothing.
-func Logger(l *slog.Logger) ClientOpt {
-	return func(c *Client) { c.log, c.logSet = l, true }
 }
 
 // classify marks an error no restart can cure as permanent (keyed
@@ -120,10 +81,13 @@ func (c *Client) Settings() map[string]string {
 
 // logger returns the client's logger, or fallback when none was set.
 func (c *Client) logger(fallback *slog.Logger) *slog.Logger {
-	if c.logSet || fallback == nil {
+	switch {
+	case c.log != nil:
 		return c.log
+	case fallback != nil:
+		return fallback
 	}
-	return fallback
+	return slog.New(slog.DiscardHandler)
 }
 
 // consumer creates a consumer with the client's configuration, extra
@@ -160,31 +124,4 @@ func (c *Client) producerOpts(log *slog.Logger, extra map[string]string) []produ
 		opts = append(opts, producer.Set(k, v))
 	}
 	return opts
-}
-
-// JSON returns a sink encoder that writes each result as JSON
-// (encoding/json's bytes, by internal/jsonx), keyed by key(result) (nil key
-// when key is nil; an empty string is an empty key, not a null one).
-//
-// The key it returns shares the string's memory instead of copying it,
-// which saves an allocation per record: it is read-only. The Sink only
-// reads it (to place the record, and to hand it to librdkafka, which
-// copies it); a caller of the encoder must not write to it either.
-func JSON[T any](key func(T) string) func(T) ([]byte, []byte, error) {
-	return func(v T) ([]byte, []byte, error) {
-		b, err := jsonx.Marshal(v)
-		if key == nil {
-			return nil, b, err
-		}
-		return stringBytes(key(v)), b, err
-	}
-}
-
-// stringBytes is s's bytes without a copy: read-only. The empty string
-// gives an empty, non-nil slice (an empty key, never a null key).
-func stringBytes(s string) []byte {
-	if s == "" {
-		return []byte{}
-	}
-	return unsafe.Slice(unsafe.StringData(s), len(s))
 }

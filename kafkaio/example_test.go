@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // Hit is one line of an access log.
@@ -73,7 +73,7 @@ func Example_accessLog() {
 		return
 	}
 	job := keyed.NewJob("uri-counts", keyed.Dir(dir), keyed.CheckpointInterval(100*time.Millisecond))
-	hits := keyed.FromSource[Hit](job, "hits", 1, kafkaio.NewSource(client, "access-log", consumer.JSONValue[Hit](), kafkaio.Bounded()))
+	hits := keyed.FromSource[Hit](job, "hits", 1, kafkaio.NewSource(client, "access-log", serde.JSON[Hit](), kafkaio.Bounded()))
 	byPattern := keyed.KeyByString(func(h Hit) string { return normalize(h.Path) }, hits)
 	counts := keyed.ProcessValue(byPattern, "count", 2, keyed.Int64(),
 		func(pattern string, _ Hit, n *keyed.ValueState[int64], out *keyed.Collector[PatternCount]) error {
@@ -83,7 +83,7 @@ func Example_accessLog() {
 			return nil
 		})
 	keyed.ToSink(counts, "counts", kafkaio.NewSink(client, "uri-counts",
-		kafkaio.JSON(func(c PatternCount) string { return c.Pattern }),
+		serde.JSON[PatternCount](), kafkaio.Key(func(c PatternCount) string { return c.Pattern }, serde.String()),
 		kafkaio.DeadLetterTopic("access-log.dlq")))
 	if err := job.Run(ctx); err != nil {
 		log.Fatal(err)
@@ -125,7 +125,7 @@ func Example_accessLog() {
 
 // writeLines produces lines to topic with kord's producer.
 func writeLines(ctx context.Context, c *kordtest.Cluster, topic string, lines ...string) {
-	p, err := producer.New(producer.Bytes(), producer.String(), producer.Brokers(c.Brokers()...))
+	p, err := producer.New(serde.Bytes(), serde.String(), producer.Brokers(c.Brokers()...))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -13,3 +13,10 @@ func BreakRetrySameProducer(on bool) { testRetrySameProducer = on }
 // BreakSocketGuard makes every Sink take socket.timeout.ms as given, even
 // below the commit timeout: the protocol broken on purpose.
 func BreakSocketGuard(on bool) { testNoSocketGuard = on }
+
+// Sink and Source are NewSink's and NewSource's types, for tests that look
+// inside them (BufferLen, TooLarge).
+type (
+	Sink[T any]   = sink[T]
+	Source[T any] = source[T]
+)

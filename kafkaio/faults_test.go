@@ -20,6 +20,7 @@ import (
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // Misconfigurations and faults of a Kafka job: each must end Run with a
@@ -116,11 +117,11 @@ func TestSinkRefusesDerivedSettings(t *testing.T) {
 		{map[string]string{"socket.timeout.ms": "60000"}, "socket.timeout.ms \"60000\" must exceed the commit timeout 60000 ms"},
 		{map[string]string{"socket.timeout.ms": "70000"}, ""},
 	} {
-		opts := []kafkaio.SinkOpt{kafkaio.InitTimeout(100 * time.Millisecond)}
+		opts := []kafkaio.Opt{kafkaio.InitTimeout(100 * time.Millisecond)}
 		for k, v := range tc.settings {
-			opts = append(opts, kafkaio.ProducerSet(k, v))
+			opts = append(opts, kafkaio.Set(k, v))
 		}
-		sink := kafkaio.NewSink(mustClient(kafkaio.Brokers("127.0.0.1:1")), "out", func(string) ([]byte, []byte, error) { return nil, nil, nil }, opts...)
+		sink := kafkaio.NewSink(mustClient(kafkaio.Brokers("127.0.0.1:1")), "out", serde.String(), opts...).(*kafkaio.Sink[string])
 		if tc.err != "" {
 			require.ErrorContains(t, sink.ValidateSink(info), tc.err, "Validate sees it before the job starts")
 		}
@@ -232,7 +233,7 @@ func TestKafkaFaultUndecodableRecord(t *testing.T) {
 
 		// The bad record, then good ones after it in the same partition
 		// (keys the fixture used there, continuing their sequences).
-		p, err := producer.New(producer.String(), producer.Bytes(), producer.Brokers(c.Brokers))
+		p, err := producer.New(serde.String(), serde.Bytes(), producer.Brokers(c.Brokers))
 		require.NoError(t, err)
 		defer func() { _ = p.Close() }()
 		bad, err := p.ProduceSync(ctx, producer.Record[string, []byte]{Topic: f.in, Key: "user-bad", Value: []byte("{not json")})

@@ -17,13 +17,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kordproject/kord/checkpoint"
-	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/internal/rig/testjob"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // The counting job the tests run (internal/rig/testjob).
@@ -43,10 +43,13 @@ type jobSpec struct {
 	parallelism                 int
 	mode                        checkpoint.Mode
 	logger                      *slog.Logger
-	opts                        []keyed.Opt         // more job options
-	srcOpts                     []kafkaio.SourceOpt // the source's options
-	sinkOpts                    []kafkaio.SinkOpt   // the sink's options
+	opts                        []keyed.Opt   // more job options
+	srcOpts                     []kafkaio.Opt // the source's options
+	sinkOpts                    []kafkaio.Opt // the sink's options
 }
+
+// byUUID keys each result by its uuid.
+var byUUID = kafkaio.Key(func(r result) string { return r.UUID }, serde.String())
 
 // client is the kafkaio client of cluster c.
 func client(c *kafkatest.Cluster) *kafkaio.Client {
@@ -54,7 +57,7 @@ func client(c *kafkatest.Cluster) *kafkaio.Client {
 }
 
 // mustClient is kafkaio.NewClient for settings that cannot fail.
-func mustClient(opts ...kafkaio.ClientOpt) *kafkaio.Client {
+func mustClient(opts ...kafkaio.Opt) *kafkaio.Client {
 	c, err := kafkaio.NewClient(opts...)
 	if err != nil {
 		panic(err)
@@ -75,11 +78,8 @@ func newJob(s jobSpec) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result
 	}
 	j := keyed.NewJob(s.name, append(opts, s.opts...)...)
 	client := mustClient(kafkaio.Brokers(strings.Split(s.brokers, ",")...))
-	src := kafkaio.NewSource(client, s.in, consumer.JSONValue[event](), s.srcOpts...)
-	sink := kafkaio.NewSink(client, s.out, func(r result) ([]byte, []byte, error) {
-		b, err := json.Marshal(r)
-		return []byte(r.UUID), b, err
-	}, s.sinkOpts...)
+	src := kafkaio.NewSource(client, s.in, serde.JSON[event](), s.srcOpts...).(*kafkaio.Source[event])
+	sink := kafkaio.NewSink(client, s.out, serde.JSON[result](), append([]kafkaio.Opt{byUUID}, s.sinkOpts...)...).(*kafkaio.Sink[result])
 	st := keyed.FromSource(j, "events", s.parallelism, keyed.Source[event](src))
 	newOp := func() keyed.Operator[event, result] { return &counter{} }
 	if s.mode == checkpoint.AtLeastOnce {
@@ -152,7 +152,7 @@ func (f *fixture) produce(ctx context.Context, n, rate int) error {
 
 // producePlanned is produce for n events already counted in planned.
 func (f *fixture) producePlanned(ctx context.Context, n, rate int) error {
-	p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(f.c.Brokers))
+	p, err := producer.New(serde.String(), serde.JSON[event](), producer.Brokers(f.c.Brokers))
 	if err != nil {
 		return err
 	}

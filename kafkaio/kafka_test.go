@@ -22,6 +22,7 @@ import (
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // incarnations builds and runs the job once per hook, each of which must
@@ -135,18 +136,41 @@ func TestKafkaUnknownTopic(t *testing.T) {
 // stringSink makes one-partition input and output topics and a started
 // Sink of strings (key "k") to the output, in mode, with opts, closed with
 // the test; ctx ends after a minute.
-func stringSink(t *testing.T, c *kafkatest.Cluster, mode checkpoint.Mode, opts ...kafkaio.SinkOpt) (ctx context.Context, in, out string, sink *kafkaio.Sink[string]) {
+func stringSink(t *testing.T, c *kafkatest.Cluster, mode checkpoint.Mode, opts ...kafkaio.Opt) (ctx context.Context, in, out string, sink *kafkaio.Sink[string]) {
 	in = c.CreateTopic(t, 1, nil)
 	out = c.CreateTopic(t, 1, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	sink = kafkaio.NewSink(client(c), out, func(v string) ([]byte, []byte, error) {
-		return []byte("k"), []byte(v), nil
-	}, opts...)
+	sink = kafkaio.NewSink(client(c), out, serde.String(), append([]kafkaio.Opt{keyK}, opts...)...).(*kafkaio.Sink[string])
 	require.NoError(t, sink.Reset(ctx, sinkInfo(t, mode, in)))
 	t.Cleanup(func() { sink.Close() })
 	return ctx, in, out, sink
 }
+
+// keyK keys every record "k".
+var keyK = kafkaio.Key(func(string) string { return "k" }, serde.String())
+
+// bigKey keys the record big "big-key", and every other "k".
+func bigKey(big string) kafkaio.Opt {
+	return kafkaio.Key(func(v string) string {
+		if v == big {
+			return "big-key"
+		}
+		return "k"
+	}, serde.String())
+}
+
+// bigSerde writes strings as their bytes, and the one named big as value.
+type bigSerde struct{ big, value string }
+
+func (b bigSerde) Encode(dst []byte, v string) ([]byte, error) {
+	if v == b.big {
+		v = b.value
+	}
+	return serde.String().Encode(dst, v)
+}
+func (b bigSerde) Decode(v []byte) (string, error) { return serde.String().Decode(v) }
+func (b bigSerde) Fingerprint() string             { return "test-big" }
 
 // sinkInfo is what a job with one input gives its sink.
 func sinkInfo(t *testing.T, mode checkpoint.Mode, in string) keyed.SinkInfo {
@@ -247,7 +271,7 @@ func TestKafkaDeadLetters(t *testing.T) {
 		dlq := c.CreateTopic(t, 1, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		bad, err := producer.New(producer.String(), producer.Bytes(), producer.Brokers(c.Brokers))
+		bad, err := producer.New(serde.String(), serde.Bytes(), producer.Brokers(c.Brokers))
 		require.NoError(t, err)
 		defer bad.Close()
 		nBad := 0
@@ -281,7 +305,7 @@ func TestKafkaDeadLetters(t *testing.T) {
 		}
 		jobs, sinks := f.incarnations(ctx, func(s *jobSpec) {
 			s.byPartition = false
-			s.sinkOpts = []kafkaio.SinkOpt{kafkaio.DeadLetterTopic(dlq)}
+			s.sinkOpts = []kafkaio.Opt{kafkaio.DeadLetterTopic(dlq)}
 		}, []failpoint.Hook{lateBadThenCrash(3), crashAt(failpoint.BeforeCommit, 1), lateBadThenCrash(2)},
 			func(*kafkaio.Sink[result]) {
 				f.c.ReadAll(t, f.out, f.total(), true, 2*time.Minute)
@@ -324,12 +348,7 @@ func TestKafkaSinkTopicLimit(t *testing.T) {
 		dlq := c.CreateTopic(t, 1, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		sink := kafkaio.NewSink(client(c), out, func(v string) ([]byte, []byte, error) {
-			if v == "big" {
-				return []byte("big-key"), make([]byte, 50_000), nil
-			}
-			return []byte("k"), []byte(v), nil
-		}, kafkaio.DeadLetterTopic(dlq))
+		sink := kafkaio.NewSink(client(c), out, bigSerde{"big", strings.Repeat("x", 50_000)}, bigKey("big"), kafkaio.DeadLetterTopic(dlq)).(*kafkaio.Sink[string])
 		require.NoError(t, sink.Reset(ctx, sinkInfo(t, checkpoint.ExactlyOnce, in)))
 		defer sink.Close()
 		_, err := sink.Recorded(ctx)
@@ -364,16 +383,11 @@ func TestKafkaSinkTooLarge(t *testing.T) {
 		defer cancel()
 		huge := string(make([]byte, 2_000_000))
 		for _, deadLetters := range []bool{false, true} {
-			var opts []kafkaio.SinkOpt
+			var opts []kafkaio.Opt
 			if deadLetters {
 				opts = append(opts, kafkaio.DeadLetterTopic(dlq))
 			}
-			sink := kafkaio.NewSink(client(c), out, func(v string) ([]byte, []byte, error) {
-				if v == "huge" {
-					return []byte("big-key"), []byte(huge), nil
-				}
-				return []byte("k"), []byte(v), nil
-			}, opts...)
+			sink := kafkaio.NewSink(client(c), out, bigSerde{"huge", huge}, append([]kafkaio.Opt{bigKey("huge")}, opts...)...).(*kafkaio.Sink[string])
 			require.NoError(t, sink.Reset(ctx, sinkInfo(t, checkpoint.ExactlyOnce, in)))
 			_, err := sink.Recorded(ctx)
 			require.NoError(t, err)
@@ -427,7 +441,7 @@ func TestKafkaStartFromLatest(t *testing.T) {
 		var commits atomic.Int64
 		j, _, sink := f.build(func(s *jobSpec) {
 			s.byPartition = false
-			s.srcOpts = []kafkaio.SourceOpt{kafkaio.StartFrom(consumer.Latest)}
+			s.srcOpts = []kafkaio.Opt{kafkaio.StartFrom(consumer.Latest)}
 		})
 		runCtx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
@@ -441,7 +455,7 @@ func TestKafkaStartFromLatest(t *testing.T) {
 		}()
 		require.Eventually(t, func() bool { return commits.Load() >= 1 }, time.Minute, 10*time.Millisecond)
 
-		p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(c.Brokers))
+		p, err := producer.New(serde.String(), serde.JSON[event](), producer.Brokers(c.Brokers))
 		require.NoError(t, err)
 		const late = 500
 		for i := 0; i < late; i++ {
@@ -483,7 +497,7 @@ func TestKafkaPartitionDiscovery(t *testing.T) {
 
 		c.AddPartitions(t, f.in, 5)
 		f.parts = 2 // the output keeps its 2 partitions
-		p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(c.Brokers))
+		p, err := producer.New(serde.String(), serde.JSON[event](), producer.Brokers(c.Brokers))
 		require.NoError(t, err)
 		more := map[int32]int{}
 		for i := 0; i < 1_000; i++ {
@@ -625,7 +639,7 @@ func TestKafkaSideOutput(t *testing.T) {
 		}
 		_, sinks := f.incarnations(ctx, func(s *jobSpec) {
 			s.byPartition = false
-			s.sinkOpts = []kafkaio.SinkOpt{kafkaio.SideOutput(route, side)}
+			s.sinkOpts = []kafkaio.Opt{kafkaio.SideOutput(route, side)}
 		}, []failpoint.Hook{crashAt(failpoint.AfterCommit, 2), crashAt(failpoint.BeforeCommit, 1)},
 			func(*kafkaio.Sink[result]) {
 				f.c.ReadAll(t, f.out, f.total()-nSide, true, 2*time.Minute)
@@ -660,7 +674,7 @@ func TestKafkaSideOutput(t *testing.T) {
 // returns, or a crash after the commit would lose them.
 func TestKafkaSinkAtLeastOnceFlushes(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		ctx, in, out, sink := stringSink(t, c, checkpoint.AtLeastOnce, kafkaio.ProducerSet("linger.ms", "30000"))
+		ctx, in, out, sink := stringSink(t, c, checkpoint.AtLeastOnce, kafkaio.Set("linger.ms", "30000"))
 		for i := 0; i < 100; i++ {
 			require.NoError(t, sink.Write(ctx, 1, strconv.Itoa(i)))
 		}
@@ -682,7 +696,7 @@ func TestKafkaBounded(t *testing.T) {
 		f.fill(3_000)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		bounded := func(s *jobSpec) { s.srcOpts = []kafkaio.SourceOpt{kafkaio.Bounded()} }
+		bounded := func(s *jobSpec) { s.srcOpts = []kafkaio.Opt{kafkaio.Bounded()} }
 		j, _, _ := f.build(bounded)
 		require.NoError(t, j.Run(ctx), "a bounded job returns nil at its end")
 		require.Len(t, f.c.ReadAll(t, f.out, f.total()+1, true, 3*time.Second), f.total())

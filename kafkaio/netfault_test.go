@@ -75,7 +75,7 @@ func runNetFault(t *testing.T, nf netFault) {
 		j, _, sink := f.build(func(s *jobSpec) {
 			s.brokers, s.logger = p.Addr(), log
 			for k, v := range nf.settings {
-				s.sinkOpts = append(s.sinkOpts, kafkaio.ProducerSet(k, v))
+				s.sinkOpts = append(s.sinkOpts, kafkaio.Set(k, v))
 			}
 			// Commits give up after 3 s (the commit call's deadline is the
 			// checkpoint timeout): faults are made longer than that.

@@ -376,7 +376,7 @@ func TestEpochBufferBackpressure(t *testing.T) {
 		})
 		j, _, sink := f.build(func(s *jobSpec) {
 			s.opts = []keyed.Opt{keyed.FS(fs)}
-			s.sinkOpts = []kafkaio.SinkOpt{kafkaio.EpochBuffer(7)}
+			s.sinkOpts = []kafkaio.Opt{kafkaio.EpochBuffer(7)}
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()

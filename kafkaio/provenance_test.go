@@ -11,15 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/checkpoint"
-	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
-var bounded = func(s *jobSpec) { s.srcOpts = []kafkaio.SourceOpt{kafkaio.Bounded()} }
+var bounded = func(s *jobSpec) { s.srcOpts = []kafkaio.Opt{kafkaio.Bounded()} }
 
 // provenanceOf reads the cluster id and topic id the job's source reports
 // now for topic on brokers.
@@ -27,7 +27,7 @@ func provenanceOf(t *testing.T, brokers, topic string) checkpoint.SourceRef {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	src := kafkaio.NewSource(mustClient(kafkaio.Brokers(strings.Split(brokers, ",")...)), topic, consumer.BytesValue())
+	src := kafkaio.NewSource(mustClient(kafkaio.Brokers(strings.Split(brokers, ",")...)), topic, serde.Bytes()).(keyed.Identified)
 	ref, err := src.Provenance(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, ref.Cluster, "the cluster id")
@@ -136,8 +136,8 @@ func TestProvenanceNewcomer(t *testing.T) {
 		client, err := c.Client()
 		require.NoError(t, err)
 		j := keyed.NewJob(job) // the default directory: keyed.DefaultDir(job)
-		src := kafkaio.NewSource(client, topic, consumer.JSONValue[event](), kafkaio.Bounded())
-		sink := kafkaio.NewSink(client, topic+".counts", kafkaio.JSON(func(r result) string { return r.UUID }))
+		src := kafkaio.NewSource(client, topic, serde.JSON[event](), kafkaio.Bounded())
+		sink := kafkaio.NewSink(client, topic+".counts", serde.JSON[result](), kafkaio.Key(func(r result) string { return r.UUID }, serde.String()))
 		out := keyed.Process(keyed.ByPartition(keyed.FromSource(j, "events", 1, keyed.Source[event](src))), "count", 1,
 			func() keyed.Operator[event, result] { return &counter{} })
 		keyed.ToSink(out, "results", keyed.Sink[result](sink))
@@ -166,7 +166,7 @@ func produceTo(t *testing.T, brokers, topic string, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(brokers))
+	p, err := producer.New(serde.String(), serde.JSON[event](), producer.Brokers(brokers))
 	require.NoError(t, err)
 	defer p.Close()
 	seq := map[string]int64{}

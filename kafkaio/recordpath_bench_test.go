@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // The benchmark suite's job (bench/peers/CONTRACT.md): its input event,
@@ -59,7 +59,7 @@ func BenchmarkRecordPath(b *testing.B) {
 	events := envInt(b, "KORD_BENCH_EVENTS", 200_000)
 	in := c.CreateTopic(b, 12, nil)
 	ctx := context.Background()
-	p, err := producer.New(producer.String(), producer.JSON[pathInput](), producer.Brokers(strings.Split(c.Brokers, ",")...))
+	p, err := producer.New(serde.String(), serde.JSON[pathInput](), producer.Brokers(strings.Split(c.Brokers, ",")...))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func BenchmarkRecordPath(b *testing.B) {
 				out := c.CreateTopic(b, 12, nil)
 				client := mustClient(kafkaio.Brokers(strings.Split(c.Brokers, ",")...))
 				j := keyed.NewJob(strings.ReplaceAll(out, ".", "-"), keyed.Dir(b.TempDir()), keyed.CheckpointInterval(time.Second))
-				s := keyed.FromSource(j, "events", 2, keyed.Source[pathEvent](kafkaio.NewSource(client, in, consumer.JSONValue[pathEvent](), kafkaio.Bounded())))
+				s := keyed.FromSource(j, "events", 2, keyed.Source[pathEvent](kafkaio.NewSource(client, in, serde.JSON[pathEvent](), kafkaio.Bounded())))
 				k := keyed.ByPartition(s)
 				if keyBy {
 					k = keyed.KeyBy(func(e pathEvent) []byte { return []byte(e.UUID) }, s)
@@ -100,12 +100,9 @@ func BenchmarkRecordPath(b *testing.B) {
 					out.Emit(pathResult{UUID: e.UUID, Seq: e.Seq, Count: v, TS: e.TS})
 					return nil
 				})
-				sink := kafkaio.NewSink(client, out, kafkaio.JSON(func(r pathResult) string { return r.UUID }))
+				sink := kafkaio.NewSink(client, out, serde.JSON[pathResult](), kafkaio.Key(func(r pathResult) string { return r.UUID }, serde.String()))
 				keyed.ToSink(res, "results", keyed.Sink[pathResult](sink))
-				if err := j.Run(ctx); err != nil {
-					b.Fatal(err)
-				}
-				if err := sink.Close(); err != nil {
+				if err := j.Run(ctx); err != nil { // closes the sink
 					b.Fatal(err)
 				}
 				total += int64(events)

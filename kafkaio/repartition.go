@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/serde"
 )
 
 // Keying by a field on several processes (DESIGN.md, "Several processes"):
@@ -42,67 +42,29 @@ type Repartition[T any] struct {
 	c          *Client
 	job        *keyed.Job
 	topic      string
-	input      *Source[T]
+	input      keyed.Source[T]
+	values     serde.Serde[T]
 	partitions int32
-}
-
-type repartitionConfig struct {
-	partitions  int32
-	parallelism int
-	jobOpts     []keyed.Opt
-	sinkOpts    []SinkOpt
-}
-
-// RepartitionOpt configures a Repartition.
-type RepartitionOpt func(*repartitionConfig)
-
-// RepartitionPartitions sets the repartition topic's partition count, that
-// is the job proper's number of key groups, fixed for the job's life.
-// Default: the input topic's (Kafka Streams: the largest of the source
-// topics').
-func RepartitionPartitions(n int32) RepartitionOpt {
-	return func(c *repartitionConfig) { c.partitions = n }
-}
-
-// RepartitionParallelism sets how many tasks read the input and write the
-// repartition topic in each process. Default 2.
-func RepartitionParallelism(n int) RepartitionOpt {
-	return func(c *repartitionConfig) { c.parallelism = n }
-}
-
-// RepartitionJob adds options of the repartition stage's job: its
-// checkpoint interval, logger and, required on several processes, its own
-// checkpoint storage (keyed.Dir, keyed.CheckpointStorage): not the job
-// proper's, which holds another job's checkpoints (a job refuses storage
-// another job has claimed).
-func RepartitionJob(opts ...keyed.Opt) RepartitionOpt {
-	return func(c *repartitionConfig) { c.jobOpts = append(c.jobOpts, opts...) }
-}
-
-// RepartitionSink adds options of the sink that writes the repartition
-// topic: Instance and MemberSet, as the job proper's sink has them.
-func RepartitionSink(opts ...SinkOpt) RepartitionOpt {
-	return func(c *repartitionConfig) { c.sinkOpts = append(c.sinkOpts, opts...) }
 }
 
 // NewRepartition declares the repartition stage named stage of job: it
 // reads input, and writes each record v to the repartition topic with key
-// key(v) and value encode(v). The job proper reads it back with Source
-// and a decoder of what encode wrote.
-func NewRepartition[T any](c *Client, job, stage string, input *Source[T], key func(T) []byte, encode func(T) ([]byte, error), opts ...RepartitionOpt) *Repartition[T] {
-	cfg := repartitionConfig{parallelism: 2}
-	for _, o := range opts {
-		o(&cfg)
+// key(v) and its value encoded by values. The job proper reads it back
+// with Source. Options: Partitions, Parallelism and JobOptions configure
+// the stage; Set, Logger, EpochBuffer, InitTimeout, Instance and
+// SessionTimeout its sink, as they would the job proper's.
+func NewRepartition[T any](c *Client, job, stage string, input keyed.Source[T], key func(T) []byte, values serde.Serde[T], opts ...Opt) *Repartition[T] {
+	o := apply(toRepartition, opts)
+	parallelism := o.parallelism
+	if parallelism == 0 {
+		parallelism = 2
 	}
-	r := &Repartition[T]{c: c, topic: RepartitionTopic(job, stage), input: input, partitions: cfg.partitions}
-	r.job = keyed.NewJob(job+"."+stage, cfg.jobOpts...)
-	sink := NewSink(c, r.topic, func(v T) ([]byte, []byte, error) {
-		b, err := encode(v)
-		return key(v), b, err
-	}, cfg.sinkOpts...)
-	s := keyed.FromSource(r.job, "input", cfg.parallelism, keyed.Source[T](input))
-	out := keyed.Process(keyed.ByPartition(s), "repartition", cfg.parallelism, func() keyed.Operator[T, T] { return forward[T]{} })
-	keyed.ToSink(out, "repartition-topic", keyed.Sink[T](sink))
+	r := &Repartition[T]{c: c, topic: RepartitionTopic(job, stage), input: input, values: values, partitions: o.partitions}
+	r.job = keyed.NewJob(job+"."+stage, o.jobOpts...)
+	o.key = func(v T) ([]byte, error) { return key(v), nil }
+	s := keyed.FromSource(r.job, "input", parallelism, input)
+	out := keyed.Process(keyed.ByPartition(s), "repartition", parallelism, func() keyed.Operator[T, T] { return forward[T]{} })
+	keyed.ToSink(out, "repartition-topic", keyed.Sink[T](newSink(c, r.topic, values, o)))
 	return r
 }
 
@@ -124,13 +86,14 @@ func (r *Repartition[T]) Job() *keyed.Job { return r.job }
 func (r *Repartition[T]) Topic() string { return r.topic }
 
 // Source returns a source of the repartition topic for the job proper
-// (read with keyed.ByPartition), decoding values with decode.
-func (r *Repartition[T]) Source(decode consumer.Deserializer[T], opts ...SourceOpt) *Source[T] {
-	return NewSource(r.c, r.topic, decode, opts...)
+// (read with keyed.ByPartition), decoding values with the stage's serde.
+// Options: those of NewSource.
+func (r *Repartition[T]) Source(opts ...Opt) keyed.Source[T] {
+	return NewSource(r.c, r.topic, r.values, opts...)
 }
 
 // CreateTopic creates the repartition topic if it does not exist, with
-// RepartitionPartitions partitions (default: the input topic's), and
+// Partitions partitions (default: the input topic's), and
 // checks an existing one's partition count: it is the job proper's key
 // group count, which cannot change under its state.
 func (r *Repartition[T]) CreateTopic(ctx context.Context) error {
@@ -155,7 +118,7 @@ func (r *Repartition[T]) CreateTopic(ctx context.Context) error {
 		return fmt.Errorf("kafkaio: repartition topic %s: %w", r.topic, err)
 	}
 	if int32(len(have)) != want {
-		return fmt.Errorf("kafkaio: repartition topic %s has %d partitions, want %d: its partitions are the job's key groups, which cannot change under its state (start the job afresh under another name, or set RepartitionPartitions(%d))",
+		return fmt.Errorf("kafkaio: repartition topic %s has %d partitions, want %d: its partitions are the job's key groups, which cannot change under its state (start the job afresh under another name, or set Partitions(%d))",
 			r.topic, len(have), want, len(have))
 	}
 	return nil

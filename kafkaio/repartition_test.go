@@ -14,12 +14,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/serde"
 )
 
 // repartitionStage is the name of the tests' repartition stage.
@@ -34,22 +34,19 @@ func (f *fixture) startKeyedInstance(id string, log *syncbuf.Buffer, repartParts
 	ij := &instanceJob{id: id, done: make(chan error, 1)}
 	client := mustClient(kafkaio.Brokers(strings.Split(f.c.Brokers, ",")...))
 	logger := logTo(log, slog.LevelInfo, nil).With("instance", id)
-	member := []kafkaio.SinkOpt{kafkaio.Instance(id), kafkaio.MemberSet("session.timeout.ms", "10000")}
-	r := kafkaio.NewRepartition(client, f.name, repartitionStage, kafkaio.NewSource(client, f.in, consumer.JSONValue[event]()),
-		func(e event) []byte { return []byte(e.UUID) }, func(e event) ([]byte, error) { return json.Marshal(e) },
-		kafkaio.RepartitionPartitions(repartParts),
-		kafkaio.RepartitionJob(keyed.Dir(filepath.Join(f.dir, "repartition")), keyed.CheckpointInterval(f.interval), keyed.Logger(logger),
+	member := []kafkaio.Opt{kafkaio.Instance(id), kafkaio.SessionTimeout(10 * time.Second)}
+	r := kafkaio.NewRepartition(client, f.name, repartitionStage, kafkaio.NewSource(client, f.in, serde.JSON[event]()),
+		func(e event) []byte { return []byte(e.UUID) }, serde.JSON[event](),
+		kafkaio.Partitions(repartParts),
+		kafkaio.JobOptions(keyed.Dir(filepath.Join(f.dir, "repartition")), keyed.CheckpointInterval(f.interval), keyed.Logger(logger),
 			keyed.CheckpointTimeout(10*time.Second)),
-		kafkaio.RepartitionSink(member...))
+		member[0], member[1])
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(f.t, r.CreateTopic(ctx))
 	j := keyed.NewJob(f.name, keyed.Dir(f.dir), keyed.CheckpointInterval(f.interval), keyed.Logger(logger), keyed.CheckpointTimeout(10*time.Second))
-	sink := kafkaio.NewSink(client, f.out, func(res result) ([]byte, []byte, error) {
-		b, err := json.Marshal(res)
-		return []byte(res.UUID), b, err
-	}, member...)
-	s := keyed.FromSource(j, "events", 2, keyed.Source[event](r.Source(consumer.JSONValue[event]())))
+	sink := kafkaio.NewSink(client, f.out, serde.JSON[result](), append(member, byUUID)...).(*kafkaio.Sink[result])
+	s := keyed.FromSource(j, "events", 2, keyed.Source[event](r.Source()))
 	out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
 	keyed.ToSink(out, "results", keyed.Sink[result](sink))
 	ij.j, ij.sink = j, sink

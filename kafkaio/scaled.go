@@ -20,35 +20,12 @@ import (
 // kord.<job>.<instance>, and commits each partition's offset with its
 // commit record and the member's group metadata (KIP-447).
 
-// Instance makes this sink's job one of several processes of the job, this
-// one instance id (a pod name, a StatefulSet ordinal: stable across
-// restarts, unique among the running processes). The processes join the
-// job's commit group as static members (consumer.InstanceID), Kafka
-// assigns them the input partitions, and each writes with its own
-// transactional.id, kord.<job>.<instance>, so a restarted instance fences
-// its predecessor. The job must key by partition (keyed.ByPartition), and
-// every process must use one checkpoint directory (keyed.Dir) that all of
-// them share.
-func Instance(id string) SinkOpt { return func(c *sinkConfig) { c.instance = id } }
-
-// MemberSet passes a librdkafka consumer setting to the group member of an
-// Instance sink (session.timeout.ms, say: how long Kafka waits for a dead
-// process before moving its partitions; 45 s by default).
-func MemberSet(key, value string) SinkOpt {
-	return func(c *sinkConfig) {
-		if c.memberSettings == nil {
-			c.memberSettings = map[string]string{}
-		}
-		c.memberSettings[key] = value
-	}
-}
-
 // InstanceTransactionalID is the transactional.id of instance of job.
 func InstanceTransactionalID(job, instance string) string {
 	return TransactionalID(job) + "." + instance
 }
 
-var _ keyed.Membership = (*Sink[int])(nil)
+var _ keyed.Membership = (*sink[int])(nil)
 
 // membership is an Instance sink's view of one member's assignment.
 type membership struct {
@@ -68,7 +45,7 @@ const (
 )
 
 // Scaled implements keyed.Membership: with Instance.
-func (s *Sink[T]) Scaled() bool { return s.cfg.instance != "" }
+func (s *sink[T]) Scaled() bool { return s.cfg.instance != "" }
 
 // join makes the member at the first Reset; it lives until Close, unless
 // it falls out of the group for good (consumer.Member.Err): a later Reset
@@ -79,7 +56,7 @@ func (s *Sink[T]) Scaled() bool { return s.cfg.instance != "" }
 // fenced whatever the old member's run left open, and the new member gets
 // its assignment afresh. Being fenced maxFencings times within fenceWindow
 // fails the job: two running processes share the instance id.
-func (s *Sink[T]) join(ctx context.Context, info keyed.SinkInfo) error {
+func (s *sink[T]) join(ctx context.Context, info keyed.SinkInfo) error {
 	if s.member != nil {
 		merr := s.member.Err()
 		if merr == nil {
@@ -114,7 +91,7 @@ func (s *Sink[T]) join(ctx context.Context, info keyed.SinkInfo) error {
 	for k, v := range s.c.Settings() {
 		opts = append(opts, consumer.Set(k, v))
 	}
-	for k, v := range s.cfg.memberSettings {
+	for k, v := range s.cfg.memberSettings() {
 		opts = append(opts, consumer.Set(k, v))
 	}
 	// The hooks run on the member's goroutine, outside s.mu: they use the
@@ -188,7 +165,7 @@ func (ms *membership) fail(err error) {
 
 // memberErr is why the member is out of the group, or nil; called with
 // s.mu held.
-func (s *Sink[T]) memberErr() error {
+func (s *sink[T]) memberErr() error {
 	if s.ms == nil {
 		return nil
 	}
@@ -209,7 +186,7 @@ func outOfGroup(err error) error {
 }
 
 // Assignment implements keyed.Membership.
-func (s *Sink[T]) Assignment(ctx context.Context) (map[string][]int32, <-chan struct{}, error) {
+func (s *sink[T]) Assignment(ctx context.Context) (map[string][]int32, <-chan struct{}, error) {
 	s.mu.Lock()
 	m, ms := s.member, s.ms
 	s.mu.Unlock()
@@ -246,7 +223,7 @@ func (s *Sink[T]) Assignment(ctx context.Context) (map[string][]int32, <-chan st
 }
 
 // Released implements keyed.Membership.
-func (s *Sink[T]) Released() {
+func (s *sink[T]) Released() {
 	s.mu.Lock()
 	ms := s.ms
 	s.mu.Unlock()
@@ -264,7 +241,7 @@ func (s *Sink[T]) Released() {
 // recordedParts reads every input partition's committed offset and record
 // in the commit group (stable offsets: a pending transactional commit is
 // waited for).
-func (s *Sink[T]) recordedParts(ctx context.Context, group string, offs []consumer.Committed) (*keyed.Recorded, error) {
+func (s *sink[T]) recordedParts(ctx context.Context, group string, offs []consumer.Committed) (*keyed.Recorded, error) {
 	rec := &keyed.Recorded{Where: "commit group " + group}
 	for _, o := range offs {
 		if o.Offset < 0 {
@@ -285,7 +262,7 @@ func (s *Sink[T]) recordedParts(ctx context.Context, group string, offs []consum
 
 // sendOffsets adds offs to the open transaction: with the member's group
 // metadata on several processes, else to the memberless commit group.
-func (s *Sink[T]) sendOffsets(ctx context.Context, group string, offs []producer.Offset) error {
+func (s *sink[T]) sendOffsets(ctx context.Context, group string, offs []producer.Offset) error {
 	if s.member != nil {
 		return s.p.SendOffsetsToTransactionFor(ctx, s.member, offs)
 	}

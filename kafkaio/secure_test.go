@@ -18,6 +18,7 @@ import (
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // secretsIn returns the secrets of s (and the client's private key) that
@@ -117,7 +118,7 @@ func TestSecuredFailures(t *testing.T) {
 					opts = append(opts, producer.Set(k, v))
 				}
 				start := time.Now()
-				p, err := producer.New(producer.String(), producer.String(), opts...)
+				p, err := producer.New(serde.String(), serde.String(), opts...)
 				if err == nil {
 					defer p.Close()
 					require.False(t, c.early, "New accepted it")
@@ -140,7 +141,7 @@ func TestSecuredFailures(t *testing.T) {
 				check("consumer", err, time.Since(start))
 			})
 			t.Run("job", func(t *testing.T) {
-				opts := []kafkaio.ClientOpt{kafkaio.Properties(path), kafkaio.Logger(log)}
+				opts := []kafkaio.Opt{kafkaio.Properties(path), kafkaio.Logger(log)}
 				for k, v := range c.set {
 					opts = append(opts, kafkaio.Set(k, v))
 				}
@@ -154,13 +155,13 @@ func TestSecuredFailures(t *testing.T) {
 						jopts = append(jopts, keyed.RestartStrategy(keyed.FixedDelay(3, time.Second)))
 					}
 					j := keyed.NewJob("secured", jopts...)
-					src := kafkaio.NewSource(client, "kord.secured", consumer.JSONValue[event]())
+					src := kafkaio.NewSource(client, "kord.secured", serde.JSON[event]())
 					out := keyed.ProcessValue(keyed.ByPartition(keyed.FromSource[event](j, "in", 1, src)), "count", 1, keyed.Int64(),
 						func(_ []byte, e event, _ *keyed.ValueState[int64], out *keyed.Collector[event]) error {
 							out.Emit(e)
 							return nil
 						})
-					keyed.ToSink(out, "out", keyed.Sink[event](kafkaio.NewSink(client, "kord.secured.out", kafkaio.JSON[event](nil))))
+					keyed.ToSink(out, "out", keyed.Sink[event](kafkaio.NewSink(client, "kord.secured.out", serde.JSON[event]())))
 					err = j.Run(ctx)
 					if c.auth {
 						require.ErrorIs(t, err, keyed.ErrPermanent)
@@ -213,7 +214,7 @@ func TestSecuredProduceConsume(t *testing.T) {
 			log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			p, err := producer.New(producer.String(), producer.String(), producer.Properties(path), producer.Logger(log))
+			p, err := producer.New(serde.String(), serde.String(), producer.Properties(path), producer.Logger(log))
 			require.NoError(t, err)
 			const n = 200
 			for i := 0; i < n; i++ {

@@ -15,25 +15,27 @@ import (
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
-// Sink writes a job's output to a Kafka topic, exactly once in the job's
+// sink writes a job's output to a Kafka topic, exactly once in the job's
 // exactly-once mode (Flink KafkaSink with DeliveryGuarantee.EXACTLY_ONCE;
 // Kafka Streams exactly_once_v2), with one transactional producer per job
 // (see the package doc for the protocol), and at least once in its
 // at-least-once mode: output written at once by an idempotent producer,
 // flushed at each checkpoint before the checkpoint's offsets and commit
-// record are committed to the commit group. Make one with NewSink.
+// record are committed to the commit group.
 //
 // The job gives the sink its name, its input topics, its mode and its
 // transaction timeout (keyed.SinkInfo): transactional.id "kord.<job>",
 // commit group "kord.<job>.commit", transaction.timeout.ms derived from the
 // checkpoint settings. Run closes the sink when it returns.
-type Sink[T any] struct {
+type sink[T any] struct {
 	c      *Client
 	topic  string
-	encode func(v T) (key, value []byte, err error)
-	cfg    sinkConfig
+	key    func(v T) ([]byte, error)
+	values serde.Serde[T]
+	cfg    options
 
 	mu        sync.Mutex
 	room      chan struct{} // closed and replaced when Write may go on
@@ -62,70 +64,6 @@ type Sink[T any] struct {
 	fencings []time.Time // when members fell out of the group (join)
 }
 
-type sinkConfig struct {
-	topicOf     any // func(T) string, checked by NewSink
-	sideTopics  []string
-	epochBuffer int
-	settings    map[string]string
-	log         *slog.Logger
-	deadLetters string
-	initTimeout time.Duration
-
-	instance       string            // Instance
-	memberSettings map[string]string // MemberSet
-}
-
-// SinkOpt configures a Sink.
-type SinkOpt func(*sinkConfig)
-
-// DeadLetterTopic sends what can never be processed to topic, in the same
-// transactions as the output, with headers naming where it came from and
-// why (kord.dlq.*), and counts it: every input record a source cannot
-// decode, and a stand-in (its key, its size, the error) for every output
-// record too large to write. Default none: such a record fails the job,
-// naming its topic, partition and offset (Kafka Streams'
-// deserialization.exception.handler, LogAndFail by default).
-func DeadLetterTopic(topic string) SinkOpt { return func(c *sinkConfig) { c.deadLetters = topic } }
-
-// SideOutput routes some results to other topics (alerts beside counts,
-// say): route returns a result's topic, "" for the sink's own. Every topic
-// is written by the same transactional producer, so side outputs commit
-// with the main output and the dead letters, exactly once. Name every
-// topic route can return in topics, so that the sink checks they exist
-// before the job starts.
-func SideOutput[T any](route func(v T) string, topics ...string) SinkOpt {
-	return func(c *sinkConfig) { c.topicOf, c.sideTopics = route, append(c.sideTopics, topics...) }
-}
-
-// EpochBuffer bounds the records held after a checkpoint's barrier until
-// its commit; Write blocks while it is full (backpressure to the sources).
-// Default 100,000.
-func EpochBuffer(n int) SinkOpt { return func(c *sinkConfig) { c.epochBuffer = n } }
-
-// ProducerSet passes a librdkafka producer property to this sink's
-// producer only (after the Client's settings). transactional.id and
-// transaction.timeout.ms are derived from the job (its name, its
-// checkpoint settings) and refused; message.timeout.ms defaults to the
-// transaction timeout and may be set lower, not higher (a record retried
-// past its transaction's end would outlive it); socket.timeout.ms must
-// exceed the checkpoint timeout (DESIGN.md, on KIP-890).
-func ProducerSet(key, value string) SinkOpt {
-	return func(c *sinkConfig) {
-		if c.settings == nil {
-			c.settings = map[string]string{}
-		}
-		c.settings[key] = value
-	}
-}
-
-// InitTimeout bounds the sink's wait for the brokers at the start of every
-// run (metadata and InitTransactions). Default 30 s.
-func InitTimeout(d time.Duration) SinkOpt { return func(c *sinkConfig) { c.initTimeout = d } }
-
-// SinkLogger receives this sink's and its producer's log. Default: the
-// Client's logger, else the job's.
-func SinkLogger(l *slog.Logger) SinkOpt { return func(c *sinkConfig) { c.log = l } }
-
 // Set by tests only.
 var (
 	// testHookBuffered sees the epoch buffer's length after each record
@@ -140,25 +78,33 @@ var (
 	testNoSocketGuard bool
 )
 
-// NewSink returns a sink writing topic through c, each result encoded by
-// encode into the record's key and value.
-func NewSink[T any](c *Client, topic string, encode func(T) ([]byte, []byte, error), opts ...SinkOpt) *Sink[T] {
-	s := &Sink[T]{c: c, topic: topic, encode: encode}
-	for _, o := range opts {
-		o(&s.cfg)
+// NewSink returns a sink writing topic through c, each result's value
+// encoded by values (serde.JSON, serde.Avro, a serde of the user's), its key
+// by the Key option (null without it). Options: Key, DeadLetterTopic,
+// SideOutput, EpochBuffer, InitTimeout, Instance, SessionTimeout, Set (its
+// producer's settings), Logger.
+func NewSink[T any](c *Client, topic string, values serde.Serde[T], opts ...Opt) keyed.Sink[T] {
+	return newSink(c, topic, values, apply(toSink, opts))
+}
+
+func newSink[T any](c *Client, topic string, values serde.Serde[T], o options) *sink[T] {
+	s := &sink[T]{c: c, topic: topic, values: values, cfg: o}
+	s.key, _ = o.key.(func(T) ([]byte, error))
+	if o.key == nil {
+		s.key = func(T) ([]byte, error) { return nil, nil }
 	}
 	return s
 }
 
 // route returns the SideOutput route, nil when none or of another type.
-func (s *Sink[T]) route() func(T) string {
+func (s *sink[T]) route() func(T) string {
 	r, _ := s.cfg.topicOf.(func(T) string)
 	return r
 }
 
 // ValidateSink implements keyed's check of a sink before the job runs:
 // what the sink needs, and the producer settings the job derives.
-func (s *Sink[T]) ValidateSink(info keyed.SinkInfo) error {
+func (s *sink[T]) ValidateSink(info keyed.SinkInfo) error {
 	var errs []error
 	if s.c == nil || s.c.BrokerList() == "" {
 		errs = append(errs, fmt.Errorf("kafkaio: sink %s: no brokers (kafkaio.Brokers, or bootstrap.servers, in its Client)", s.topic))
@@ -166,9 +112,14 @@ func (s *Sink[T]) ValidateSink(info keyed.SinkInfo) error {
 	if s.topic == "" {
 		errs = append(errs, errors.New("kafkaio: sink: no topic"))
 	}
-	if s.encode == nil {
-		errs = append(errs, fmt.Errorf("kafkaio: sink %s: no encoder", s.topic))
+	if s.values == nil {
+		errs = append(errs, fmt.Errorf("kafkaio: sink %s: no serde for its values", s.topic))
 	}
+	if s.key == nil {
+		var zero T
+		errs = append(errs, fmt.Errorf("kafkaio: sink %s: its Key takes another type than the sink's %T", s.topic, zero))
+	}
+	errs = append(errs, s.cfg.misplaced("sink "+s.topic))
 	if s.cfg.topicOf != nil && s.route() == nil {
 		var zero T
 		errs = append(errs, fmt.Errorf("kafkaio: sink %s: SideOutput's route is a %T, want a func(%T) string", s.topic, s.cfg.topicOf, zero))
@@ -189,7 +140,7 @@ func (s *Sink[T]) ValidateSink(info keyed.SinkInfo) error {
 	return errors.Join(errs...)
 }
 
-func (s *Sink[T]) exactlyOnce() bool { return s.info.Mode != checkpoint.AtLeastOnce }
+func (s *sink[T]) exactlyOnce() bool { return s.info.Mode != checkpoint.AtLeastOnce }
 
 // TransactionalID returns the transactional.id of job's sink.
 func TransactionalID(job string) string { return "kord." + job }
@@ -200,7 +151,7 @@ func TransactionalID(job string) string { return "kord." + job }
 func CommitGroup(job string) string { return "kord." + job + ".commit" }
 
 // wake lets every waiting Write look again; called with s.mu held.
-func (s *Sink[T]) wake() {
+func (s *sink[T]) wake() {
 	if s.room != nil {
 		close(s.room)
 	}
@@ -213,7 +164,7 @@ func (s *Sink[T]) wake() {
 // Its InitTransactions fences every older producer of the job and completes
 // a commit one had sent, or aborts what it left. Bounded by ctx and
 // InitTimeout.
-func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) (err error) {
+func (s *sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) (err error) {
 	defer func() { err = classify(err) }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -263,7 +214,7 @@ func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) (err error) {
 		}
 		opts = append(opts, producer.TransactionalID(tid), producer.CommitReports())
 	}
-	p, err := producer.New(producer.Bytes(), producer.Bytes(), opts...)
+	p, err := producer.New[[]byte, []byte](nil, nil, opts...)
 	if err != nil {
 		return keyed.Permanent(err)
 	}
@@ -301,7 +252,7 @@ func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) (err error) {
 }
 
 // topics lists every topic the sink writes.
-func (s *Sink[T]) topics() []string {
+func (s *sink[T]) topics() []string {
 	var out []string
 	for _, t := range append([]string{s.topic, s.cfg.deadLetters}, s.cfg.sideTopics...) {
 		if t != "" {
@@ -315,7 +266,7 @@ func (s *Sink[T]) topics() []string {
 // ProducerSet's) against what the job derives, and returns the sink's own
 // with the derived ones added, and the deadline of every commit (DESIGN.md,
 // "Timeouts" and "Unknown outcomes").
-func (s *Sink[T]) checkSettings(info keyed.SinkInfo) (map[string]string, time.Duration, error) {
+func (s *sink[T]) checkSettings(info keyed.SinkInfo) (map[string]string, time.Duration, error) {
 	all := map[string]string{}
 	if s.c != nil {
 		for k, v := range s.c.settings {
@@ -393,7 +344,7 @@ func (s *Sink[T]) checkSettings(info keyed.SinkInfo) (map[string]string, time.Du
 // writes: librdkafka then refuses a record the broker would refuse, when
 // it is produced, where the sink sends it to its dead letters or fails, instead of the broker
 // failing every transaction that carries it.
-func (s *Sink[T]) sizedSettings(ctx context.Context, settings map[string]string) (map[string]string, error) {
+func (s *sink[T]) sizedSettings(ctx context.Context, settings map[string]string) (map[string]string, error) {
 	c, err := s.c.consumer(s.log, nil)
 	if err != nil {
 		return nil, err
@@ -439,7 +390,7 @@ func (s *Sink[T]) sizedSettings(ctx context.Context, settings map[string]string)
 // Recorded implements keyed.Sink: the checkpoint Kafka's commit group
 // records, read with stable offsets (a commit still pending is waited for),
 // and the offsets committed with it.
-func (s *Sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
+func (s *sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
 	s.mu.Lock()
 	inputs, group := s.info.Inputs, CommitGroup(s.info.Job)
 	s.mu.Unlock()
@@ -491,7 +442,7 @@ func (s *Sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
 
 // Forget implements keyed.Forgetter (Job.Forget): it deletes the job's
 // commit group, and with it the record of which checkpoint committed.
-func (s *Sink[T]) Forget(ctx context.Context, info keyed.SinkInfo) error {
+func (s *sink[T]) Forget(ctx context.Context, info keyed.SinkInfo) error {
 	if s.c == nil || s.c.BrokerList() == "" {
 		return fmt.Errorf("kafkaio: sink %s: no brokers", s.topic)
 	}
@@ -505,10 +456,14 @@ func (s *Sink[T]) Forget(ctx context.Context, info keyed.SinkInfo) error {
 
 // Write implements keyed.Sink. It blocks while the epoch buffer is full,
 // until ctx is done.
-func (s *Sink[T]) Write(ctx context.Context, epoch uint64, v T) error {
-	key, val, err := s.encode(v)
+func (s *sink[T]) Write(ctx context.Context, epoch uint64, v T) error {
+	key, err := s.key(v)
 	if err != nil {
-		return fmt.Errorf("kafkaio: sink %s: encode: %w", s.topic, err)
+		return fmt.Errorf("kafkaio: sink %s: encoding a key: %w", s.topic, err)
+	}
+	val, err := s.values.Encode(nil, v)
+	if err != nil {
+		return fmt.Errorf("kafkaio: sink %s: encoding a value: %w", s.topic, err)
 	}
 	topic := s.topic
 	if route := s.route(); route != nil {
@@ -524,7 +479,7 @@ func (s *Sink[T]) Write(ctx context.Context, epoch uint64, v T) error {
 // write sends rec into the open transaction if its epoch belongs there,
 // or holds it in the epoch buffer, waiting for room; called with s.mu
 // held.
-func (s *Sink[T]) write(ctx context.Context, epoch uint64, rec producer.Record[[]byte, []byte]) error {
+func (s *sink[T]) write(ctx context.Context, epoch uint64, rec producer.Record[[]byte, []byte]) error {
 	for {
 		if s.err != nil {
 			return s.err
@@ -562,10 +517,10 @@ func (s *Sink[T]) write(ctx context.Context, epoch uint64, rec producer.Record[[
 }
 
 // TakesDeadLetters implements keyed.DeadLetterSink: with a DeadLetterTopic.
-func (s *Sink[T]) TakesDeadLetters() bool { return s.cfg.deadLetters != "" }
+func (s *sink[T]) TakesDeadLetters() bool { return s.cfg.deadLetters != "" }
 
 // epochBuffer is EpochBuffer's bound, 100,000 by default.
-func (s *Sink[T]) epochBuffer() int {
+func (s *sink[T]) epochBuffer() int {
 	if s.cfg.epochBuffer > 0 {
 		return s.cfg.epochBuffer
 	}
@@ -574,7 +529,7 @@ func (s *Sink[T]) epochBuffer() int {
 
 // DeadLetter implements keyed.DeadLetterSink: b goes to DeadLetterTopic
 // with epoch's output.
-func (s *Sink[T]) DeadLetter(ctx context.Context, epoch uint64, b keyed.BadRecord) error {
+func (s *sink[T]) DeadLetter(ctx context.Context, epoch uint64, b keyed.BadRecord) error {
 	if s.cfg.deadLetters == "" {
 		return fmt.Errorf("kafkaio: sink %s: %s[%d] offset %d cannot be decoded and the sink has no DeadLetterTopic: %w", s.topic, b.Topic, b.Partition, b.Offset, b.Err)
 	}
@@ -593,7 +548,7 @@ func (s *Sink[T]) DeadLetter(ctx context.Context, epoch uint64, b keyed.BadRecor
 // refuses as too large goes to the dead letters, as a stand-in, or fails.
 // In exactly-once mode any other failure ends the producer's use (s.err):
 // a transaction missing a record must never commit. Called with s.mu held.
-func (s *Sink[T]) produce(ctx context.Context, rec producer.Record[[]byte, []byte]) error {
+func (s *sink[T]) produce(ctx context.Context, rec producer.Record[[]byte, []byte]) error {
 	if s.exactlyOnce() && simulated(simProduceUnknown) {
 		// The record goes out, but the job is told its outcome is unknown.
 		err := s.p.Produce(ctx, rec, nil)
@@ -632,7 +587,7 @@ func (s *Sink[T]) produce(ctx context.Context, rec producer.Record[[]byte, []byt
 
 // abortIfRequired aborts on this producer when err requires it (see
 // producer.AbortIfRequired), bounded by ctx and 30 s.
-func (s *Sink[T]) abortIfRequired(ctx context.Context, err error) error {
+func (s *sink[T]) abortIfRequired(ctx context.Context, err error) error {
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return s.p.AbortIfRequired(actx, err)
@@ -642,7 +597,7 @@ func (s *Sink[T]) abortIfRequired(ctx context.Context, err error) error {
 // configuration: permanent; else an unknown outcome, unless already
 // classified), kept for every later call, and returned. Called with s.mu
 // held.
-func (s *Sink[T]) failed(err error) error {
+func (s *sink[T]) failed(err error) error {
 	if errors.Is(err, producer.ErrFenced) || errors.Is(err, producer.ErrConfig) || errors.Is(err, producer.ErrAuth) {
 		err = keyed.Permanent(err)
 	} else {
@@ -656,10 +611,10 @@ func (s *Sink[T]) failed(err error) error {
 // TooLarge returns how many output records were too large and went to the
 // dead-letter topic as stand-ins (DeadLetterTopic), counting again
 // those written again after a restart.
-func (s *Sink[T]) TooLarge() int64 { return s.tooLarge.Load() }
+func (s *sink[T]) TooLarge() int64 { return s.tooLarge.Load() }
 
 // BufferLen returns how many records wait in the epoch buffer.
-func (s *Sink[T]) BufferLen() int {
+func (s *sink[T]) BufferLen() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.buffer)
@@ -671,7 +626,7 @@ func (s *Sink[T]) BufferLen() int {
 // epoch buffer. Any failure ends this producer (the engine's next run makes
 // a new one): the outcome of a transactional call that failed is unknown,
 // and it is never retried on the same producer.
-func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
+func (s *sink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.commitDeadline > 0 {
@@ -803,7 +758,7 @@ func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []chec
 // Only Commit uses the producer meanwhile: the engine calls Commit from
 // one goroutine, and Reset and Close never during a Commit. Called with
 // s.mu held; returns with it held.
-func (s *Sink[T]) unlocked(f func() error) error {
+func (s *sink[T]) unlocked(f func() error) error {
 	s.committing = true
 	s.mu.Unlock()
 	defer func() {
@@ -815,7 +770,7 @@ func (s *Sink[T]) unlocked(f func() error) error {
 
 // drain produces the buffered records of epochs ≤ upTo into the open
 // transaction, in the order they were written, and keeps the rest.
-func (s *Sink[T]) drain(ctx context.Context, upTo uint64) error {
+func (s *sink[T]) drain(ctx context.Context, upTo uint64) error {
 	keep := s.buffer[:0]
 	keepE := s.bufEpochs[:0]
 	for i, rec := range s.buffer {
@@ -836,7 +791,7 @@ func (s *Sink[T]) drain(ctx context.Context, upTo uint64) error {
 // first aborting the open transaction, unless its state is unknown (an
 // abort is never sent after a call whose outcome is unknown: the next
 // producer's InitTransactions settles it); called with s.mu held.
-func (s *Sink[T]) closeClients(abort bool) error {
+func (s *sink[T]) closeClients(abort bool) error {
 	if s.commits != nil {
 		s.commits.Close()
 		s.commits = nil
@@ -856,7 +811,7 @@ func (s *Sink[T]) closeClients(abort bool) error {
 
 // Close aborts the open transaction, if any, and closes the producer. Call
 // it once the job's Run has returned.
-func (s *Sink[T]) Close() error {
+func (s *sink[T]) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.closeClients(true)

@@ -4,98 +4,56 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/serde"
 )
 
-// Source reads a Kafka topic as a keyed.Source (Flink's KafkaSource, read
+// source reads a Kafka topic as a keyed.Source (Flink's KafkaSource, read
 // committed): each source task has its own assign-only consumer, positions
 // are concrete offsets kept in the job's checkpoints, and nothing is ever
 // committed by the consumer. A fresh start reads from StartFrom (default
 // the log start). A record whose value cannot be decoded goes to the sink's
-// dead letters (Sink option DeadLetterTopic) in the transaction that
-// commits its offset, and is counted (keyed.Job.DeadLetters); with no
-// dead-letter topic it fails the job, naming its topic, partition and
-// offset. Make one with NewSource.
-type Source[T any] struct {
+// dead letters (option DeadLetterTopic) in the transaction that commits its
+// offset, and is counted (keyed.Job.DeadLetters); with no dead-letter topic
+// it fails the job, naming its topic, partition and offset.
+type source[T any] struct {
 	c      *Client
 	topic  string
-	decode consumer.Deserializer[T]
-	cfg    sourceConfig
+	values serde.Serde[T]
+	cfg    options
 
 	once    sync.Once
 	ends    map[int32]int64 // Bounded: the end of each partition, resolved once
 	endsErr error
 }
 
-type sourceConfig struct {
-	start    consumer.Start
-	bounded  bool
-	settings map[string]string
-	log      *slog.Logger
-}
-
-// SourceOpt configures a Source.
-type SourceOpt func(*sourceConfig)
-
-// StartFrom is where a fresh start (no checkpoint) reads each partition
-// from (Flink KafkaSource.setStartingOffsets; Kafka's auto.offset.reset):
-// consumer.Earliest (default), consumer.Latest, consumer.AtTime,
-// consumer.AtOffsets or consumer.FromGroup. It is resolved once, to the
-// concrete offsets of checkpoint 0; a restore always reads on from the
-// checkpoint's offsets (or, with keyed.Failover, from StartFrom again when
-// the checkpoint was taken on another cluster or topic).
-func StartFrom(s consumer.Start) SourceOpt { return func(c *sourceConfig) { c.start = s } }
-
-// Bounded makes the source end where the topic ends when the source first
-// looks (Flink KafkaSource.setBounded(OffsetsInitializer.latest())): each
-// partition's last stable offset, resolved once. When every partition is
-// read up to it the job commits a final checkpoint and Run returns nil.
-// Default: unbounded, the source waits for more.
-func Bounded() SourceOpt { return func(c *sourceConfig) { c.bounded = true } }
-
-// ConsumerSet passes a librdkafka consumer property to this source's
-// consumers only (after the Client's settings).
-func ConsumerSet(key, value string) SourceOpt {
-	return func(c *sourceConfig) {
-		if c.settings == nil {
-			c.settings = map[string]string{}
-		}
-		c.settings[key] = value
-	}
-}
-
-// SourceLogger receives this source's log. Default: the Client's logger.
-func SourceLogger(l *slog.Logger) SourceOpt { return func(c *sourceConfig) { c.log = l } }
-
 var (
-	_ keyed.Source[int]          = (*Source[int])(nil)
-	_ keyed.NewPartitionStarter  = (*Source[int])(nil)
+	_ keyed.Source[int]          = (*source[int])(nil)
+	_ keyed.NewPartitionStarter  = (*source[int])(nil)
 	_ keyed.Reader[int]          = (*reader[int])(nil)
-	_ keyed.DeadLetterSink       = (*Sink[int])(nil)
-	_ keyed.Sink[int]            = (*Sink[int])(nil)
-	_ keyed.Forgetter            = (*Sink[int])(nil)
-	_ interface{ Close() error } = (*Sink[int])(nil)
+	_ keyed.DeadLetterSink       = (*sink[int])(nil)
+	_ keyed.Sink[int]            = (*sink[int])(nil)
+	_ keyed.Forgetter            = (*sink[int])(nil)
+	_ interface{ Close() error } = (*sink[int])(nil)
 )
 
 // NewSource returns a source reading topic through c, decoding each
-// record's value with decode (consumer.JSONValue, AvroValue, StringValue,
-// BytesValue, or a function of the user's).
-func NewSource[T any](c *Client, topic string, decode consumer.Deserializer[T], opts ...SourceOpt) *Source[T] {
-	s := &Source[T]{c: c, topic: topic, decode: decode}
-	for _, o := range opts {
-		o(&s.cfg)
-	}
-	return s
+// record's value with values (serde.JSON, serde.Avro, a serde of the
+// user's). A null value is decoded as values decides: serde.Bytes gives
+// nil, the other serdes of package serde refuse it (the record goes to the
+// dead letters, or fails the job). Options: StartFrom, Bounded, Set (its
+// consumers' settings), Logger.
+func NewSource[T any](c *Client, topic string, values serde.Serde[T], opts ...Opt) keyed.Source[T] {
+	return &source[T]{c: c, topic: topic, values: values, cfg: apply(toSource, opts)}
 }
 
 // Validate implements keyed's check of a source before the job runs.
-func (k *Source[T]) Validate() error {
+func (k *source[T]) Validate() error {
 	var errs []error
 	if k.c == nil || k.c.BrokerList() == "" {
 		errs = append(errs, fmt.Errorf("kafkaio: source %s: no brokers (kafkaio.Brokers, or bootstrap.servers, in its Client)", k.topic))
@@ -103,22 +61,23 @@ func (k *Source[T]) Validate() error {
 	if k.topic == "" {
 		errs = append(errs, errors.New("kafkaio: source: no topic"))
 	}
-	if k.decode == nil {
-		errs = append(errs, fmt.Errorf("kafkaio: source %s: no decoder", k.topic))
+	if k.values == nil {
+		errs = append(errs, fmt.Errorf("kafkaio: source %s: no serde for its values", k.topic))
 	}
+	errs = append(errs, k.cfg.misplaced("source "+k.topic))
 	return errors.Join(errs...)
 }
 
-func (k *Source[T]) consumer() (*consumer.Source, error) {
+func (k *source[T]) consumer() (*consumer.Source, error) {
 	c, err := k.c.consumer(k.cfg.log, k.cfg.settings)
 	return c, classify(err)
 }
 
 // Topic implements keyed.Source.
-func (k *Source[T]) Topic() string { return k.topic }
+func (k *source[T]) Topic() string { return k.topic }
 
 // Partitions implements keyed.Source.
-func (k *Source[T]) Partitions(ctx context.Context) ([]int32, error) {
+func (k *source[T]) Partitions(ctx context.Context) ([]int32, error) {
 	c, err := k.consumer()
 	if err != nil {
 		return nil, err
@@ -132,7 +91,7 @@ func (k *Source[T]) Partitions(ctx context.Context) ([]int32, error) {
 // the source reads and the topic's id there (KIP-516). Checkpoints record
 // them, and a restore onto another cluster or a recreated topic is refused
 // (checkpoint.ErrProvenance).
-func (k *Source[T]) Provenance(ctx context.Context) (checkpoint.SourceRef, error) {
+func (k *source[T]) Provenance(ctx context.Context) (checkpoint.SourceRef, error) {
 	c, err := k.consumer()
 	if err != nil {
 		return checkpoint.SourceRef{}, err
@@ -148,11 +107,11 @@ func (k *Source[T]) Provenance(ctx context.Context) (checkpoint.SourceRef, error
 // Start implements keyed.Source: for a fresh start, each partition's
 // offset by StartFrom (default consumer.Earliest), resolved to concrete
 // offsets that checkpoint 0 records.
-func (k *Source[T]) Start(ctx context.Context, partitions []int32) ([]keyed.Position, error) {
+func (k *source[T]) Start(ctx context.Context, partitions []int32) ([]keyed.Position, error) {
 	return k.start(ctx, partitions, k.cfg.start)
 }
 
-func (k *Source[T]) start(ctx context.Context, partitions []int32, from consumer.Start) ([]keyed.Position, error) {
+func (k *source[T]) start(ctx context.Context, partitions []int32, from consumer.Start) ([]keyed.Position, error) {
 	c, err := k.consumer()
 	if err != nil {
 		return nil, err
@@ -180,12 +139,12 @@ func (k *Source[T]) start(ctx context.Context, partitions []int32, from consumer
 // StartNew implements keyed.NewPartitionStarter: partitions created after
 // the job started are read from their log start (as Flink's Kafka source
 // reads newly discovered partitions from the earliest offset).
-func (k *Source[T]) StartNew(ctx context.Context, partitions []int32) ([]keyed.Position, error) {
+func (k *source[T]) StartNew(ctx context.Context, partitions []int32) ([]keyed.Position, error) {
 	return k.start(ctx, partitions, consumer.Earliest)
 }
 
 // bounds resolves, once, the end of every partition of a Bounded source.
-func (k *Source[T]) bounds(ctx context.Context) (map[int32]int64, error) {
+func (k *source[T]) bounds(ctx context.Context) (map[int32]int64, error) {
 	k.once.Do(func() {
 		c, err := k.consumer()
 		if err != nil {
@@ -207,7 +166,7 @@ func (k *Source[T]) bounds(ctx context.Context) (map[int32]int64, error) {
 }
 
 // Reader implements keyed.Source.
-func (k *Source[T]) Reader(ctx context.Context) (keyed.Reader[T], error) {
+func (k *source[T]) Reader(ctx context.Context) (keyed.Reader[T], error) {
 	var ends map[int32]int64
 	if k.cfg.bounded {
 		var err error
@@ -223,7 +182,7 @@ func (k *Source[T]) Reader(ctx context.Context) (keyed.Reader[T], error) {
 }
 
 type reader[T any] struct {
-	k      *Source[T]
+	k      *source[T]
 	c      *consumer.Source
 	bounds map[int32]int64     // Bounded: every partition's end
 	ends   []consumer.Position // the assigned partitions' ends
@@ -268,7 +227,7 @@ func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]ke
 		if r.bounds != nil && rec.Offset >= r.end(rec.Partition) {
 			continue // past the bound: never read (its position stays put)
 		}
-		v, err := r.k.decode(rec)
+		v, err := r.k.values.Decode(rec.Value)
 		if err != nil {
 			out = append(out, keyed.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Bad: &keyed.BadRecord{
 				Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp,

@@ -16,6 +16,7 @@ import (
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // timed is the counter, noting the time its Collector reports for each
@@ -41,7 +42,7 @@ func TestKafkaRecordTimestamps(t *testing.T) {
 		in, out := c.CreateTopic(t, 3, nil), c.CreateTopic(t, 3, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		p, err := producer.New(producer.String(), producer.JSON[event](), producer.Brokers(c.Brokers))
+		p, err := producer.New(serde.String(), serde.JSON[event](), producer.Brokers(c.Brokers))
 		require.NoError(t, err)
 		base := time.UnixMilli(1_700_000_000_000)
 		stamp := func(u string, seq int64) time.Time {
@@ -67,9 +68,9 @@ func TestKafkaRecordTimestamps(t *testing.T) {
 
 		mu, seen := &sync.Mutex{}, map[string]time.Time{}
 		j := keyed.NewJob(strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), keyed.Dir(t.TempDir()), keyed.CheckpointInterval(100*time.Millisecond))
-		s := keyed.FromSource(j, "events", 2, keyed.Source[event](kafkaio.NewSource(client, in, consumer.JSONValue[event](), kafkaio.Bounded())))
+		s := keyed.FromSource(j, "events", 2, keyed.Source[event](kafkaio.NewSource(client, in, serde.JSON[event](), kafkaio.Bounded())))
 		o := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &timed{mu: mu, seen: seen} })
-		keyed.ToSink(o, "results", keyed.Sink[result](kafkaio.NewSink(client, out, kafkaio.JSON(func(r result) string { return r.UUID }))))
+		keyed.ToSink(o, "results", keyed.Sink[result](kafkaio.NewSink(client, out, serde.JSON[result](), kafkaio.Key(func(r result) string { return r.UUID }, serde.String()))))
 		require.NoError(t, j.Run(ctx))
 		require.Len(t, seen, users*per)
 		for i := 0; i < users; i++ {

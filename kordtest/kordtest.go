@@ -89,8 +89,8 @@ func NewCluster(options ...Opt) (*Cluster, error) {
 func (c *Cluster) Brokers() []string { return c.fake.ListenAddrs() }
 
 // Client returns a kafkaio client of the cluster, with opts added.
-func (c *Cluster) Client(opts ...kafkaio.ClientOpt) (*kafkaio.Client, error) {
-	return kafkaio.NewClient(append([]kafkaio.ClientOpt{kafkaio.Brokers(c.Brokers()...)}, opts...)...)
+func (c *Cluster) Client(opts ...kafkaio.Opt) (*kafkaio.Client, error) {
+	return kafkaio.NewClient(append([]kafkaio.Opt{kafkaio.Brokers(c.Brokers()...)}, opts...)...)
 }
 
 // Fake returns the kfake cluster itself, for fault injection.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // TestReadCommitted: the cluster starts with its topics, and
@@ -22,7 +23,7 @@ func TestReadCommitted(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	require.NoError(t, c.CreateTopic(ctx, "more", 1))
-	p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers()...), producer.TransactionalID("t"))
+	p, err := producer.New(serde.String(), serde.String(), producer.Brokers(c.Brokers()...), producer.TransactionalID("t"))
 	require.NoError(t, err)
 	defer p.Close()
 	require.NoError(t, p.InitTransactions(ctx))

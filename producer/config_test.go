@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // TestConfigAliases: librdkafka's aliases (request.required.acks for acks,
@@ -41,7 +42,7 @@ func TestConfigAliases(t *testing.T) {
 		{"broker list conflict", set("bootstrap.servers", "127.0.0.1:1", "metadata.broker.list", "127.0.0.1:2"), producer.ErrConfig, "metadata.broker.list=127.0.0.1:2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := producer.New(producer.Bytes(), producer.Bytes(), tc.opts...)
+			p, err := producer.New(serde.Bytes(), serde.Bytes(), tc.opts...)
 			if tc.want == nil {
 				require.NoError(t, err)
 				require.NoError(t, p.Close())

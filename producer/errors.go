@@ -49,7 +49,7 @@ var (
 // (or -1 before one was chosen) and the offset when the broker assigned one
 // (or -1).
 type Error struct {
-	Op        string // "serialize key", "serialize value", "metadata", "partition", "produce", "deliver"
+	Op        string // "encode key", "encode value", "metadata", "partition", "produce", "deliver"
 	Topic     string
 	Partition int32
 	Offset    int64

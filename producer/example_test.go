@@ -8,6 +8,7 @@ import (
 
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 type Event struct {
@@ -27,7 +28,7 @@ func Example() {
 	}
 	defer cluster.Close()
 
-	p, err := producer.New(producer.String(), producer.JSON[Event](), producer.Brokers(cluster.Brokers()...))
+	p, err := producer.New(serde.String(), serde.JSON[Event](), producer.Brokers(cluster.Brokers()...))
 	if err != nil {
 		log.Fatal(err)
 	}

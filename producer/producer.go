@@ -61,6 +61,7 @@ import (
 
 	"github.com/kordproject/kord/internal/kafkaconf"
 	"github.com/kordproject/kord/runlog"
+	"github.com/kordproject/kord/serde"
 )
 
 // Record is one record to produce.
@@ -92,36 +93,47 @@ type Delivery struct {
 // refresh); Close ends them and waits for them.
 type Producer[K, V any] struct {
 	c    *client
-	keys Serializer[K]
-	vals Serializer[V]
+	keys func(K) ([]byte, error)
+	vals func(V) ([]byte, error)
 }
 
-// New returns a producer that serializes keys and values with the given
-// serializers.
-func New[K, V any](keys Serializer[K], values Serializer[V], opts ...Opt) (*Producer[K, V], error) {
-	if keys == nil || values == nil {
-		return nil, fmt.Errorf("%w: nil serializer", ErrConfig)
-	}
+// New returns a producer that encodes keys and values with the given
+// serdes (package serde). A nil serde writes []byte keys or values as they
+// are (nil is a null), and a null for every other type: a producer whose
+// records have no key needs no key serde.
+func New[K, V any](keys serde.Serde[K], values serde.Serde[V], opts ...Opt) (*Producer[K, V], error) {
 	c, err := newClient(opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Producer[K, V]{c: c, keys: keys, vals: values}, nil
+	return &Producer[K, V]{c: c, keys: encoder(keys), vals: encoder(values)}, nil
 }
 
-// Produce serializes r, chooses its partition and queues it. done, if not nil,
+// encoder is how a producer writes a T: with s, or as the bytes they are,
+// or as a null.
+func encoder[T any](s serde.Serde[T]) func(T) ([]byte, error) {
+	if s != nil {
+		return func(v T) ([]byte, error) { return s.Encode(nil, v) }
+	}
+	if raw, ok := any(func(v []byte) ([]byte, error) { return v, nil }).(func(T) ([]byte, error)); ok {
+		return raw
+	}
+	return func(T) ([]byte, error) { return nil, nil }
+}
+
+// Produce encodes r, chooses its partition and queues it. done, if not nil,
 // is called once with the outcome, on the producer's delivery goroutine, in
 // the order the broker acknowledged the records of each partition; it must
 // not block for long. Produce blocks while librdkafka's queue is full, until
 // ctx is done.
 func (p *Producer[K, V]) Produce(ctx context.Context, r Record[K, V], done func(Delivery, error)) error {
-	key, err := p.keys.Serialize(r.Topic, r.Key)
+	key, err := p.keys(r.Key)
 	if err != nil {
-		return &Error{Op: "serialize key", Topic: r.Topic, Partition: -1, Offset: -1, Err: err}
+		return &Error{Op: "encode key", Topic: r.Topic, Partition: -1, Offset: -1, Err: err}
 	}
-	val, err := p.vals.Serialize(r.Topic, r.Value)
+	val, err := p.vals(r.Value)
 	if err != nil {
-		return &Error{Op: "serialize value", Topic: r.Topic, Partition: -1, Offset: -1, Err: err}
+		return &Error{Op: "encode value", Topic: r.Topic, Partition: -1, Offset: -1, Err: err}
 	}
 	return p.c.produce(ctx, r.Topic, key, val, r.Headers, r.Timestamp, done)
 }
@@ -158,9 +170,9 @@ func (p *Producer[K, V]) Close() error { return p.c.close() }
 // Partition returns the partition r would be written to now, without
 // producing it.
 func (p *Producer[K, V]) Partition(ctx context.Context, r Record[K, V]) (int32, error) {
-	key, err := p.keys.Serialize(r.Topic, r.Key)
+	key, err := p.keys(r.Key)
 	if err != nil {
-		return -1, &Error{Op: "serialize key", Topic: r.Topic, Partition: -1, Offset: -1, Err: err}
+		return -1, &Error{Op: "encode key", Topic: r.Topic, Partition: -1, Offset: -1, Err: err}
 	}
 	return p.c.partition(ctx, r.Topic, key)
 }

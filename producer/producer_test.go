@@ -27,6 +27,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 func uuidString(r *rand.Rand) string {
@@ -41,7 +42,7 @@ func uuidString(r *rand.Rand) string {
 
 func newBytesProducer(t *testing.T, c *kafkatest.Cluster, opts ...producer.Opt) *producer.Producer[string, []byte] {
 	t.Helper()
-	p, err := producer.New(producer.String(), producer.Bytes(), append([]producer.Opt{producer.Brokers(c.Brokers)}, opts...)...)
+	p, err := producer.New(serde.String(), serde.Bytes(), append([]producer.Opt{producer.Brokers(c.Brokers)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Close() })
 	return p
@@ -136,7 +137,7 @@ func TestPlacementMatchesJavaVectors(t *testing.T) {
 	require.GreaterOrEqual(t, len(vs), 5000)
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		topic := c.CreateTopic(t, 12, nil)
-		p, err := producer.New(producer.Bytes(), producer.Bytes(), producer.Brokers(c.Brokers))
+		p, err := producer.New(serde.Bytes(), serde.Bytes(), producer.Brokers(c.Brokers))
 		require.NoError(t, err)
 		defer p.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -276,13 +277,13 @@ func TestConfigRefusesReorderingAndForcedSettings(t *testing.T) {
 		{producer.Set("allow.auto.create.topics", "true"), producer.ErrConfig},
 		{producer.Set("transactional.id", "x"), producer.ErrConfig},
 	} {
-		_, err := producer.New(producer.Bytes(), producer.Bytes(), producer.Brokers("127.0.0.1:1"), tc.opt)
+		_, err := producer.New(serde.Bytes(), serde.Bytes(), producer.Brokers("127.0.0.1:1"), tc.opt)
 		require.ErrorIs(t, err, tc.want)
 	}
-	_, err := producer.New(producer.Bytes(), producer.Bytes())
+	_, err := producer.New(serde.Bytes(), serde.Bytes())
 	require.ErrorIs(t, err, producer.ErrConfig, "no brokers")
 	// The explicit opt-out is honoured.
-	p, err := producer.New(producer.Bytes(), producer.Bytes(), producer.Brokers("127.0.0.1:1"),
+	p, err := producer.New(serde.Bytes(), serde.Bytes(), producer.Brokers("127.0.0.1:1"),
 		producer.AllowReordering(), producer.Set("enable.idempotence", "false"), producer.Set("acks", "1"))
 	require.NoError(t, err)
 	require.NoError(t, p.Close())
@@ -296,7 +297,7 @@ func TestLogsGoToSlogWithSecretsRedacted(t *testing.T) {
 	topic := c.CreateTopic(t, 1, nil)
 	var buf syncBuffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers), producer.Logger(log),
+	p, err := producer.New(serde.String(), serde.String(), producer.Brokers(c.Brokers), producer.Logger(log),
 		producer.Set("sasl.password", "hunter2"), producer.Set("debug", "metadata"))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -315,7 +316,7 @@ func TestCloseEndsGoroutines(t *testing.T) {
 	c := kafkatest.Fake(t)
 	topic := c.CreateTopic(t, 3, nil)
 	for i := 0; i < 3; i++ {
-		p, err := producer.New(producer.String(), producer.String(), producer.Brokers(c.Brokers))
+		p, err := producer.New(serde.String(), serde.String(), producer.Brokers(c.Brokers))
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_, err = p.ProduceSync(ctx, producer.Record[string, string]{Topic: topic, Key: "k", Value: "v"})
@@ -334,7 +335,7 @@ func TestCloseEndsGoroutines(t *testing.T) {
 }
 
 func TestCloseBoundedWhenBrokerUnreachable(t *testing.T) {
-	p, err := producer.New(producer.String(), producer.String(), producer.Brokers("127.0.0.1:1"), producer.CloseTimeout(200*time.Millisecond), producer.MetadataTimeout(300*time.Millisecond))
+	p, err := producer.New(serde.String(), serde.String(), producer.Brokers("127.0.0.1:1"), producer.CloseTimeout(200*time.Millisecond), producer.MetadataTimeout(300*time.Millisecond))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -433,7 +434,7 @@ func TestNewAllocatesLittle(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		p, err := producer.New(producer.String(), producer.String(), append(opts, producer.Brokers(c.Brokers))...)
+		p, err := producer.New(serde.String(), serde.String(), append(opts, producer.Brokers(c.Brokers))...)
 		require.NoError(t, err)
 		runtime.ReadMemStats(&after)
 		require.NoError(t, p.Close())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 func TestTransactionsCommitAbortAndOffsetMetadata(t *testing.T) {
@@ -167,7 +168,7 @@ func TestZombieAbortIsFenced(t *testing.T) {
 // order per key) and aborts what it aborts; Produce with a callback and the
 // option without a transactional.id are refused.
 func TestCommitReports(t *testing.T) {
-	_, err := producer.New(producer.String(), producer.Bytes(), producer.Brokers("127.0.0.1:1"), producer.CommitReports())
+	_, err := producer.New(serde.String(), serde.Bytes(), producer.Brokers("127.0.0.1:1"), producer.CommitReports())
 	require.ErrorIs(t, err, producer.ErrConfig)
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		out := c.CreateTopic(t, 3, nil)

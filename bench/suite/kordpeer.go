@@ -15,9 +15,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/serde"
 )
 
 // event and result are the benchmark job's input and output
@@ -110,7 +110,7 @@ func kordPeer(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	copts := []kafkaio.ClientOpt{kafkaio.Brokers(strings.Split(*brokers, ",")...)}
+	copts := []kafkaio.Opt{kafkaio.Brokers(strings.Split(*brokers, ",")...)}
 	for _, kv := range sets {
 		k, v, _ := strings.Cut(kv, "=")
 		copts = append(copts, kafkaio.Set(k, v))
@@ -130,9 +130,9 @@ func kordPeer(args []string) int {
 		return nil
 	})
 	j := keyed.NewJob(*id, keyed.Dir(*dir), keyed.CheckpointInterval(time.Duration(*commit)*time.Millisecond), ready)
-	src := kafkaio.NewSource(client, *input, consumer.JSONValue[event]())
-	sink := kafkaio.NewSink(client, *output, kafkaio.JSON(func(r result) string { return r.UUID }))
-	s := keyed.FromSource(j, "events", *par, keyed.Source[event](src))
+	src := kafkaio.NewSource(client, *input, serde.JSON[event]())
+	sink := kafkaio.NewSink(client, *output, serde.JSON[result](), kafkaio.Key(func(r result) string { return r.UUID }, serde.String()))
+	s := keyed.FromSource(j, "events", *par, src)
 	k := keyed.ByPartition(s)
 	if *keyBy {
 		k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
@@ -144,12 +144,8 @@ func kordPeer(args []string) int {
 		out.Emit(result{UUID: e.UUID, Seq: e.Seq, Count: c, TS: e.TS})
 		return nil
 	})
-	keyed.ToSink(out, "results", keyed.Sink[result](sink))
-	err = j.Run(ctx)
-	if cerr := sink.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	keyed.ToSink(out, "results", sink)
+	if err := j.Run(ctx); err != nil { // Run closes the sink
 		fmt.Fprintln(os.Stderr, "kord-peer:", err)
 		return 1
 	}

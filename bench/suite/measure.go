@@ -21,6 +21,7 @@ import (
 
 	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // input is the benchmark's input event as produced (CONTRACT.md).
@@ -104,7 +105,7 @@ func dropTopics(ctx context.Context, brokers, prefix string) error {
 // with Java placement, seeded: every system gets the same input. rate > 0
 // paces it (events/s); each event's ts is when it was produced.
 func produceInput(ctx context.Context, brokers, topic string, n, users int, seed uint64, rate int) error {
-	p, err := producer.New(producer.String(), producer.JSON[input](), producer.Brokers(strings.Split(brokers, ",")...), producer.Set("linger.ms", "5"))
+	p, err := producer.New(serde.String(), serde.JSON[input](), producer.Brokers(strings.Split(brokers, ",")...), producer.Set("linger.ms", "5"))
 	if err != nil {
 		return err
 	}

@@ -13,9 +13,9 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
-	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/serde"
 )
 
 // Out is what the job writes: a window's result (Kind "window") to the
@@ -80,25 +80,26 @@ func p99(xs []float64) float64 {
 	return xs[(99*len(xs)+99)/100-1]
 }
 
-// decodeAccess decodes an access event, and refuses one that the job
+// accessSerde reads access events as JSON, and refuses one that the job
 // could not window: without a time (keyed fails the job on a record whose
 // timestamp extractor gives the zero time, keyed/job.go, Stream.Timestamps)
 // or without a URI. A refused record goes to the dead-letter topic, as
 // one that is not JSON does.
-func decodeAccess() consumer.Deserializer[Access] {
-	decode := consumer.JSONValue[Access]()
-	return func(rec consumer.Record) (Access, error) {
-		a, err := decode(rec)
-		switch {
-		case err != nil:
-			return a, err
-		case a.Time.Before(time.Unix(0, 0)):
-			return a, fmt.Errorf("access event %q: no time (or one before 1970)", a.ID)
-		case a.IdentityURI == "":
-			return a, fmt.Errorf("access event %q: no identityUri", a.ID)
-		}
-		return a, nil
+type accessSerde struct{ serde.Serde[Access] }
+
+func newAccessSerde() accessSerde { return accessSerde{serde.JSON[Access]()} }
+
+func (s accessSerde) Decode(b []byte) (Access, error) {
+	a, err := s.Serde.Decode(b)
+	switch {
+	case err != nil:
+		return a, err
+	case a.Time.Before(time.Unix(0, 0)):
+		return a, fmt.Errorf("access event %q: no time (or one before 1970)", a.ID)
+	case a.IdentityURI == "":
+		return a, fmt.Errorf("access event %q: no identityUri", a.ID)
 	}
+	return a, nil
 }
 
 // errOnPurpose is the failure -crash causes after the second commit.
@@ -162,11 +163,9 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 			opts = append(opts, keyed.Dir(dir))
 		}
 		j := keyed.NewJob(name, opts...)
-		src := kafkaio.NewSource(o.client, o.topic, decodeAccess(), kafkaio.Bounded())
-		sink := kafkaio.NewSink(o.client, o.windowsTopic(), func(v Out) ([]byte, []byte, error) {
-			b, err := json.Marshal(v)
-			return []byte(v.Pattern), b, err
-		},
+		src := kafkaio.NewSource(o.client, o.topic, newAccessSerde(), kafkaio.Bounded())
+		sink := kafkaio.NewSink(o.client, o.windowsTopic(), serde.JSON[Out](),
+			kafkaio.Key(func(v Out) string { return v.Pattern }, serde.String()),
 			kafkaio.SideOutput(func(v Out) string {
 				if v.Kind == kindLate {
 					return lateTopic
@@ -174,7 +173,7 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 				return ""
 			}, lateTopic),
 			kafkaio.DeadLetterTopic(o.dlqTopic()))
-		s := keyed.FromSource(j, "access", 2, keyed.Source[Access](src)).
+		s := keyed.FromSource(j, "access", 2, src).
 			Timestamps(func(a Access, _ time.Time) time.Time { return a.Time }).
 			Watermarks(o.lateness).
 			Idleness(o.idleness)
@@ -191,7 +190,7 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 			func(pattern string, a Access) (Out, bool) {
 				return Out{Kind: kindLate, Pattern: strings.Clone(pattern), Late: &a}, true
 			})
-		keyed.ToSink(out, "results", keyed.Sink[Out](sink))
+		keyed.ToSink(out, "results", sink)
 		return j
 	}
 

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
 )
 
@@ -113,10 +112,10 @@ func TestGenerate(t *testing.T) {
 	ids := map[string]bool{}
 	bad, far := 0, 0
 	badValues := map[string]bool{}
-	decode := decodeAccess()
+	decode := newAccessSerde().Decode
 	for in := range generate(g) {
 		first = append(first, in)
-		v, err := decode(consumer.Record{Topic: "in", Value: in.value})
+		v, err := decode(in.value)
 		if in.event == nil {
 			bad++
 			require.Error(t, err, "%s", in.value)
@@ -199,7 +198,7 @@ func TestWindowResult(t *testing.T) {
 // What the job cannot window goes to the dead letters (the decoder
 // refuses it), not to keyed's timestamp check, which would fail the job.
 func TestDecodeAccess(t *testing.T) {
-	decode := decodeAccess()
+	decode := newAccessSerde().Decode
 	for value, want := range map[string]string{
 		`{"id":"a","identityUri":"x","status":200,"latencyMs":1,"time":"2026-01-01T00:00:00Z"}`: "",
 		`{"id":"a","identityUri":"x","status":200,"latencyMs":1}`:                               `access event "a": no time`,
@@ -208,10 +207,10 @@ func TestDecodeAccess(t *testing.T) {
 		`{}`:     "no time",
 		`null`:   "no time",
 		`[1]`:    "json: cannot unmarshal array",
-		`{"id":`: "json: unexpected end of JSON input",
-		`GET x`:  "json: invalid character 'G'",
+		`{"id":`: "serde: json: unexpected end of JSON input",
+		`GET x`:  "serde: json: invalid character 'G'",
 	} {
-		_, err := decode(consumer.Record{Topic: "in", Value: []byte(value)})
+		_, err := decode([]byte(value))
 		if want == "" {
 			require.NoError(t, err, value)
 		} else {

@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"gocloud.dev/blob"
+
 	// The buckets -checkpoints can name here: file:// and mem://. A
 	// program keeping its checkpoints in S3, GCS or Azure imports
 	// gocloud.dev/blob/s3blob, gcsblob or azureblob the same way.
@@ -21,9 +22,9 @@ import (
 	_ "gocloud.dev/blob/memblob"
 
 	"github.com/kordproject/kord/checkpoint/blobstore"
-	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/serde"
 )
 
 // Result answers one event: the user's count after it.
@@ -150,10 +151,10 @@ func process(ctx context.Context, o options, sum *summary) error {
 		if o.atLeastOnce {
 			opts = append(opts, keyed.AtLeastOnce())
 		}
-		src := kafkaio.NewSource(client, o.topic, consumer.JSONValue[Event]())
-		var sinkOpts []kafkaio.SinkOpt
+		src := kafkaio.NewSource(client, o.topic, serde.JSON[Event]())
+		var sinkOpts []kafkaio.Opt
 		if o.instance != "" {
-			sinkOpts = append(sinkOpts, kafkaio.Instance(o.instance), kafkaio.MemberSet("session.timeout.ms", strconv.FormatInt(o.session.Milliseconds(), 10)))
+			sinkOpts = append(sinkOpts, kafkaio.Instance(o.instance), kafkaio.SessionTimeout(o.session))
 		}
 		var jobs []*keyed.Job
 		var rep *kafkaio.Repartition[Event]
@@ -162,18 +163,15 @@ func process(ctx context.Context, o options, sum *summary) error {
 			// through a repartition topic keyed by uuid, which the job
 			// proper reads by partition.
 			rep = kafkaio.NewRepartition(client, name, repartitionStage, src,
-				func(e Event) []byte { return []byte(e.UUID) }, func(e Event) ([]byte, error) { return json.Marshal(e) },
-				kafkaio.RepartitionJob(append(append([]keyed.Opt(nil), opts...), storage("."+repartitionStage)...)...),
-				kafkaio.RepartitionSink(sinkOpts...))
+				func(e Event) []byte { return []byte(e.UUID) }, serde.JSON[Event](),
+				slices.Concat(sinkOpts, []kafkaio.Opt{kafkaio.JobOptions(slices.Concat(opts, storage("."+repartitionStage))...)})...)
 			jobs = append(jobs, rep.Job())
-			src = rep.Source(consumer.JSONValue[Event]())
+			src = rep.Source()
 		}
 		j := keyed.NewJob(name, append(opts, storage("")...)...)
-		sink := kafkaio.NewSink(client, o.output, func(r Result) ([]byte, []byte, error) {
-			b, err := json.Marshal(r)
-			return []byte(r.UUID), b, err
-		}, sinkOpts...)
-		s := keyed.FromSource(j, "events", 2, keyed.Source[Event](src))
+		sink := kafkaio.NewSink(client, o.output, serde.JSON[Result](),
+			slices.Concat(sinkOpts, []kafkaio.Opt{kafkaio.Key(func(r Result) string { return r.UUID }, serde.String())})...)
+		s := keyed.FromSource(j, "events", 2, src)
 		newOp := func() keyed.Operator[Event, Result] { return &userCounter{atLeastOnce: o.atLeastOnce} }
 		var out *keyed.Output[Result]
 		if o.keyBy && o.instance == "" {
@@ -181,7 +179,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 		} else {
 			out = keyed.Process(keyed.ByPartition(s), "count", 2, newOp)
 		}
-		keyed.ToSink(out, "results", keyed.Sink[Result](sink))
+		keyed.ToSink(out, "results", sink)
 		return append(jobs, j), rep
 	}
 	jobs, rep := build()

@@ -47,6 +47,7 @@ import (
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/runlog"
+	"github.com/kordproject/kord/serde"
 )
 
 // Event is one user action.
@@ -247,7 +248,7 @@ func run(ctx context.Context, o options) error {
 // newClient is the one client configuration of the run: -brokers,
 // -properties and -X, in that order (later ones win).
 func (o options) newClient() (*kafkaio.Client, error) {
-	opts := []kafkaio.ClientOpt{kafkaio.Logger(o.logger())}
+	opts := []kafkaio.Opt{kafkaio.Logger(o.logger())}
 	if o.properties != "" {
 		opts = append(opts, kafkaio.Properties(o.properties))
 	}
@@ -323,7 +324,7 @@ func produce(ctx context.Context, o options, parts int) error {
 	for k, v := range o.client.Settings() {
 		opts = append(opts, producer.Set(k, v))
 	}
-	p, err := producer.New(producer.String(), producer.JSON[Event](), opts...)
+	p, err := producer.New(serde.String(), serde.JSON[Event](), opts...)
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
+	"github.com/kordproject/kord/serde"
 )
 
 // bound is the most a failure may take: the clients' request timeout
@@ -110,7 +111,7 @@ var paths = []struct {
 		return err
 	}},
 	{name: "producer", missing: producer.ErrUnknownTopic, run: func(t *testing.T, ctx context.Context, e env) error {
-		p, err := producer.New(producer.String(), producer.String(), producer.Properties(e.props), producer.Logger(e.log))
+		p, err := producer.New(serde.String(), serde.String(), producer.Properties(e.props), producer.Logger(e.log))
 		require.NoError(t, err)
 		defer p.Close()
 		_, err = p.ProduceSync(ctx, producer.Record[string, string]{Topic: e.topic, Key: "k", Value: "v"})
@@ -119,7 +120,7 @@ var paths = []struct {
 	{name: "producer init transactions", run: func(t *testing.T, ctx context.Context, e env) error {
 		// The one call not sliced (DESIGN.md, "Errors"): bounded by its
 		// context's deadline, here the clients' request timeout.
-		p, err := producer.New(producer.String(), producer.String(), producer.Properties(e.props), producer.Logger(e.log),
+		p, err := producer.New(serde.String(), serde.String(), producer.Properties(e.props), producer.Logger(e.log),
 			producer.TransactionalID(e.group))
 		require.NoError(t, err)
 		defer p.Close()
@@ -129,7 +130,7 @@ var paths = []struct {
 	}},
 	{name: "kafkaio source (job)", missing: consumer.ErrUnknownTopic, run: func(t *testing.T, ctx context.Context, e env) error {
 		j := keyed.NewJob("connfail-source", keyed.Dir(t.TempDir()), keyed.Logger(e.log))
-		src := kafkaio.NewSource(e.client(t), e.topic, consumer.JSONValue[event](), kafkaio.Bounded())
+		src := kafkaio.NewSource(e.client(t), e.topic, serde.JSON[event](), kafkaio.Bounded())
 		keyed.ToSink(keyed.ProcessValue(keyed.ByPartition(keyed.FromSource[event](j, "in", 1, src)), "id", 1, keyed.Int64(),
 			func(_ []byte, v event, _ *keyed.ValueState[int64], out *keyed.Collector[event]) error {
 				out.Emit(v)
@@ -145,7 +146,7 @@ var paths = []struct {
 			func(_ []byte, v event, _ *keyed.ValueState[int64], out *keyed.Collector[event]) error {
 				out.Emit(v)
 				return nil
-			}), "out", keyed.Sink[event](kafkaio.NewSink(e.client(t), e.topic, kafkaio.JSON[event](nil))))
+			}), "out", keyed.Sink[event](kafkaio.NewSink(e.client(t), e.topic, serde.JSON[event]())))
 		return j.Run(ctx)
 	}},
 	{name: "kordtest read committed", missing: consumer.ErrUnknownTopic, run: func(t *testing.T, ctx context.Context, e env) error {

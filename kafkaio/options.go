@@ -1,0 +1,359 @@
+package kafkaio
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/kafkaconf"
+	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/serde"
+)
+
+// Opt configures a Client, a source, a sink or a repartition stage: one
+// option type for all of them. Each option's doc says what it configures;
+// one given to something it does not configure is an error naming both
+// (at once from NewClient, from the job's check of its sources and sinks
+// otherwise).
+type Opt func(*options)
+
+// part is what an option configures.
+type part uint8
+
+const (
+	toClient part = 1 << iota
+	toSource
+	toSink
+	toRepartition
+)
+
+func (p part) String() string {
+	switch p {
+	case toClient:
+		return "a Client"
+	case toSource:
+		return "a source"
+	case toSink:
+		return "a sink"
+	default:
+		return "a repartition stage"
+	}
+}
+
+// options holds what the options set; a Client, a source and a sink each
+// keep their own.
+type options struct {
+	of       part     // what is being configured
+	misplace []string // options that configure something else
+	err      error    // Properties
+
+	// Client, and the part's own settings for a source or a sink.
+	brokers  []string
+	settings map[string]string
+	log      *slog.Logger
+
+	// Source.
+	start   consumer.Start
+	bounded bool
+
+	// Sink.
+	key         any // func(T) ([]byte, error), checked by NewSink
+	topicOf     any // func(T) string, checked by NewSink
+	sideTopics  []string
+	epochBuffer int
+	deadLetters string
+	initTimeout time.Duration
+	instance    string        // Instance
+	session     time.Duration // SessionTimeout
+
+	// Repartition.
+	partitions  int32
+	parallelism int
+	jobOpts     []keyed.Opt
+	stageOpts   []Opt // every option of a repartition stage, for its sink
+}
+
+// apply applies opts to a fresh options for part p.
+func apply(p part, opts []Opt) options {
+	o := options{of: p}
+	for _, f := range opts {
+		if f != nil {
+			f(&o)
+		}
+	}
+	return o
+}
+
+// is records name as misplaced unless it configures what is being
+// configured (one of parts), and reports whether it does.
+func (o *options) is(name string, parts part) bool {
+	if o.of&parts != 0 {
+		return true
+	}
+	o.misplace = append(o.misplace, name)
+	return false
+}
+
+// misplaced is the error of options given to what they do not configure.
+func (o *options) misplaced(what string) error {
+	var errs []error
+	for _, name := range o.misplace {
+		errs = append(errs, fmt.Errorf("%w: kafkaio: %s: option %s does not configure %s", keyed.ErrPermanent, what, name, o.of))
+	}
+	return errors.Join(errs...)
+}
+
+func (o *options) set(key, value string) {
+	if o.settings == nil {
+		o.settings = map[string]string{}
+	}
+	o.settings[key] = value
+}
+
+// Brokers are the bootstrap servers, host:port (Kafka's
+// bootstrap.servers). Configures a Client; required.
+func Brokers(addrs ...string) Opt {
+	return func(o *options) {
+		if o.is("Brokers", toClient) {
+			o.brokers = append(o.brokers, addrs...)
+		}
+	}
+}
+
+// Properties applies a Java client.properties file, the one a Java or
+// Flink client of the same cluster uses, to every client: each Java
+// property is mapped to its librdkafka equivalent (security.protocol,
+// sasl.mechanism, sasl.jaas.config, ssl.truststore.*, ssl.keystore.*,
+// ...; the README's table). A property with no equivalent makes NewClient
+// fail, naming it and what to use instead. Its bootstrap.servers serves
+// when Brokers is not given; options after it override what it sets.
+// Configures a Client.
+func Properties(path string) Opt {
+	return func(o *options) {
+		if !o.is("Properties", toClient) {
+			return
+		}
+		if o.settings == nil {
+			o.settings = map[string]string{}
+		}
+		if err := kafkaconf.LoadJavaInto(path, o.settings); err != nil {
+			o.err = errors.Join(o.err, fmt.Errorf("kafkaio: %w", err))
+		}
+	}
+}
+
+// Set passes a librdkafka property by librdkafka's name. On a Client it
+// reaches every client (security settings, client.id, ...); on a source,
+// its consumers only; on a sink, its producer only. The settings kord
+// derives or owns are refused where they are used: see the producer and
+// consumer packages, and the Sink section of the package doc.
+func Set(key, value string) Opt {
+	return func(o *options) {
+		if o.is("Set", toClient|toSource|toSink|toRepartition) {
+			o.set(key, value)
+		}
+	}
+}
+
+// Logger receives the log of what it configures: every client of a
+// Client, or one source or sink (and its clients). Default: the Client's
+// logger, else the job's.
+func Logger(l *slog.Logger) Opt {
+	return func(o *options) {
+		if o.is("Logger", toClient|toSource|toSink|toRepartition) {
+			o.log = l
+		}
+	}
+}
+
+// StartFrom is where a fresh start (no checkpoint) reads each partition
+// from (Flink KafkaSource.setStartingOffsets; Kafka's auto.offset.reset):
+// consumer.Earliest (default), consumer.Latest, consumer.AtTime,
+// consumer.AtOffsets or consumer.FromGroup. It is resolved once, to the
+// concrete offsets of checkpoint 0; a restore always reads on from the
+// checkpoint's offsets (or, with keyed.Failover, from StartFrom again when
+// the checkpoint was taken on another cluster or topic). Configures a
+// source.
+func StartFrom(s consumer.Start) Opt {
+	return func(o *options) {
+		if o.is("StartFrom", toSource) {
+			o.start = s
+		}
+	}
+}
+
+// Bounded makes the source end where the topic ends when the source first
+// looks (Flink KafkaSource.setBounded(OffsetsInitializer.latest())): each
+// partition's last stable offset, resolved once. When every partition is
+// read up to it the job commits a final checkpoint and Run returns nil.
+// Default: unbounded, the source waits for more. Configures a source.
+func Bounded() Opt {
+	return func(o *options) {
+		if o.is("Bounded", toSource) {
+			o.bounded = true
+		}
+	}
+}
+
+// Key makes each record's key key(v), encoded by keys: Key(func(r Result)
+// string { return r.User }, serde.String()). Without it every record's key
+// is null, and Kafka's sticky partitioning spreads the records. Configures
+// a sink.
+func Key[T, K any](key func(v T) K, keys serde.Serde[K]) Opt {
+	return func(o *options) {
+		if !o.is("Key", toSink) {
+			return
+		}
+		switch s, _ := any(keys).(serde.Serde[string]); {
+		case key == nil || keys == nil:
+			o.key = func(T) ([]byte, error) { return nil, nil }
+		case s == serde.String():
+			// A string key's bytes are the string's: shared instead of
+			// copied, an allocation saved per record. The sink only reads
+			// them (to place the record, and to hand them to librdkafka,
+			// which copies them).
+			str := any(key).(func(T) string)
+			o.key = func(v T) ([]byte, error) { return stringBytes(str(v)), nil }
+		default:
+			o.key = func(v T) ([]byte, error) { return keys.Encode(nil, key(v)) }
+		}
+	}
+}
+
+// SideOutput routes some results to other topics (alerts beside counts,
+// say): route returns a result's topic, "" for the sink's own. Every topic
+// is written by the same transactional producer, so side outputs commit
+// with the main output and the dead letters, exactly once. Name every
+// topic route can return in topics, so that the sink checks they exist
+// before the job starts. Configures a sink.
+func SideOutput[T any](route func(v T) string, topics ...string) Opt {
+	return func(o *options) {
+		if o.is("SideOutput", toSink) {
+			o.topicOf, o.sideTopics = route, append(o.sideTopics, topics...)
+		}
+	}
+}
+
+// DeadLetterTopic sends what can never be processed to topic, in the same
+// transactions as the output, with headers naming where it came from and
+// why (kord.dlq.*), and counts it: every input record a source cannot
+// decode, and a stand-in (its key, its size, the error) for every output
+// record too large to write. Default none: such a record fails the job,
+// naming its topic, partition and offset (Kafka Streams'
+// deserialization.exception.handler, LogAndFail by default). Configures a
+// sink.
+func DeadLetterTopic(topic string) Opt {
+	return func(o *options) {
+		if o.is("DeadLetterTopic", toSink) {
+			o.deadLetters = topic
+		}
+	}
+}
+
+// EpochBuffer bounds the records held after a checkpoint's barrier until
+// its commit; Write blocks while it is full (backpressure to the sources).
+// Default 100,000. Configures a sink.
+func EpochBuffer(n int) Opt {
+	return func(o *options) {
+		if o.is("EpochBuffer", toSink|toRepartition) {
+			o.epochBuffer = n
+		}
+	}
+}
+
+// InitTimeout bounds the sink's wait for the brokers at the start of every
+// run (metadata and InitTransactions). Default 30 s. Configures a sink.
+func InitTimeout(d time.Duration) Opt {
+	return func(o *options) {
+		if o.is("InitTimeout", toSink|toRepartition) {
+			o.initTimeout = d
+		}
+	}
+}
+
+// Instance makes the sink's job one of several processes of the job, this
+// one instance id (a pod name, a StatefulSet ordinal: stable across
+// restarts, unique among the running processes). The processes join the
+// job's commit group as static members (consumer.InstanceID), Kafka
+// assigns them the input partitions, and each writes with its own
+// transactional.id, kord.<job>.<instance>, so a restarted instance fences
+// its predecessor. The job must key by partition (keyed.ByPartition), and
+// every process must use one checkpoint storage that all of them share
+// (keyed.Dir on a shared volume, or keyed.CheckpointStorage). Configures a
+// sink, or a repartition stage and its sink.
+func Instance(id string) Opt {
+	return func(o *options) {
+		if o.is("Instance", toSink|toRepartition) {
+			o.instance = id
+		}
+	}
+}
+
+// SessionTimeout is how long Kafka waits for a silent process of a job on
+// several processes (Instance) before it moves the process's partitions to
+// the others: the group member's session.timeout.ms. Default 45 s, Kafka's.
+// Configures a sink.
+func SessionTimeout(d time.Duration) Opt {
+	return func(o *options) {
+		if o.is("SessionTimeout", toSink|toRepartition) {
+			o.session = d
+		}
+	}
+}
+
+// memberSettings are the group member's settings beside the Client's.
+func (o *options) memberSettings() map[string]string {
+	if o.session <= 0 {
+		return nil
+	}
+	return map[string]string{"session.timeout.ms": strconv.FormatInt(o.session.Milliseconds(), 10)}
+}
+
+// Partitions sets the repartition topic's partition count, that is the
+// job proper's number of key groups, fixed for the job's life. Default:
+// the input topic's (Kafka Streams: the largest of the source topics').
+// Configures a repartition stage.
+func Partitions(n int32) Opt {
+	return func(o *options) {
+		if o.is("Partitions", toRepartition) {
+			o.partitions = n
+		}
+	}
+}
+
+// Parallelism sets how many tasks read the input and write the
+// repartition topic in each process. Default 2. Configures a repartition
+// stage.
+func Parallelism(n int) Opt {
+	return func(o *options) {
+		if o.is("Parallelism", toRepartition) {
+			o.parallelism = n
+		}
+	}
+}
+
+// JobOptions are options of the repartition stage's job: its checkpoint
+// interval, logger and, required on several processes, its own checkpoint
+// storage (keyed.Dir, keyed.CheckpointStorage): not the job proper's,
+// which holds another job's checkpoints (a job refuses storage another job
+// has claimed). Configures a repartition stage.
+func JobOptions(opts ...keyed.Opt) Opt {
+	return func(o *options) {
+		if o.is("JobOptions", toRepartition) {
+			o.jobOpts = append(o.jobOpts, opts...)
+		}
+	}
+}
+
+// stringBytes is s's bytes without a copy: read-only. The empty string
+// gives an empty, non-nil slice (an empty key, never a null key).
+func stringBytes(s string) []byte {
+	if s == "" {
+		return []byte{}
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
+}

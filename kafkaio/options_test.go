@@ -1,0 +1,78 @@
+package kafkaio_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/internal/rig/kafkatest"
+	"github.com/kordproject/kord/kafkaio"
+	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/serde"
+)
+
+// TestOptionsMisplaced: kafkaio has one option type; an option given to
+// what it does not configure is an error naming the option and what it
+// was given to, never ignored.
+func TestOptionsMisplaced(t *testing.T) {
+	_, err := kafkaio.NewClient(kafkaio.Brokers("b:9092"), kafkaio.DeadLetterTopic("dlq"), kafkaio.Bounded())
+	require.ErrorContains(t, err, "NewClient: option DeadLetterTopic does not configure a Client")
+	require.ErrorContains(t, err, "NewClient: option Bounded does not configure a Client")
+
+	c := mustClient(kafkaio.Brokers("b:9092"))
+	src := kafkaio.NewSource(c, "in", serde.String(), kafkaio.Key(func(s string) string { return s }, serde.String()), kafkaio.Brokers("x:1"))
+	err = src.(interface{ Validate() error }).Validate()
+	require.ErrorContains(t, err, "source in: option Key does not configure a source")
+	require.ErrorContains(t, err, "source in: option Brokers does not configure a source")
+	require.ErrorIs(t, err, keyed.ErrPermanent)
+
+	sink := kafkaio.NewSink(c, "out", serde.String(), kafkaio.StartFrom(consumer.Earliest), kafkaio.Partitions(3)).(*kafkaio.Sink[string])
+	info := keyed.SinkInfo{Job: "j", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: time.Minute, CommitTimeout: 10 * time.Second}
+	err = sink.ValidateSink(info)
+	require.ErrorContains(t, err, "sink out: option StartFrom does not configure a sink")
+	require.ErrorContains(t, err, "sink out: option Partitions does not configure a sink")
+
+	// A Key of another type than the sink's records.
+	sink = kafkaio.NewSink(c, "out", serde.String(), kafkaio.Key(func(n int) string { return "" }, serde.String())).(*kafkaio.Sink[string])
+	require.ErrorContains(t, sink.ValidateSink(info), "sink out: its Key takes another type than the sink's string")
+
+	// The options that configure every part are taken by each.
+	_, err = kafkaio.NewClient(kafkaio.Brokers("b:9092"), kafkaio.Set("client.id", "x"), kafkaio.Logger(nil))
+	require.NoError(t, err)
+	sink = kafkaio.NewSink(c, "out", serde.String(), kafkaio.Set("linger.ms", "5"), kafkaio.Logger(nil)).(*kafkaio.Sink[string])
+	require.NoError(t, sink.ValidateSink(info))
+}
+
+// TestSinkNullKey: a sink without Key writes null keys (no key serde
+// needed), and with Key writes what its serde encodes: a string key's
+// bytes (shared with the string), the empty string an empty key.
+func TestSinkNullKey(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		in, out := c.CreateTopic(t, 1, nil), c.CreateTopic(t, 1, nil)
+		for i, opts := range [][]kafkaio.Opt{nil, {kafkaio.Key(func(v string) int64 { return int64(len(v)) }, serde.Int64())},
+			{kafkaio.Key(func(v string) string { return v[:1] }, serde.String())}, {kafkaio.Key(func(string) string { return "" }, serde.String())}} {
+			sink := kafkaio.NewSink(client(c), out, serde.String(), opts...).(*kafkaio.Sink[string])
+			info := keyed.SinkInfo{Job: strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), Inputs: []string{in}, Mode: checkpoint.ExactlyOnce,
+				TransactionTimeout: time.Minute, CommitTimeout: 30 * time.Second}
+			require.NoError(t, sink.Reset(ctx, info))
+			require.NoError(t, sink.Write(ctx, 1, "abc"))
+			require.NoError(t, sink.Commit(ctx, checkpoint.Ref{Run: "r", ID: uint64(i + 1)}, []checkpoint.PartitionOffset{{Topic: in, Partition: 0, Offset: int64(i + 1)}}))
+			require.NoError(t, sink.Close())
+		}
+		recs := c.ReadAll(t, out, 4, true, 10*time.Second)
+		require.Len(t, recs, 4)
+		require.Nil(t, recs[0].Key, "no Key: a null key")
+		require.Equal(t, []byte{0, 0, 0, 0, 0, 0, 0, 3}, recs[1].Key)
+		require.Equal(t, "abc", string(recs[1].Value))
+		require.Equal(t, "a", string(recs[2].Key))
+		require.NotNil(t, recs[3].Key, "the empty string is an empty key, not a null one")
+		require.Empty(t, recs[3].Key)
+	})
+}
