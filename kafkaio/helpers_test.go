@@ -23,6 +23,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/testjob"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/producer"
 )
 
@@ -80,7 +81,7 @@ func newJob(s jobSpec) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result
 		b, err := json.Marshal(r)
 		return []byte(r.UUID), b, err
 	}, s.sinkOpts...)
-	st := keyed.FromSource(j, "events", s.parallelism, keyed.Source[event](src))
+	st := keyed.FromSource(j, "events", s.parallelism, connector.Source[event](src))
 	newOp := func() keyed.Operator[event, result] { return &counter{} }
 	if s.mode == checkpoint.AtLeastOnce {
 		newOp = func() keyed.Operator[event, result] { return &tolerantCounter{} }
@@ -91,7 +92,7 @@ func newJob(s jobSpec) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result
 	} else {
 		out = keyed.Process(keyed.KeyByString(func(e event) string { return e.UUID }, st), "count", s.parallelism, newOp)
 	}
-	keyed.ToSink(out, "results", keyed.Sink[result](sink))
+	keyed.ToSink(out, "results", connector.Sink[result](sink))
 	return j, src, sink
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/testdir"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/producer"
 )
 
@@ -149,8 +150,8 @@ func stringSink(t *testing.T, c *kafkatest.Cluster, mode checkpoint.Mode, opts .
 }
 
 // sinkInfo is what a job with one input gives its sink.
-func sinkInfo(t *testing.T, mode checkpoint.Mode, in string) keyed.SinkInfo {
-	return keyed.SinkInfo{Job: strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), Inputs: []string{in}, Mode: mode,
+func sinkInfo(t *testing.T, mode checkpoint.Mode, in string) connector.SinkInfo {
+	return connector.SinkInfo{Job: strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), Inputs: []string{in}, Mode: mode,
 		TransactionTimeout: defaultTransactionTimeout, CommitTimeout: time.Minute}
 }
 

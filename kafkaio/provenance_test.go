@@ -15,6 +15,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
 )
@@ -138,9 +139,9 @@ func TestProvenanceNewcomer(t *testing.T) {
 		j := keyed.NewJob(job) // the default directory: keyed.DefaultDir(job)
 		src := kafkaio.NewSource(client, topic, consumer.JSONValue[event](), kafkaio.Bounded())
 		sink := kafkaio.NewSink(client, topic+".counts", kafkaio.JSON(func(r result) string { return r.UUID }))
-		out := keyed.Process(keyed.ByPartition(keyed.FromSource(j, "events", 1, keyed.Source[event](src))), "count", 1,
+		out := keyed.Process(keyed.ByPartition(keyed.FromSource(j, "events", 1, connector.Source[event](src))), "count", 1,
 			func() keyed.Operator[event, result] { return &counter{} })
-		keyed.ToSink(out, "results", keyed.Sink[result](sink))
+		keyed.ToSink(out, "results", connector.Sink[result](sink))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		err = j.Run(ctx)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 )
 
 // Keying by a field on several processes (DESIGN.md, "Several processes"):
@@ -100,9 +101,9 @@ func NewRepartition[T any](c *Client, job, stage string, input *Source[T], key f
 		b, err := encode(v)
 		return key(v), b, err
 	}, cfg.sinkOpts...)
-	s := keyed.FromSource(r.job, "input", cfg.parallelism, keyed.Source[T](input))
+	s := keyed.FromSource(r.job, "input", cfg.parallelism, connector.Source[T](input))
 	out := keyed.Process(keyed.ByPartition(s), "repartition", cfg.parallelism, func() keyed.Operator[T, T] { return forward[T]{} })
-	keyed.ToSink(out, "repartition-topic", keyed.Sink[T](sink))
+	keyed.ToSink(out, "repartition-topic", connector.Sink[T](sink))
 	return r
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 )
 
@@ -49,9 +50,9 @@ func (f *fixture) startKeyedInstance(id string, log *syncbuf.Buffer, repartParts
 		b, err := json.Marshal(res)
 		return []byte(res.UUID), b, err
 	}, member...)
-	s := keyed.FromSource(j, "events", 2, keyed.Source[event](r.Source(consumer.JSONValue[event]())))
+	s := keyed.FromSource(j, "events", 2, connector.Source[event](r.Source(consumer.JSONValue[event]())))
 	out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
-	keyed.ToSink(out, "results", keyed.Sink[result](sink))
+	keyed.ToSink(out, "results", connector.Sink[result](sink))
 	ij.j, ij.sink = j, sink
 	rctx := ij.runContext(f.t)
 	go func() { ij.done <- keyed.RunAll(rctx, r.Job(), j) }()

@@ -17,6 +17,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/producer"
 )
 
@@ -160,7 +161,7 @@ func TestSecuredFailures(t *testing.T) {
 							out.Emit(e)
 							return nil
 						})
-					keyed.ToSink(out, "out", keyed.Sink[event](kafkaio.NewSink(client, "kord.secured.out", kafkaio.JSON[event](nil))))
+					keyed.ToSink(out, "out", connector.Sink[event](kafkaio.NewSink(client, "kord.secured.out", kafkaio.JSON[event](nil))))
 					err = j.Run(ctx)
 					if c.auth {
 						require.ErrorIs(t, err, keyed.ErrPermanent)

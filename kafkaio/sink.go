@@ -14,6 +14,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/producer"
 )
 
@@ -26,7 +27,7 @@ import (
 // record are committed to the commit group. Make one with NewSink.
 //
 // The job gives the sink its name, its input topics, its mode and its
-// transaction timeout (keyed.SinkInfo): transactional.id "kord.<job>",
+// transaction timeout (connector.SinkInfo): transactional.id "kord.<job>",
 // commit group "kord.<job>.commit", transaction.timeout.ms derived from the
 // checkpoint settings. Run closes the sink when it returns.
 type Sink[T any] struct {
@@ -37,7 +38,7 @@ type Sink[T any] struct {
 
 	mu        sync.Mutex
 	room      chan struct{} // closed and replaced when Write may go on
-	info      keyed.SinkInfo
+	info      connector.SinkInfo
 	log       *slog.Logger
 	p         *producer.Producer[[]byte, []byte]
 	committed uint64
@@ -158,7 +159,7 @@ func (s *Sink[T]) route() func(T) string {
 
 // ValidateSink implements keyed's check of a sink before the job runs:
 // what the sink needs, and the producer settings the job derives.
-func (s *Sink[T]) ValidateSink(info keyed.SinkInfo) error {
+func (s *Sink[T]) ValidateSink(info connector.SinkInfo) error {
 	var errs []error
 	if s.c == nil || s.c.BrokerList() == "" {
 		errs = append(errs, fmt.Errorf("kafkaio: sink %s: no brokers (kafkaio.Brokers, or bootstrap.servers, in its Client)", s.topic))
@@ -207,13 +208,13 @@ func (s *Sink[T]) wake() {
 	s.room = make(chan struct{})
 }
 
-// Reset implements keyed.Sink: a new producer, fenced in, with a
+// Reset implements connector.Sink: a new producer, fenced in, with a
 // transaction begun, after checking that the output and dead-letter topics
 // exist (an idle job would otherwise learn it only at its first result).
 // Its InitTransactions fences every older producer of the job and completes
 // a commit one had sent, or aborts what it left. Bounded by ctx and
 // InitTimeout.
-func (s *Sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) (err error) {
+func (s *Sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error) {
 	defer func() { err = classify(err) }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -315,7 +316,7 @@ func (s *Sink[T]) topics() []string {
 // ProducerSet's) against what the job derives, and returns the sink's own
 // with the derived ones added, and the deadline of every commit (DESIGN.md,
 // "Timeouts" and "Unknown outcomes").
-func (s *Sink[T]) checkSettings(info keyed.SinkInfo) (map[string]string, time.Duration, error) {
+func (s *Sink[T]) checkSettings(info connector.SinkInfo) (map[string]string, time.Duration, error) {
 	all := map[string]string{}
 	if s.c != nil {
 		for k, v := range s.c.settings {
@@ -436,10 +437,10 @@ func (s *Sink[T]) sizedSettings(ctx context.Context, settings map[string]string)
 	return settings, nil
 }
 
-// Recorded implements keyed.Sink: the checkpoint Kafka's commit group
+// Recorded implements connector.Sink: the checkpoint Kafka's commit group
 // records, read with stable offsets (a commit still pending is waited for),
 // and the offsets committed with it.
-func (s *Sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
+func (s *Sink[T]) Recorded(ctx context.Context) (*connector.Recorded, error) {
 	s.mu.Lock()
 	inputs, group := s.info.Inputs, CommitGroup(s.info.Job)
 	s.mu.Unlock()
@@ -486,12 +487,12 @@ func (s *Sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
 	s.mu.Lock()
 	s.committed = rec.Checkpoint
 	s.mu.Unlock()
-	return &keyed.Recorded{Ref: checkpoint.Ref{Run: rec.Run, ID: rec.Checkpoint}, Offsets: recorded, Where: "commit group " + group}, nil
+	return &connector.Recorded{Ref: checkpoint.Ref{Run: rec.Run, ID: rec.Checkpoint}, Offsets: recorded, Where: "commit group " + group}, nil
 }
 
-// Forget implements keyed.Forgetter (Job.Forget): it deletes the job's
+// Forget implements connector.Forgetter (Job.Forget): it deletes the job's
 // commit group, and with it the record of which checkpoint committed.
-func (s *Sink[T]) Forget(ctx context.Context, info keyed.SinkInfo) error {
+func (s *Sink[T]) Forget(ctx context.Context, info connector.SinkInfo) error {
 	if s.c == nil || s.c.BrokerList() == "" {
 		return fmt.Errorf("kafkaio: sink %s: no brokers", s.topic)
 	}
@@ -503,7 +504,7 @@ func (s *Sink[T]) Forget(ctx context.Context, info keyed.SinkInfo) error {
 	return c.DeleteGroup(ctx, CommitGroup(info.Job))
 }
 
-// Write implements keyed.Sink. It blocks while the epoch buffer is full,
+// Write implements connector.Sink. It blocks while the epoch buffer is full,
 // until ctx is done.
 func (s *Sink[T]) Write(ctx context.Context, epoch uint64, v T) error {
 	key, val, err := s.encode(v)
@@ -561,7 +562,7 @@ func (s *Sink[T]) write(ctx context.Context, epoch uint64, rec producer.Record[[
 	}
 }
 
-// TakesDeadLetters implements keyed.DeadLetterSink: with a DeadLetterTopic.
+// TakesDeadLetters implements connector.DeadLetterSink: with a DeadLetterTopic.
 func (s *Sink[T]) TakesDeadLetters() bool { return s.cfg.deadLetters != "" }
 
 // epochBuffer is EpochBuffer's bound, 100,000 by default.
@@ -572,9 +573,9 @@ func (s *Sink[T]) epochBuffer() int {
 	return 100_000
 }
 
-// DeadLetter implements keyed.DeadLetterSink: b goes to DeadLetterTopic
+// DeadLetter implements connector.DeadLetterSink: b goes to DeadLetterTopic
 // with epoch's output.
-func (s *Sink[T]) DeadLetter(ctx context.Context, epoch uint64, b keyed.BadRecord) error {
+func (s *Sink[T]) DeadLetter(ctx context.Context, epoch uint64, b connector.BadRecord) error {
 	if s.cfg.deadLetters == "" {
 		return fmt.Errorf("kafkaio: sink %s: %s[%d] offset %d cannot be decoded and the sink has no DeadLetterTopic: %w", s.topic, b.Topic, b.Partition, b.Offset, b.Err)
 	}
@@ -665,7 +666,7 @@ func (s *Sink[T]) BufferLen() int {
 	return len(s.buffer)
 }
 
-// Commit implements keyed.Sink: the transaction gets every output of
+// Commit implements connector.Sink: the transaction gets every output of
 // epochs ≤ ref.ID, then the source offsets with the commit record, and is
 // committed; the next transaction begins and takes what waited in the
 // epoch buffer. Any failure ends this producer (the engine's next run makes

@@ -5,7 +5,8 @@
 // Start with NewJob (named, configured by options), FromSource, one of
 // KeyBy, KeyByString or ByPartition, then Process (an Operator with any
 // keyed state), ProcessFunc (no state) or ProcessValue (one value per key),
-// ToSink, and Run. Kafka sources and sinks are in package kafkaio; the
+// ToSink, and Run. A source or a sink is anything implementing package
+// connector's Source or Sink: Kafka's are in package kafkaio; the
 // in-memory ones here (MemorySource, MemorySink) need no Kafka; package
 // kordtest runs a job against an in-process cluster in tests. Example and
 // kafkaio's Example show complete jobs.

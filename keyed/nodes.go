@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kordproject/kord/keyed/connector"
+
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/align"
 	"github.com/kordproject/kord/internal/layout"
@@ -17,7 +19,7 @@ import (
 type sourceOf[T any] struct {
 	name        string
 	parallelism int
-	src         Source[T]
+	src         connector.Source[T]
 	extract     func(v T, recordTime time.Time) time.Time // Stream.Timestamps; nil: the record's timestamp
 	// Stream.Watermarks: whether the source makes watermarks, and the
 	// out-of-orderness they allow.
@@ -65,14 +67,16 @@ func (o *opOf[T, O]) validate(cfg config) error {
 
 type sinkOf[O any] struct {
 	name string
-	sink Sink[O]
+	sink connector.Sink[O]
 	op   outputNode[O]
 }
 
-func (s *sinkOf[O]) reset(ctx context.Context, info SinkInfo) error { return s.sink.Reset(ctx, info) }
-func (s *sinkOf[O]) sinkName() string                               { return s.name }
-func (s *sinkOf[O]) sinkValue() any                                 { return s.sink }
-func (s *sinkOf[O]) recorded(ctx context.Context) (*Recorded, error) {
+func (s *sinkOf[O]) reset(ctx context.Context, info connector.SinkInfo) error {
+	return s.sink.Reset(ctx, info)
+}
+func (s *sinkOf[O]) sinkName() string { return s.name }
+func (s *sinkOf[O]) sinkValue() any   { return s.sink }
+func (s *sinkOf[O]) recorded(ctx context.Context) (*connector.Recorded, error) {
 	return s.sink.Recorded(ctx)
 }
 func (s *sinkOf[O]) commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
@@ -82,7 +86,7 @@ func (s *sinkOf[O]) commit(ctx context.Context, ref checkpoint.Ref, offsets []ch
 // srcAssign is one source task's partitions and positions.
 type srcAssign struct {
 	node      int
-	positions []Position
+	positions []connector.Position
 }
 
 // build creates and starts every task of the run under rctx, the run's
@@ -142,7 +146,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			// partition the restored checkpoint does not know appeared
 			// later and is read from its beginning.
 			startFn := s.src.Start
-			if ns, ok := s.src.(NewPartitionStarter); ok && !rs.fresh && !rs.failover && r.assigned == nil {
+			if ns, ok := s.src.(connector.NewPartitionStarter); ok && !rs.fresh && !rs.failover && r.assigned == nil {
 				startFn = ns.StartNew
 			}
 			start, err := startFn(ctx, missing)
@@ -234,13 +238,13 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	}
 	u := 0
 	for i, s := range o.in.srcs {
-		assign := make([][]Position, s.parallelism)
+		assign := make([][]connector.Position, s.parallelism)
 		for k, p := range infos[i].parts {
 			t := k % s.parallelism
 			if o.in.byPartition {
 				t = operatorIndex(int(p), maxP, s.parallelism)
 			}
-			assign[t] = append(assign[t], Position{Partition: p, Offset: infos[i].pos[p]})
+			assign[t] = append(assign[t], connector.Position{Partition: p, Offset: infos[i].pos[p]})
 		}
 		srcTasks := make([]*sourceTask[T], s.parallelism)
 		for t := 0; t < s.parallelism; t++ {
@@ -269,10 +273,10 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 				idleness: s.idleness, heard: map[int32]time.Time{}, asked: map[int32]time.Time{}, behind: map[int32]bool{},
 				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch, name: s.name, instance: t,
 				restored: !rs.fresh && !rs.failover}
-			if d, ok := j.sink.(*sinkOf[O]).sink.(DeadLetterSink); ok && d.TakesDeadLetters() {
+			if d, ok := j.sink.(*sinkOf[O]).sink.(connector.DeadLetterSink); ok && d.TakesDeadLetters() {
 				st.dead = d
 			}
-			st.adds = make(chan []Position, 1)
+			st.adds = make(chan []connector.Position, 1)
 			srcTasks[t] = st
 			r.goTask(rctx, task, st.run)
 			u++
@@ -350,20 +354,20 @@ type sourceTask[T any] struct {
 	r           *run
 	task        int
 	topic       string
-	reader      Reader[T]
+	reader      connector.Reader[T]
 	out         *outbox[T]
 	trig        chan trigger
-	positions   []Position
+	positions   []connector.Position
 	byPartition bool
 	key         func(T) []byte
 	maxP, p     int
 	epoch       uint64
-	dead        DeadLetterSink  // nil when the sink takes no dead letters
-	adds        chan []Position // discovered partitions for this task
-	name        string          // the source's name
-	instance    int             // this task's index among the source's
-	restored    bool            // its positions come from a restored checkpoint
-	read        int64           // records read this run
+	dead        connector.DeadLetterSink  // nil when the sink takes no dead letters
+	adds        chan []connector.Position // discovered partitions for this task
+	name        string                    // the source's name
+	instance    int                       // this task's index among the source's
+	restored    bool                      // its positions come from a restored checkpoint
+	read        int64                     // records read this run
 	extract     func(v T, recordTime time.Time) time.Time
 	// Watermarks (Stream.Watermarks): the newest time seen per partition.
 	watermarks bool
@@ -393,7 +397,7 @@ func (s *sourceTask[T]) idle(ctx context.Context, p int32, now time.Time) bool {
 	if now.Sub(heard) < s.idleness {
 		return false
 	}
-	br, ok := s.reader.(BacklogReader)
+	br, ok := s.reader.(connector.BacklogReader)
 	if !ok {
 		return true
 	}
@@ -499,7 +503,7 @@ func (d *discoverer[T]) once(rctx context.Context) error {
 		return fmt.Errorf("topic %s grew from %d to %d partitions: in partition mode a key group is a partition and the job cannot follow; run it under a new name, or key it with KeyBy", d.src.topic(), len(d.known), len(parts))
 	}
 	startFn := d.src.src.Start
-	if ns, ok := d.src.src.(NewPartitionStarter); ok {
+	if ns, ok := d.src.src.(connector.NewPartitionStarter); ok {
 		startFn = ns.StartNew
 	}
 	start, err := startFn(ctx, fresh)
@@ -513,11 +517,11 @@ func (d *discoverer[T]) once(rctx context.Context) error {
 	}
 	// The same rule as at start: partition k of the sorted list goes to
 	// task k % parallelism.
-	per := make([][]Position, len(d.tasks))
+	per := make([][]connector.Position, len(d.tasks))
 	for k, p := range parts {
 		if !known[p] {
 			t := k % len(d.tasks)
-			per[t] = append(per[t], Position{Partition: p, Offset: at[p]})
+			per[t] = append(per[t], connector.Position{Partition: p, Offset: at[p]})
 		}
 	}
 	for t, ps := range per {
@@ -537,7 +541,7 @@ func (d *discoverer[T]) once(rctx context.Context) error {
 
 // add assigns discovered partitions to this task's reader, together with
 // its current ones at their current offsets; the next barrier records them.
-func (s *sourceTask[T]) add(ctx context.Context, pos map[int32]int64, ps []Position) error {
+func (s *sourceTask[T]) add(ctx context.Context, pos map[int32]int64, ps []connector.Position) error {
 	for _, p := range ps {
 		if _, dup := pos[p.Partition]; dup {
 			continue
@@ -545,9 +549,9 @@ func (s *sourceTask[T]) add(ctx context.Context, pos map[int32]int64, ps []Posit
 		s.positions = append(s.positions, p)
 		pos[p.Partition] = p.Offset
 	}
-	all := make([]Position, len(s.positions))
+	all := make([]connector.Position, len(s.positions))
 	for i, p := range s.positions {
-		all[i] = Position{Partition: p.Partition, Offset: pos[p.Partition]}
+		all[i] = connector.Position{Partition: p.Partition, Offset: pos[p.Partition]}
 	}
 	if err := s.reader.Assign(ctx, all); err != nil {
 		return fmt.Errorf("adding partitions %v: %w", ps, err)
@@ -587,7 +591,7 @@ func (s *sourceTask[T]) offsetsAt(pos map[int32]int64) []string {
 
 // deadLetter hands an undecodable record to the sink's dead letters under
 // epoch, or fails the job naming it when the sink takes none.
-func (s *sourceTask[T]) deadLetter(ctx context.Context, epoch uint64, b *BadRecord) error {
+func (s *sourceTask[T]) deadLetter(ctx context.Context, epoch uint64, b *connector.BadRecord) error {
 	if s.dead == nil {
 		return fmt.Errorf("a record cannot be processed and the job's sink takes no dead letters (a dead-letter topic would take it): %w", b.Err)
 	}
@@ -906,7 +910,7 @@ type sinkTask[O any] struct {
 	in      *inbox[O]
 	al      *align.Aligner
 	cancels chan uint64
-	sink    Sink[O]
+	sink    connector.Sink[O]
 	epoch   uint64
 	name    string
 }
@@ -994,7 +998,7 @@ func opStateName(name string) string { return name + ".operator-state" }
 // checkpoint id as an Avro file (one entry per element, keyed by its
 // index), and returns its reference.
 func (r *run) writeOpState(ctx context.Context, v any, name string, instance int, id uint64) ([]checkpoint.FileRef, error) {
-	st, ok := v.(OperatorState)
+	st, ok := v.(connector.OperatorState)
 	if !ok {
 		return nil, nil
 	}
@@ -1041,7 +1045,7 @@ func checkOpStateNames(j *Job, rs *restoreState) error {
 // restoreOpState gives v, if it keeps operator state and a checkpoint is
 // restored, the elements of every instance's snapshot in instance order.
 func restoreOpState(rs *restoreState, v any, name string) error {
-	st, ok := v.(OperatorState)
+	st, ok := v.(connector.OperatorState)
 	if !ok || rs.fresh {
 		return nil
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 )
 
 // event and result are the benchmark job's input and output
@@ -132,7 +133,7 @@ func kordPeer(args []string) int {
 	j := keyed.NewJob(*id, keyed.Dir(*dir), keyed.CheckpointInterval(time.Duration(*commit)*time.Millisecond), ready)
 	src := kafkaio.NewSource(client, *input, consumer.JSONValue[event]())
 	sink := kafkaio.NewSink(client, *output, kafkaio.JSON(func(r result) string { return r.UUID }))
-	s := keyed.FromSource(j, "events", *par, keyed.Source[event](src))
+	s := keyed.FromSource(j, "events", *par, connector.Source[event](src))
 	k := keyed.ByPartition(s)
 	if *keyBy {
 		k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
@@ -144,7 +145,7 @@ func kordPeer(args []string) int {
 		out.Emit(result{UUID: e.UUID, Seq: e.Seq, Count: c, TS: e.TS})
 		return nil
 	})
-	keyed.ToSink(out, "results", keyed.Sink[result](sink))
+	keyed.ToSink(out, "results", connector.Sink[result](sink))
 	err = j.Run(ctx)
 	if cerr := sink.Close(); err == nil {
 		err = cerr

@@ -16,6 +16,7 @@ import (
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 )
 
 // Out is what the job writes: a window's result (Kind "window") to the
@@ -174,7 +175,7 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 				return ""
 			}, lateTopic),
 			kafkaio.DeadLetterTopic(o.dlqTopic()))
-		s := keyed.FromSource(j, "access", 2, keyed.Source[Access](src)).
+		s := keyed.FromSource(j, "access", 2, connector.Source[Access](src)).
 			Timestamps(func(a Access, _ time.Time) time.Time { return a.Time }).
 			Watermarks(o.lateness).
 			Idleness(o.idleness)
@@ -191,7 +192,7 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 			func(pattern string, a Access) (Out, bool) {
 				return Out{Kind: kindLate, Pattern: strings.Clone(pattern), Late: &a}, true
 			})
-		keyed.ToSink(out, "results", keyed.Sink[Out](sink))
+		keyed.ToSink(out, "results", connector.Sink[Out](sink))
 		return j
 	}
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"gocloud.dev/blob"
+
 	// The buckets -checkpoints can name here: file:// and mem://. A
 	// program keeping its checkpoints in S3, GCS or Azure imports
 	// gocloud.dev/blob/s3blob, gcsblob or azureblob the same way.
@@ -24,6 +25,7 @@ import (
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 )
 
 // Result answers one event: the user's count after it.
@@ -173,7 +175,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 			b, err := json.Marshal(r)
 			return []byte(r.UUID), b, err
 		}, sinkOpts...)
-		s := keyed.FromSource(j, "events", 2, keyed.Source[Event](src))
+		s := keyed.FromSource(j, "events", 2, connector.Source[Event](src))
 		newOp := func() keyed.Operator[Event, Result] { return &userCounter{atLeastOnce: o.atLeastOnce} }
 		var out *keyed.Output[Result]
 		if o.keyBy && o.instance == "" {
@@ -181,7 +183,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 		} else {
 			out = keyed.Process(keyed.ByPartition(s), "count", 2, newOp)
 		}
-		keyed.ToSink(out, "results", keyed.Sink[Result](sink))
+		keyed.ToSink(out, "results", connector.Sink[Result](sink))
 		return append(jobs, j), rep
 	}
 	jobs, rep := build()

@@ -25,6 +25,8 @@ var rules = []struct {
 		"the core imports no Kafka client and nothing above it"},
 	{"keyed", append([]string{mod + "/producer", mod + "/consumer", mod + "/kafkaio", mod + "/kordtest"}, kafkaClients...),
 		"the engine imports no Kafka client and not the Kafka edge"},
+	{"keyed/connector", append([]string{mod + "/keyed", mod + "/producer", mod + "/consumer", mod + "/kafkaio", mod + "/kordtest", "gocloud.dev"}, kafkaClients...),
+		"what sources and sinks implement lies under the engine: it imports nothing of keyed and no Kafka client"},
 	{"producer", []string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio", mod + "/kordtest"},
 		"the standalone clients know nothing of the engine"},
 	{"consumer", []string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio", mod + "/kordtest"},
