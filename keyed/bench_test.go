@@ -245,7 +245,7 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 	}
 	for i := 0; i < keys; i++ {
 		k := []byte(fmt.Sprintf("%08x-0000-4000-8000-%012x", i*2654435761, i))
-		be.SetCurrentKey(k, keyed.KeyGroup(k, keyed.DefaultMaxParallelism))
+		keyed.SetCurrentKey(be, k, keyed.KeyGroup(k, keyed.DefaultMaxParallelism))
 		v.Set(int64(i))
 	}
 	var stall, durable, restore time.Duration
@@ -258,7 +258,7 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 			b.Fatal(err)
 		}
 		t0 := time.Now()
-		snap := be.Snapshot()
+		snap := keyed.Snapshot(be)
 		t1 := time.Now()
 		files, err := snap.Encode("0123456789abcdef", id, 0)
 		if err != nil {
@@ -278,7 +278,7 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 		if _, err := keyed.Value(be2, "n", keyed.Int64()); err != nil {
 			b.Fatal(err)
 		}
-		if err := be2.Restore(m2, files2); err != nil {
+		if err := keyed.Restore(be2, m2, files2); err != nil {
 			b.Fatal(err)
 		}
 		t3 := time.Now()

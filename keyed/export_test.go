@@ -1,6 +1,10 @@
 package keyed
 
-import "time"
+import (
+	"time"
+
+	"github.com/kordproject/kord/checkpoint"
+)
 
 // SetSweepAge makes retention of other runs (sweep) delete checkpoints
 // older than d instead of the transaction timeout plus margins; the
@@ -19,3 +23,12 @@ var (
 )
 
 type KeyGroupRange = keyGroupRange
+
+// The runtime's calls on a Backend, for the external tests and benchmarks.
+func SetCurrentKey(b *Backend, key []byte, keyGroup int) { b.setCurrentKey(key, keyGroup) }
+
+func Snapshot(b *Backend) *snapshot { return b.takeSnapshot() }
+
+func Restore(b *Backend, m *checkpoint.Metadata, files map[string][]byte) error {
+	return b.restore(m, files)
+}

@@ -103,7 +103,7 @@ func validateRange(r keyGroupRange, maxParallelism int) error {
 //
 // Adding partitions to the topic moves keys between partitions (Kafka's rule
 // depends on the partition count), so it changes maxParallelism, and
-// Backend.Restore refuses a checkpoint of another maxParallelism.
+// a restore refuses a checkpoint of another maxParallelism.
 
 // partitionedMaxParallelism returns the maxParallelism of the partitioned
 // mode for a topic of partitions partitions: partitions itself, checked to

@@ -313,7 +313,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 				return fmt.Errorf("keyed: operator %q task %d: %w", o.name, d, err)
 			}
 		} else if !rs.fresh {
-			if err := b.Restore(rs.meta, rs.files); err != nil {
+			if err := b.restore(rs.meta, rs.files); err != nil {
 				return fmt.Errorf("keyed: operator %q task %d: restore %s: %w", o.name, d, rs.meta.Ref(), err)
 			}
 		}
@@ -828,7 +828,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 		}
 		for i := range m.elems {
 			e := &m.elems[i]
-			t.b.SetCurrentKey(e.key, int(e.kg))
+			t.b.setCurrentKey(e.key, int(e.kg))
 			col.key, col.ts = e.key, e.ts
 			if err := t.op.Process(e.key, e.v, col); err != nil {
 				return fmt.Errorf("key %q: %w", e.key, err)
@@ -868,8 +868,8 @@ func (t *opTask[T, O]) apply(ctx context.Context, effs []align.Effect) error {
 			if err := t.out.broadcast(e.ID); err != nil {
 				return err
 			}
-			snap := t.b.Snapshot()
-			refs := t.b.OperatorRefs()
+			snap := t.b.takeSnapshot()
+			refs := t.b.operatorRefs()
 			wm := t.col.wm
 			t.r.bg.Add(1)
 			go func(id uint64) {

@@ -21,7 +21,7 @@ type snapshot struct {
 	operator string
 	maxP     int
 	r        keyGroupRange
-	infos    []StateInfo
+	infos    []stateInfo
 	states   []frozenState // nil once released
 
 	b        *Backend
@@ -59,7 +59,7 @@ func (b *Backend) giveEncoders(es []*encoder) {
 
 // frozenState is one state's tables at the snapshot.
 type frozenState interface {
-	info() StateInfo
+	info() stateInfo
 	numGroups() int
 	groupLen(g int) int
 	// entries returns group g's entries, built in w's buffers (valid until
@@ -68,13 +68,13 @@ type frozenState interface {
 }
 
 type frozen[T any] struct {
-	inf    StateInfo
+	inf    stateInfo
 	start  int
 	groups []*table[T]
 	enc    encodeFunc[T]
 }
 
-func (f *frozen[T]) info() StateInfo { return f.inf }
+func (f *frozen[T]) info() stateInfo { return f.inf }
 func (f *frozen[T]) numGroups() int  { return len(f.groups) }
 
 func (f *frozen[T]) groupLen(g int) int {
@@ -130,15 +130,15 @@ func (f *frozen[T]) entries(g int, w *workspace) ([]statefile.Entry, error) {
 	return entries, nil
 }
 
-// Snapshot freezes every state's tables and returns them. It is
+// takeSnapshot freezes every state's tables and returns them. It is
 // O(states × key groups), allocates one slice of table pointers per state,
 // and copies no keys or values: the first write to each key group after it
 // copies that group's table (copy-on-write), until the snapshot is
 // released.
-func (b *Backend) Snapshot() *snapshot {
+func (b *Backend) takeSnapshot() *snapshot {
 	b.epoch++
 	b.pending.Add(1)
-	s := &snapshot{operator: b.operator, maxP: b.maxP, r: b.r, b: b, infos: b.States(), states: make([]frozenState, len(b.states))}
+	s := &snapshot{operator: b.operator, maxP: b.maxP, r: b.r, b: b, infos: b.stateInfos(), states: make([]frozenState, len(b.states))}
 	for i, st := range b.states {
 		s.states[i] = st.freeze()
 	}
@@ -268,7 +268,7 @@ func forEach(n, parallel int, fn func(w *workspace, i int)) {
 	wg.Wait()
 }
 
-// Restore loads the keyed state of checkpoint m, whose state files are
+// restore loads the keyed state of checkpoint m, whose state files are
 // files (name to contents, as checkpoint.ReadCheckpoint returns them, sizes
 // and checksums verified), into this empty backend: the key groups of the
 // backend's range in the files of this operator. The checkpoint may
@@ -284,7 +284,7 @@ func forEach(n, parallel int, fn func(w *workspace, i int)) {
 // too is a *checkpoint.CorruptError with the file's name as Path; key
 // groups outside the range are not decoded. On error the backend is left
 // empty.
-func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error {
+func (b *Backend) restore(m *checkpoint.Metadata, files map[string][]byte) error {
 	if err := b.canRestore(); err != nil {
 		return err
 	}

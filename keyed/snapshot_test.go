@@ -98,7 +98,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 	var want []*model
 	results := make([]result, 3)
 	for i := range results {
-		snap := b.Snapshot()
+		snap := b.takeSnapshot()
 		require.Equal(t, len(md.v)+len(md.l)+len(md.m), snap.Len())
 		snaps = append(snaps, snap)
 		want = append(want, md.clone())
@@ -143,7 +143,7 @@ func TestCopyOnWriteGranularity(t *testing.T) {
 	g := keyGroupOf([]byte(k1), testMaxP)
 	t0, m0 := v.s.groups[g], m.s.groups[g]
 
-	snap := b.Snapshot()
+	snap := b.takeSnapshot()
 	v.Get()
 	m.Get("x")
 	require.Same(t, t0, v.s.groups[g], "reads do not copy")
@@ -167,7 +167,7 @@ func TestCopyOnWriteGranularity(t *testing.T) {
 
 	// Every snapshot released: the table taken at the snapshot is written
 	// in place.
-	snap2 := b.Snapshot()
+	snap2 := b.takeSnapshot()
 	snap2.Release()
 	t2 := v.s.groups[g]
 	v.Set(4)
@@ -203,7 +203,7 @@ func checkpointOf(t testing.TB, id uint64, backends ...*Backend) (*checkpoint.Me
 	all := map[string][]byte{}
 	var refs []checkpoint.OperatorRef
 	for _, b := range backends {
-		snap := b.Snapshot()
+		snap := b.takeSnapshot()
 		files, err := snap.Encode(testRun, id, 0)
 		require.NoError(t, err)
 		defer snap.Release() // the files' memory is the snapshot's until then
@@ -258,7 +258,7 @@ func TestRescale(t *testing.T) {
 	restore := func(p int, m *checkpoint.Metadata, files map[string][]byte) ([]*Backend, []stateSet) {
 		bs, ss := instances(t, "op", p)
 		for _, b := range bs {
-			require.NoError(t, b.Restore(m, files))
+			require.NoError(t, b.restore(m, files))
 		}
 		for i, b := range bs {
 			check(t, b, ss[i], md, keys)
@@ -287,7 +287,7 @@ func TestRescale(t *testing.T) {
 
 func mustEncode(t testing.TB, b *Backend) map[string][]byte {
 	t.Helper()
-	snap := b.Snapshot()
+	snap := b.takeSnapshot()
 	defer snap.Release()
 	files, err := snap.Encode(testRun, 7, 0)
 	require.NoError(t, err)
@@ -313,7 +313,7 @@ func TestRestorePartitioned(t *testing.T) {
 		i := operatorIndex(p, partitions, 2)
 		for k := range 10 {
 			key := fmt.Sprintf("p%d-k%d", p, k)
-			src[i].SetCurrentKey([]byte(key), partitionKeyGroup(int32(p)))
+			src[i].setCurrentKey([]byte(key), partitionKeyGroup(int32(p)))
 			vs[i].Set(int64(p*100 + k))
 			want[p][key] = int64(p*100 + k)
 		}
@@ -323,10 +323,10 @@ func TestRestorePartitioned(t *testing.T) {
 	require.NoError(t, err)
 	v, err := Value(dst, "n", Int64())
 	require.NoError(t, err)
-	require.NoError(t, dst.Restore(m, files))
+	require.NoError(t, dst.restore(m, files))
 	for p, kv := range want {
 		for key, n := range kv {
-			dst.SetCurrentKey([]byte(key), p)
+			dst.setCurrentKey([]byte(key), p)
 			got, ok := v.Get()
 			require.True(t, ok)
 			require.Equal(t, n, got)
@@ -339,7 +339,7 @@ func TestRestorePartitioned(t *testing.T) {
 	_, err = Value(hashed, "n", Int64())
 	require.NoError(t, err)
 	var ce *checkpoint.CorruptError
-	require.ErrorAs(t, hashed.Restore(m, files), &ce)
+	require.ErrorAs(t, hashed.restore(m, files), &ce)
 	require.Contains(t, ce.Reason, "belongs to key group")
 }
 
@@ -364,7 +364,7 @@ func TestRestoreRefusals(t *testing.T) {
 		_, err := Value(b, "count", JSON[int64]())
 		require.NoError(t, err)
 	})
-	err := b.Restore(m, files)
+	err := b.restore(m, files)
 	require.ErrorAs(t, err, &me)
 	require.Equal(t, MismatchError{Operator: "op", State: "count", Field: "fingerprint", Want: "json:int64", Found: "int64-be"}, *me)
 	require.EqualError(t, err, `keyed: operator "op" state "count": the checkpoint's fingerprint is "int64-be", this code's is "json:int64"`)
@@ -374,7 +374,7 @@ func TestRestoreRefusals(t *testing.T) {
 		_, err := List(b, "count", Int64())
 		require.NoError(t, err)
 	})
-	require.ErrorAs(t, b.Restore(m, files), &me)
+	require.ErrorAs(t, b.restore(m, files), &me)
 	require.Equal(t, "type", me.Field)
 	require.Equal(t, "keyed.list", me.Want)
 	require.Equal(t, "keyed.value", me.Found)
@@ -384,7 +384,7 @@ func TestRestoreRefusals(t *testing.T) {
 		_, err := Value(b, "count", Int64())
 		require.NoError(t, err)
 	})
-	err = b.Restore(m, files)
+	err = b.restore(m, files)
 	require.ErrorAs(t, err, &me)
 	require.Equal(t, "state", me.Field)
 	require.ErrorContains(t, err, "not registered")
@@ -393,24 +393,24 @@ func TestRestoreRefusals(t *testing.T) {
 	b = fresh(func(b *Backend) { registerStateSet(t, b) })
 	noRefs := *m
 	noRefs.Operators = nil
-	require.ErrorAs(t, b.Restore(&noRefs, files), &me)
+	require.ErrorAs(t, b.restore(&noRefs, files), &me)
 	require.Equal(t, "record", me.Field)
 
 	// Another max parallelism.
 	b, err = newBackend("op", 64, fullRange(64))
 	require.NoError(t, err)
 	registerStateSet(t, b)
-	require.ErrorContains(t, b.Restore(m, files), "max parallelism 128, this backend 64")
+	require.ErrorContains(t, b.restore(m, files), "max parallelism 128, this backend 64")
 
 	// A new state (registered, not in the checkpoint) starts empty.
 	b = fresh(func(b *Backend) { registerStateSet(t, b) })
 	nv, err := Value(b, "added", Int64())
 	require.NoError(t, err)
-	require.NoError(t, b.Restore(m, files))
+	require.NoError(t, b.restore(m, files))
 	setKey(b, "k")
 	_, ok := nv.Get()
 	require.False(t, ok)
-	require.ErrorContains(t, b.Restore(m, files), "twice")
+	require.ErrorContains(t, b.restore(m, files), "twice")
 	_, err = Value(b, "late", Int64())
 	require.ErrorContains(t, err, "after Restore")
 
@@ -420,7 +420,7 @@ func TestRestoreRefusals(t *testing.T) {
 		setKey(b, "z")
 		ss.v.Set(1)
 	})
-	require.ErrorContains(t, b.Restore(m, files), "has state")
+	require.ErrorContains(t, b.restore(m, files), "has state")
 }
 
 // TestRestoreCorruptFiles checks that a state file that does not decode,
@@ -465,10 +465,10 @@ func TestRestoreCorruptFiles(t *testing.T) {
 			b := newTestBackend(t, "op", fullRange(testMaxP))
 			v, err := Value(b, "count", Int64())
 			require.NoError(t, err)
-			m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.OperatorRefs()}
+			m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.operatorRefs()}
 			// A good file next to the bad one: the backend must not keep it.
 			files := map[string][]byte{c.file: c.data, otherName: encodeEntries(t, other, statefile.Entry{Key: []byte(k2), Value: v8})}
-			err = b.Restore(m, files)
+			err = b.restore(m, files)
 			var ce *checkpoint.CorruptError
 			require.ErrorAs(t, err, &ce)
 			require.Equal(t, c.file, ce.Path)
@@ -484,19 +484,19 @@ func TestRestoreCorruptFiles(t *testing.T) {
 	b := newTestBackend(t, "op", keyGroupRange{Start: other, End: other})
 	_, err := Value(b, "count", Int64())
 	require.NoError(t, err)
-	m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.OperatorRefs()}
+	m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.operatorRefs()}
 	bad := bytes.Clone(good)
 	i := bytes.LastIndex(bad, []byte(k1)) - 2 // the record: key group, key length, key
 	require.Equal(t, byte(2*kg1), bad[i])
 	bad[i] += 2
 	_, _, err = statefile.DecodeKeyGroups(name, bad)
 	require.ErrorContains(t, err, "record of key group")
-	require.NoError(t, b.Restore(m, map[string][]byte{name: bad}))
+	require.NoError(t, b.restore(m, map[string][]byte{name: bad}))
 	// A name that is not a state file of this checkpoint is an error.
 	b = newTestBackend(t, "op", fullRange(testMaxP))
-	require.Error(t, b.Restore(m, map[string][]byte{"ckpt-abc123-00000000000000000001.meta": nil}))
+	require.Error(t, b.restore(m, map[string][]byte{"ckpt-abc123-00000000000000000001.meta": nil}))
 	b = newTestBackend(t, "op", fullRange(testMaxP))
-	require.Error(t, b.Restore(m, map[string][]byte{layout.StateFileName(testRun, 2, "op.count", 0): good}))
+	require.Error(t, b.restore(m, map[string][]byte{layout.StateFileName(testRun, 2, "op.count", 0): good}))
 }
 
 // encodeEntries makes a key-group range file holding entries in key group
@@ -514,7 +514,7 @@ func TestEncodeErrors(t *testing.T) {
 	require.NoError(t, err)
 	setKey(b, "k")
 	v.Set(1)
-	snap := b.Snapshot()
+	snap := b.takeSnapshot()
 	defer snap.Release()
 	_, err = snap.Encode(testRun, 1, 1)
 	require.ErrorContains(t, err, `operator "op" state "v"`)
@@ -542,7 +542,7 @@ func fillCounters(tb testing.TB, n int) (*Backend, [][]byte, []int) {
 	for i := range keys {
 		keys[i] = []byte(fakeUUID(r))
 		kgs[i] = keyGroupOf(keys[i], testMaxP)
-		b.SetCurrentKey(keys[i], kgs[i])
+		b.setCurrentKey(keys[i], kgs[i])
 		v.Set(int64(i))
 	}
 	return b, keys, kgs
@@ -559,7 +559,7 @@ func BenchmarkValueStateGetSet(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				be.SetCurrentKey(keys[i], kgs[i])
+				be.setCurrentKey(keys[i], kgs[i])
 				n, _ := v.Get()
 				v.Set(n + 1)
 				if i++; i == len(keys) {
@@ -577,7 +577,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	be, _, _ := fillCounters(b, 1_000_000)
 	b.ReportAllocs()
 	for b.Loop() {
-		be.Snapshot().Release()
+		be.takeSnapshot().Release()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "stall-µs")
 }
@@ -595,9 +595,9 @@ func BenchmarkCopyOnWrite(b *testing.B) {
 	}
 	vs := &ValueState[int64]{s: v}
 	for b.Loop() {
-		snap := be.Snapshot()
+		snap := be.takeSnapshot()
 		for _, i := range first {
-			be.SetCurrentKey(keys[i], kgs[i])
+			be.setCurrentKey(keys[i], kgs[i])
 			vs.Set(1)
 		}
 		snap.Release()
@@ -609,7 +609,7 @@ func BenchmarkCopyOnWrite(b *testing.B) {
 // uuid keys) on GOMAXPROCS goroutines.
 func BenchmarkEncode(b *testing.B) {
 	be, _, _ := fillCounters(b, 1_000_000)
-	snap := be.Snapshot()
+	snap := be.takeSnapshot()
 	defer snap.Release()
 	var size int
 	b.ReportAllocs()
@@ -631,11 +631,11 @@ func BenchmarkEncode(b *testing.B) {
 // backend.
 func BenchmarkRestore(b *testing.B) {
 	be, _, _ := fillCounters(b, 1_000_000)
-	snap := be.Snapshot()
+	snap := be.takeSnapshot()
 	files, err := snap.Encode(testRun, 1, 0)
 	require.NoError(b, err)
 	snap.Release()
-	m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: be.OperatorRefs()}
+	m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: be.operatorRefs()}
 	size := 0
 	for _, f := range files {
 		size += len(f)
@@ -645,7 +645,7 @@ func BenchmarkRestore(b *testing.B) {
 		nb := newTestBackend(b, "op", fullRange(testMaxP))
 		_, err := Value(nb, "count", Int64())
 		require.NoError(b, err)
-		require.NoError(b, nb.Restore(m, files))
+		require.NoError(b, nb.restore(m, files))
 	}
 	sec := b.Elapsed().Seconds() / float64(b.N)
 	b.ReportMetric(sec*1e3, "ms/restore")
@@ -664,15 +664,15 @@ func TestEncodeReusesMemory(t *testing.T) {
 		}
 		return nil
 	}
-	s1 := b.Snapshot()
+	s1 := b.takeSnapshot()
 	f1 := only(mustEncodeSnap(t, s1))
 	want := bytes.Clone(f1)
-	s2 := b.Snapshot()
+	s2 := b.takeSnapshot()
 	f2 := only(mustEncodeSnap(t, s2))
 	require.NotSame(t, &f1[0], &f2[0], "s1 is not released: its memory is its own")
 	require.Equal(t, want[len(want)-100:], f1[len(f1)-100:], "s1's file unchanged by s2's encoding")
 	s1.Release()
-	s3 := b.Snapshot()
+	s3 := b.takeSnapshot()
 	f3 := only(mustEncodeSnap(t, s3))
 	require.Same(t, &f1[0], &f3[0], "s3 reuses released s1's memory")
 	_, _, err := statefile.DecodeKeyGroups("f3", f3)

@@ -14,49 +14,49 @@ import (
 	"github.com/kordproject/kord/internal/statefile"
 )
 
-// Kind is the kind of a keyed state.
-type Kind int
+// stateKind is the kind of a keyed state.
+type stateKind int
 
 // Kinds of keyed state.
 const (
-	KindValue Kind = iota + 1 // ValueState
-	KindList                  // ListState
-	KindMap                   // MapState
+	kindValue stateKind = iota + 1 // ValueState
+	kindList                       // ListState
+	kindMap                        // MapState
 )
 
-func (k Kind) String() string {
+func (k stateKind) String() string {
 	switch k {
-	case KindValue:
+	case kindValue:
 		return "value"
-	case KindList:
+	case kindList:
 		return "list"
-	case KindMap:
+	case kindMap:
 		return "map"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
 
 // refType is the checkpoint.OperatorRef.Type of a state of kind k.
-func (k Kind) refType() string { return "keyed." + k.String() }
+func (k stateKind) refType() string { return "keyed." + k.String() }
 
-// StateInfo identifies a registered state: what the engine records in
+// stateInfo identifies a registered state: what the engine records in
 // checkpoint metadata (Ref) and what Restore checks.
-type StateInfo struct {
+type stateInfo struct {
 	Operator    string
 	Name        string
-	Kind        Kind
+	Kind        stateKind
 	Fingerprint string // the codec's; for a map, "key=<key codec's>;value=<value codec's>"
 }
 
 // FileOperator is "<operator>.<state>": the operator slot of the state's
 // file name (internal/layout) and the Name of its checkpoint.OperatorRef.
 // Operator and state names have no '.', so it splits back unambiguously.
-func (i StateInfo) FileOperator() string { return i.Operator + "." + i.Name }
+func (i stateInfo) FileOperator() string { return i.Operator + "." + i.Name }
 
 // Ref is the state's entry in checkpoint.Metadata.Operators: Name
 // FileOperator(), Type "keyed.value", "keyed.list" or "keyed.map", and the
 // fingerprint.
-func (i StateInfo) Ref() checkpoint.OperatorRef {
+func (i stateInfo) Ref() checkpoint.OperatorRef {
 	return checkpoint.OperatorRef{Name: i.FileOperator(), Type: i.Kind.refType(), SchemaFingerprint: i.Fingerprint}
 }
 
@@ -117,8 +117,9 @@ func keyGroupFunc(f func(key []byte) int) backendOpt {
 }
 
 // Backend holds every keyed state of one operator instance for its
-// key-group range. It is used by one goroutine (the operator's); a Snapshot
-// it returns may be encoded on others.
+// key-group range: an Operator declares its states on it in Open. It is
+// used by one goroutine (the operator's); the runtime encodes its
+// snapshots on others.
 //
 // Values are held as Go values and shared with snapshots: a value is
 // copied on write only as a whole (ValueState.Set, ListState.Add or Update,
@@ -135,15 +136,15 @@ type Backend struct {
 	byName map[string]state
 
 	curKey []byte
-	cur    int    // current key group - r.Start; -1 before the first SetCurrentKey
-	gen    uint64 // counts SetCurrentKey calls: a state's cached slot is valid while it is unchanged
+	cur    int    // current key group - r.Start; -1 before the first setCurrentKey
+	gen    uint64 // counts setCurrentKey calls: a state's cached slot is valid while it is unchanged
 
 	epoch    uint64       // number of snapshots taken
 	pending  atomic.Int64 // snapshots not yet released
 	restored bool
 
 	encMu   sync.Mutex
-	encFree []*encoder // kept between snapshots; see Snapshot.Encode
+	encFree []*encoder // kept between snapshots; see snapshot.Encode
 
 	clock func() int64 // TTL states' processing time (Unix ms); nil: the wall clock
 }
@@ -171,22 +172,22 @@ func (b *Backend) Operator() string { return b.operator }
 // MaxParallelism returns the number of key groups.
 func (b *Backend) MaxParallelism() int { return b.maxP }
 
-// Range returns the key groups this backend owns.
-func (b *Backend) Range() keyGroupRange { return b.r }
+// keyRange returns the key groups this backend owns.
+func (b *Backend) keyRange() keyGroupRange { return b.r }
 
-// States describes the registered states in registration order.
-func (b *Backend) States() []StateInfo {
-	out := make([]StateInfo, len(b.states))
+// stateInfos describes the registered states in registration order.
+func (b *Backend) stateInfos() []stateInfo {
+	out := make([]stateInfo, len(b.states))
 	for i, s := range b.states {
 		out[i] = s.info()
 	}
 	return out
 }
 
-// OperatorRefs returns the registered states' entries for
+// operatorRefs returns the registered states' entries for
 // checkpoint.Metadata.Operators. Every instance of an operator returns the
 // same refs; the engine records them once.
-func (b *Backend) OperatorRefs() []checkpoint.OperatorRef {
+func (b *Backend) operatorRefs() []checkpoint.OperatorRef {
 	out := make([]checkpoint.OperatorRef, len(b.states))
 	for i, s := range b.states {
 		out[i] = s.info().Ref()
@@ -194,10 +195,10 @@ func (b *Backend) OperatorRefs() []checkpoint.OperatorRef {
 	return out
 }
 
-// Check reports whether keyGroup is in the backend's range and, when a key
+// check reports whether keyGroup is in the backend's range and, when a key
 // group function is set (KeyGroupFunc), whether it is key's key group. The
-// engine calls it where it validates its routing (SetCurrentKey does not).
-func (b *Backend) Check(key []byte, keyGroup int) error {
+// engine calls it where it validates its routing (setCurrentKey does not).
+func (b *Backend) check(key []byte, keyGroup int) error {
 	if !b.r.Contains(keyGroup) {
 		return fmt.Errorf("keyed: operator %q: key group %d is outside this instance's range %s", b.operator, keyGroup, b.r)
 	}
@@ -209,12 +210,12 @@ func (b *Backend) Check(key []byte, keyGroup int) error {
 	return nil
 }
 
-// SetCurrentKey makes key, in keyGroup, the key that state reads and
+// setCurrentKey makes key, in keyGroup, the key that state reads and
 // writes until the next call. key is retained, not copied, until then: the
 // caller must not modify it meanwhile (a new key is copied when first
 // stored). It is the hot path and checks only that keyGroup is in range: it
-// panics otherwise, since the engine's routing is then wrong (see Check).
-func (b *Backend) SetCurrentKey(key []byte, keyGroup int) {
+// panics otherwise, since the engine's routing is then wrong (see check).
+func (b *Backend) setCurrentKey(key []byte, keyGroup int) {
 	i := keyGroup - b.r.Start
 	if uint(i) >= uint(b.r.End-b.r.Start+1) {
 		panic(fmt.Sprintf("keyed: operator %q: SetCurrentKey with key group %d outside this instance's range %s", b.operator, keyGroup, b.r))
@@ -223,9 +224,9 @@ func (b *Backend) SetCurrentKey(key []byte, keyGroup int) {
 	b.gen++
 }
 
-// CurrentKey returns the current key and its key group (-1 before the first
-// SetCurrentKey).
-func (b *Backend) CurrentKey() ([]byte, int) {
+// currentKey returns the current key and its key group (-1 before the first
+// setCurrentKey).
+func (b *Backend) currentKey() ([]byte, int) {
 	if b.cur < 0 {
 		return nil, -1
 	}
@@ -234,7 +235,7 @@ func (b *Backend) CurrentKey() ([]byte, int) {
 
 // state is what the backend needs of every registered state.
 type state interface {
-	info() StateInfo
+	info() stateInfo
 	freeze() frozenState
 	empty() bool
 	reset()
@@ -243,7 +244,7 @@ type state interface {
 	restoreGroup(g int, file string, entries []statefile.Entry) error
 }
 
-func register[T any](b *Backend, name string, kind Kind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
+func register[T any](b *Backend, name string, kind stateKind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
 	if strings.HasPrefix(name, "__") {
 		return nil, fmt.Errorf("keyed: operator %q state %q: names starting with __ are kord's (its timers)", b.operator, name)
 	}
@@ -252,7 +253,7 @@ func register[T any](b *Backend, name string, kind Kind, fp string, enc encodeFu
 
 // registerState is register without the user's limits: kord's own states
 // (timers) too.
-func registerState[T any](b *Backend, name string, kind Kind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
+func registerState[T any](b *Backend, name string, kind stateKind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
 	if err := validateName("state", name); err != nil {
 		return nil, fmt.Errorf("keyed: operator %q: %w", b.operator, err)
 	}
@@ -267,7 +268,7 @@ func registerState[T any](b *Backend, name string, kind Kind, fp string, enc enc
 	}
 	s := &store[T]{
 		b:      b,
-		inf:    StateInfo{Operator: b.operator, Name: name, Kind: kind, Fingerprint: fp},
+		inf:    stateInfo{Operator: b.operator, Name: name, Kind: kind, Fingerprint: fp},
 		groups: make([]*table[T], b.r.Len()),
 		enc:    enc,
 		dec:    dec,
@@ -380,7 +381,7 @@ type encodeFunc[T any] func(dst, scratch []byte, v T) (out, scratchOut []byte, e
 // a table per key group of the range, and copy-on-write.
 type store[T any] struct {
 	b      *Backend
-	inf    StateInfo
+	inf    stateInfo
 	groups []*table[T] // index: key group - r.Start; nil: no entries yet
 	enc    encodeFunc[T]
 	dec    func([]byte) (T, error)
@@ -397,7 +398,7 @@ type store[T any] struct {
 	hit  bool
 }
 
-func (s *store[T]) info() StateInfo { return s.inf }
+func (s *store[T]) info() stateInfo { return s.inf }
 
 // each calls fn for every key of the state with its key group and value.
 func (s *store[T]) each(fn func(kg int, key string, v T)) {
@@ -564,7 +565,7 @@ func Value[V any](b *Backend, name string, c Codec[V], opts ...StateOpt) (*Value
 	if cfg.ttl > 0 {
 		t := ttl{b: b, d: cfg.ttl.Milliseconds()}
 		sc := stampedCodec[V]{c: c}
-		ts, err := register(b, name, KindValue, sc.Fingerprint(), nil, sc.Decode)
+		ts, err := register(b, name, kindValue, sc.Fingerprint(), nil, sc.Decode)
 		if err != nil {
 			return nil, err
 		}
@@ -575,7 +576,7 @@ func Value[V any](b *Backend, name string, c Codec[V], opts ...StateOpt) (*Value
 		out, err := c.Encode(dst, v)
 		return out, scratch, err
 	}
-	s, err := register(b, name, KindValue, c.Fingerprint(), enc, c.Decode)
+	s, err := register(b, name, kindValue, c.Fingerprint(), enc, c.Decode)
 	if err != nil {
 		return nil, err
 	}
@@ -654,7 +655,7 @@ func List[V any](b *Backend, name string, c Codec[V], opts ...StateOpt) (*ListSt
 		t := ttl{b: b, d: cfg.ttl.Milliseconds()}
 		sc := Codec[stamped[V]](stampedCodec[V]{c: c})
 		dec := func(b []byte) ([]stamped[V], error) { return decodeList(b, sc) }
-		ts, err := register(b, name, KindList, sc.Fingerprint(), nil, dec)
+		ts, err := register(b, name, kindList, sc.Fingerprint(), nil, dec)
 		if err != nil {
 			return nil, err
 		}
@@ -665,7 +666,7 @@ func List[V any](b *Backend, name string, c Codec[V], opts ...StateOpt) (*ListSt
 		return appendList(dst, scratch, c, list)
 	}
 	dec := func(b []byte) ([]V, error) { return decodeList(b, c) }
-	s, err := register(b, name, KindList, c.Fingerprint(), enc, dec)
+	s, err := register(b, name, kindList, c.Fingerprint(), enc, dec)
 	if err != nil {
 		return nil, err
 	}
@@ -784,7 +785,7 @@ func Map[K comparable, V any](b *Backend, name string, kc Codec[K], vc Codec[V],
 		sc := Codec[stamped[V]](stampedCodec[V]{c: vc})
 		dec := func(b []byte) (map[K]stamped[V], error) { return decodeMap(b, kc, sc) }
 		fp := "key=" + kc.Fingerprint() + ";value=" + sc.Fingerprint()
-		ts, err := register(b, name, KindMap, fp, nil, dec)
+		ts, err := register(b, name, kindMap, fp, nil, dec)
 		if err != nil {
 			return nil, err
 		}
@@ -796,7 +797,7 @@ func Map[K comparable, V any](b *Backend, name string, kc Codec[K], vc Codec[V],
 	}
 	dec := func(b []byte) (map[K]V, error) { return decodeMap(b, kc, vc) }
 	fp := "key=" + kc.Fingerprint() + ";value=" + vc.Fingerprint()
-	s, err := register(b, name, KindMap, fp, enc, dec)
+	s, err := register(b, name, kindMap, fp, enc, dec)
 	if err != nil {
 		return nil, err
 	}

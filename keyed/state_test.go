@@ -22,7 +22,7 @@ func newTestBackend(t testing.TB, op string, r keyGroupRange) *Backend {
 
 // setKey makes key current on b, in its keyBy key group.
 func setKey(b *Backend, key string) {
-	b.SetCurrentKey([]byte(key), keyGroupOf([]byte(key), b.MaxParallelism()))
+	b.setCurrentKey([]byte(key), keyGroupOf([]byte(key), b.MaxParallelism()))
 }
 
 func TestValueState(t *testing.T) {
@@ -66,7 +66,7 @@ func TestValueState(t *testing.T) {
 
 	// The key is copied when stored: reusing the caller's buffer is fine.
 	buf := []byte("zz")
-	b.SetCurrentKey(buf, keyGroupOf(buf, testMaxP))
+	b.setCurrentKey(buf, keyGroupOf(buf, testMaxP))
 	v.Set(5)
 	buf[0] = 'y'
 	setKey(b, "zz")
@@ -156,14 +156,14 @@ func TestRegistration(t *testing.T) {
 	_, err = Value(b, string(long)+"x", Int64())
 	require.Error(t, err)
 
-	require.Equal(t, []StateInfo{
-		{Operator: "op", Name: "s", Kind: KindValue, Fingerprint: "int64-be"},
-		{Operator: "op", Name: string(long), Kind: KindValue, Fingerprint: "int64-be"},
-	}, b.States())
+	require.Equal(t, []stateInfo{
+		{Operator: "op", Name: "s", Kind: kindValue, Fingerprint: "int64-be"},
+		{Operator: "op", Name: string(long), Kind: kindValue, Fingerprint: "int64-be"},
+	}, b.stateInfos())
 	mp, err := Map(b, "m", String(), JSON[[]int]())
 	require.NoError(t, err)
 	_ = mp
-	refs := b.OperatorRefs()
+	refs := b.operatorRefs()
 	require.Equal(t, "op.m", refs[2].Name)
 	require.Equal(t, "keyed.map", refs[2].Type)
 	require.Equal(t, "key=string;value=json:[]int", refs[2].SchemaFingerprint)
@@ -187,12 +187,12 @@ func TestCurrentKeyChecks(t *testing.T) {
 	require.NoError(t, err)
 	require.PanicsWithValue(t, `keyed: operator "op" state "v" used with no current key (state is only accessible while the runtime processes a keyed record)`,
 		func() { v.Get() })
-	key, kg := b.CurrentKey()
+	key, kg := b.currentKey()
 	require.Nil(t, key)
 	require.Equal(t, -1, kg)
-	require.Panics(t, func() { b.SetCurrentKey([]byte("k"), 3) })
-	require.Panics(t, func() { b.SetCurrentKey([]byte("k"), testMaxP) })
-	require.ErrorContains(t, b.Check([]byte("k"), 3), "outside this instance's range [64, 127]")
+	require.Panics(t, func() { b.setCurrentKey([]byte("k"), 3) })
+	require.Panics(t, func() { b.setCurrentKey([]byte("k"), testMaxP) })
+	require.ErrorContains(t, b.check([]byte("k"), 3), "outside this instance's range [64, 127]")
 
 	var in, out []byte
 	for i := 0; in == nil || out == nil; i++ {
@@ -204,18 +204,18 @@ func TestCurrentKeyChecks(t *testing.T) {
 		}
 	}
 	kg = keyGroupOf(in, testMaxP)
-	require.NoError(t, b.Check(in, kg))
+	require.NoError(t, b.check(in, kg))
 	other := r.Start + (kg-r.Start+1)%r.Len()
-	require.ErrorContains(t, b.Check(in, other), "is in key group")
-	b.SetCurrentKey(in, kg)
-	gotKey, gotKG := b.CurrentKey()
+	require.ErrorContains(t, b.check(in, other), "is in key group")
+	b.setCurrentKey(in, kg)
+	gotKey, gotKG := b.currentKey()
 	require.Equal(t, in, gotKey)
 	require.Equal(t, kg, gotKG)
 
 	// Without a key-group function only the range is checked.
 	p, err := newBackend("op", testMaxP, r)
 	require.NoError(t, err)
-	require.NoError(t, p.Check(in, other))
+	require.NoError(t, p.check(in, other))
 }
 
 // TestHotPathAllocs checks that reading and updating an existing key
@@ -231,12 +231,12 @@ func TestHotPathAllocs(t *testing.T) {
 	require.NoError(t, err)
 	key := []byte("3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b")
 	kg := keyGroupOf(key, testMaxP)
-	b.SetCurrentKey(key, kg)
+	b.setCurrentKey(key, kg)
 	v.Set(1)
 	m.Put("x", 1)
 	l.Add(1)
 	require.Zero(t, testing.AllocsPerRun(1000, func() {
-		b.SetCurrentKey(key, kg)
+		b.setCurrentKey(key, kg)
 		n, _ := v.Get()
 		v.Set(n + 1)
 		x, _ := m.Get("x")
@@ -251,7 +251,7 @@ func TestHotPathAllocs(t *testing.T) {
 	}
 	i := 0
 	allocs := testing.AllocsPerRun(len(keys)-1, func() {
-		b.SetCurrentKey(keys[i], 0)
+		b.setCurrentKey(keys[i], 0)
 		v.Set(1)
 		i++
 	})
@@ -281,7 +281,7 @@ func TestValueStateMemory(t *testing.T) {
 	v, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	for i, k := range keys {
-		b.SetCurrentKey(k, kgs[i])
+		b.setCurrentKey(k, kgs[i])
 		v.Set(int64(i))
 	}
 	runtime.GC()
@@ -390,7 +390,7 @@ func op(r *rand.Rand, s stateSet, md *model, key string) {
 func check(t testing.TB, b *Backend, s stateSet, md *model, keys []string) {
 	t.Helper()
 	for _, k := range keys {
-		if !b.Range().Contains(keyGroupOf([]byte(k), b.MaxParallelism())) {
+		if !b.keyRange().Contains(keyGroupOf([]byte(k), b.MaxParallelism())) {
 			continue
 		}
 		setKey(b, k)
@@ -428,7 +428,7 @@ func TestStatesAgainstModel(t *testing.T) {
 		step(r, b, s, md, keys[r.IntN(len(keys))])
 		switch {
 		case i%997 == 0:
-			open = append(open, b.Snapshot())
+			open = append(open, b.takeSnapshot())
 		case i%1499 == 0 && len(open) > 0:
 			open[0].Release()
 			open = open[1:]

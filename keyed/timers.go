@@ -81,7 +81,7 @@ func newTimers(b *Backend) (*timers, error) {
 			return appendMap(dst, scratch, Int64(), Int64(), m)
 		}
 		dec := func(b []byte) (map[int64]int64, error) { return decodeMap(b, Int64(), Int64()) }
-		s, err := registerState(b, name, KindMap, "key="+Int64().Fingerprint()+";value="+Int64().Fingerprint(), enc, dec)
+		s, err := registerState(b, name, kindMap, "key="+Int64().Fingerprint()+";value="+Int64().Fingerprint(), enc, dec)
 		if err != nil {
 			return nil, err
 		}
@@ -107,7 +107,7 @@ func (t *timers) rebuild() {
 
 // register adds a timer of the backend's current key.
 func (t *timers) register(kind TimerKind, at int64) {
-	key, kg := t.b.CurrentKey()
+	key, kg := t.b.currentKey()
 	st := t.state[kind]
 	if st.Contains(at) {
 		return
@@ -129,7 +129,7 @@ func (t *timers) fire(kind TimerKind, now int64, fn func(key []byte, at int64) e
 	for q.Len() > 0 && (*q)[0].at <= now {
 		e := heap.Pop(q).(timerEntry)
 		key := []byte(e.key)
-		t.b.SetCurrentKey(key, e.kg)
+		t.b.setCurrentKey(key, e.kg)
 		st := t.state[kind]
 		if !st.Contains(e.at) {
 			continue // deleted, or a duplicate entry of one that fired

@@ -36,11 +36,11 @@ func BenchmarkTimers1M(b *testing.B) {
 		}
 		t0 := b.Elapsed()
 		for i, k := range keys {
-			be.SetCurrentKey(k, kgs[i])
+			be.setCurrentKey(k, kgs[i])
 			tm.register(EventTime, int64(i))
 		}
 		t1 := b.Elapsed()
-		snap := be.Snapshot()
+		snap := be.takeSnapshot()
 		files, err := snap.Encode("0123456789abcdef", 1, 2)
 		if err != nil {
 			b.Fatal(err)

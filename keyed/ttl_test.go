@@ -107,7 +107,7 @@ func TestTTLSnapshot(t *testing.T) {
 
 	back := int64(1_000_000) // a clock before every write: only what was saved shows
 	r, rs := newTTLBackend(t, &back, 100*time.Millisecond)
-	require.NoError(t, r.Restore(m, files))
+	require.NoError(t, r.restore(m, files))
 	for _, k := range []string{"a", "b"} {
 		setKey(r, k)
 		_, ok := rs.v.Get()
@@ -142,7 +142,7 @@ func TestTTLSnapshot(t *testing.T) {
 	_, err = Map(plain, "m", String(), Int64())
 	require.NoError(t, err)
 	var me *MismatchError
-	require.ErrorAs(t, plain.Restore(m, files), &me)
+	require.ErrorAs(t, plain.restore(m, files), &me)
 	require.Equal(t, "fingerprint", me.Field)
 }
 
@@ -157,7 +157,7 @@ func TestTTLCopyOnWrite(t *testing.T) {
 	s.m.Put("q", 2)
 	now += 50
 	s.m.Put("q", 3)
-	snap := b.Snapshot()
+	snap := b.takeSnapshot()
 	defer snap.Release()
 	before := maps.Clone(mapOf(s.m))
 	now += 60
