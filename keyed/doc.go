@@ -17,7 +17,7 @@
 //
 // Every key belongs to one of maxParallelism key groups, and every key group
 // to exactly one of the parallelism instances of a keyed operator, which owns
-// a contiguous KeyGroupRange (Flink's KeyGroupRangeAssignment formulas). Two
+// a contiguous range of them (Flink's KeyGroupRangeAssignment formulas). Two
 // modes share this layout:
 //
 //   - keyBy(extractor): key group = xxhash64(key) %

@@ -15,13 +15,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kordproject/kord/keyed/connector"
-
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/lifecycle"
 	"github.com/kordproject/kord/internal/recovery"
 	"github.com/kordproject/kord/internal/retain"
+	"github.com/kordproject/kord/keyed/connector"
 )
 
 // Type-erased graph nodes; the generic ones below implement them.

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 // SetSweepAge makes retention of other runs (sweep) delete checkpoints
@@ -18,11 +19,11 @@ func SetSweepAge(d time.Duration) (restore func()) {
 // (package keyed_test) that exercise state without a job.
 var (
 	NewBackend = newBackend
-	FullRange  = fullRange
-	KeyGroup   = keyGroupOf
+	FullRange  = keygroup.Full
+	KeyGroup   = keygroup.Of
 )
 
-type KeyGroupRange = keyGroupRange
+type KeyGroupRange = keygroup.Range
 
 // The runtime's calls on a Backend, for the external tests and benchmarks.
 func SetCurrentKey(b *Backend, key []byte, keyGroup int) { b.setCurrentKey(key, keyGroup) }

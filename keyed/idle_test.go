@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kordproject/kord/keyed/connector"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
 )
 

@@ -8,9 +8,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/kordproject/kord/keyed/connector"
-
 	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 // Restart is a restart strategy: after a task fails, every task restarts
@@ -111,7 +111,7 @@ func (j *Job) Validate() error {
 		errs = append(errs, fmt.Errorf("keyed: transaction max timeout %v below 1s", j.cfg.TransactionMaxTimeout))
 	}
 	if j.cfg.MaxParallelism != 0 {
-		if err := validateParallelism(1, j.cfg.MaxParallelism); err != nil {
+		if err := keygroup.ValidateParallelism(1, j.cfg.MaxParallelism); err != nil {
 			errs = append(errs, err)
 		}
 	}

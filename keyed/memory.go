@@ -7,9 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kordproject/kord/keyed/connector"
-
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/keyed/connector"
 )
 
 // MemorySource is an in-memory, replayable, partitioned source: records

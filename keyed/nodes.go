@@ -8,12 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kordproject/kord/keyed/connector"
-
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/align"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/statefile"
+	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 type sourceOf[T any] struct {
@@ -184,7 +184,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 		}
 	}
 	maxP := rs.maxP
-	if err := validateParallelism(o.parallelism, maxP); err != nil {
+	if err := keygroup.ValidateParallelism(o.parallelism, maxP); err != nil {
 		return fmt.Errorf("keyed: operator %q: %w", o.name, err)
 	}
 	// The keying mode decides what a key group means: a checkpoint taken in
@@ -242,7 +242,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 		for k, p := range infos[i].parts {
 			t := k % s.parallelism
 			if o.in.byPartition {
-				t = operatorIndex(int(p), maxP, s.parallelism)
+				t = keygroup.OperatorIndex(int(p), maxP, s.parallelism)
 			}
 			assign[t] = append(assign[t], connector.Position{Partition: p, Offset: infos[i].pos[p]})
 		}
@@ -289,10 +289,10 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	}
 	for d := 0; d < o.parallelism; d++ {
 		task := r.addTask(fmt.Sprintf("%s[%d]", o.name, d))
-		rng := rangeFor(d, maxP, o.parallelism)
+		rng := keygroup.RangeFor(d, maxP, o.parallelism)
 		var bopts []backendOpt
 		if !o.in.byPartition {
-			bopts = append(bopts, keyGroupFunc(func(key []byte) int { return keyGroupOf(key, maxP) }))
+			bopts = append(bopts, keyGroupFunc(func(key []byte) int { return keygroup.Of(key, maxP) }))
 		}
 		b, err := newBackend(o.name, maxP, rng, bopts...)
 		if err != nil {
@@ -696,9 +696,9 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 				key, kg = rec.Key, int(rec.Partition)
 			} else {
 				key = s.key(rec.Value)
-				kg = keyGroupOf(key, s.maxP)
+				kg = keygroup.Of(key, s.maxP)
 			}
-			d = operatorIndex(kg, s.maxP, s.p)
+			d = keygroup.OperatorIndex(kg, s.maxP, s.p)
 			ms := timeMillis(ts)
 			if err := s.out.add(d, element[T]{v: rec.Value, key: key, kg: int32(kg), ts: ms}); err != nil {
 				return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/lifecycle"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -203,7 +204,7 @@ func (c config) transactionTimeout() time.Duration {
 // ByPartition job takes it from the partition count: leave it unset.
 func MaxParallelism(n int) Opt {
 	return func(c *config) {
-		if err := validateParallelism(1, n); err != nil {
+		if err := keygroup.ValidateParallelism(1, n); err != nil {
 			c.errs = append(c.errs, fmt.Errorf("keyed: MaxParallelism: %w", err))
 		}
 		c.MaxParallelism = n

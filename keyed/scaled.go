@@ -8,11 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kordproject/kord/keyed/connector"
-
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/retain"
+	"github.com/kordproject/kord/keyed/connector"
 )
 
 // A job on several processes (Membership). Each process runs over the

@@ -11,6 +11,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/statefile"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 // snapshot is the keyed state of a Backend at one instant, taken by
@@ -20,7 +21,7 @@ import (
 type snapshot struct {
 	operator string
 	maxP     int
-	r        keyGroupRange
+	r        keygroup.Range
 	infos    []stateInfo
 	states   []frozenState // nil once released
 

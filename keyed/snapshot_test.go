@@ -15,6 +15,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/statefile"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -48,7 +49,7 @@ func decodeFiles(t testing.TB, op string, maxP int, files map[string][]byte) *mo
 		}
 		for j, e := range entries {
 			k := string(e.Key)
-			require.Equal(t, entryKG[j], keyGroupOf(e.Key, maxP), "key %s in file %s", k, name)
+			require.Equal(t, entryKG[j], keygroup.Of(e.Key, maxP), "key %s in file %s", k, name)
 			switch st {
 			case "count":
 				v, err := Int64().Decode(e.Value)
@@ -83,7 +84,7 @@ func requireModel(t testing.TB, want, got *model) {
 func TestSnapshotCopyOnWrite(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	keys := testKeys(2000)
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	s := registerStateSet(t, b)
 	md := newModel()
 	for range 20_000 {
@@ -131,7 +132,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 // group's table only on the first write to it, not on reads, and not at all
 // once released.
 func TestCopyOnWriteGranularity(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	v, err := Value(b, "v", Int64())
 	require.NoError(t, err)
 	m, err := Map(b, "m", String(), Int64())
@@ -140,7 +141,7 @@ func TestCopyOnWriteGranularity(t *testing.T) {
 	setKey(b, k1)
 	v.Set(1)
 	m.Put("x", 1)
-	g := keyGroupOf([]byte(k1), testMaxP)
+	g := keygroup.Of([]byte(k1), testMaxP)
 	t0, m0 := v.s.groups[g], m.s.groups[g]
 
 	snap := b.takeSnapshot()
@@ -230,7 +231,7 @@ func instances(t testing.TB, op string, p int) ([]*Backend, []stateSet) {
 	bs := make([]*Backend, p)
 	ss := make([]stateSet, p)
 	for i := range p {
-		bs[i] = newTestBackend(t, op, rangeFor(i, testMaxP, p))
+		bs[i] = newTestBackend(t, op, keygroup.RangeFor(i, testMaxP, p))
 		ss[i] = registerStateSet(t, bs[i])
 	}
 	return bs, ss
@@ -238,7 +239,7 @@ func instances(t testing.TB, op string, p int) ([]*Backend, []stateSet) {
 
 // owner returns the instance of p that owns key.
 func owner(key string, p int) int {
-	return operatorIndex(keyGroupOf([]byte(key), testMaxP), testMaxP, p)
+	return keygroup.OperatorIndex(keygroup.Of([]byte(key), testMaxP), testMaxP, p)
 }
 
 // TestRescale snapshots 2 instances, restores into 3, processes more,
@@ -268,7 +269,7 @@ func TestRescale(t *testing.T) {
 
 	bs2, ss2 := instances(t, "op", 2)
 	// Another operator's state in the same checkpoint is left alone.
-	other := newTestBackend(t, "other", fullRange(testMaxP))
+	other := newTestBackend(t, "other", keygroup.Full(testMaxP))
 	ov, err := Value(other, "count", String())
 	require.NoError(t, err)
 	setKey(other, "x")
@@ -302,7 +303,7 @@ func TestRestorePartitioned(t *testing.T) {
 	vs := make([]*ValueState[int64], 2)
 	for i := range src {
 		var err error
-		src[i], err = newBackend("count", partitions, rangeFor(i, partitions, 2))
+		src[i], err = newBackend("count", partitions, keygroup.RangeFor(i, partitions, 2))
 		require.NoError(t, err)
 		vs[i], err = Value(src[i], "n", Int64())
 		require.NoError(t, err)
@@ -310,16 +311,16 @@ func TestRestorePartitioned(t *testing.T) {
 	want := map[int]map[string]int64{}
 	for p := range partitions {
 		want[p] = map[string]int64{}
-		i := operatorIndex(p, partitions, 2)
+		i := keygroup.OperatorIndex(p, partitions, 2)
 		for k := range 10 {
 			key := fmt.Sprintf("p%d-k%d", p, k)
-			src[i].setCurrentKey([]byte(key), partitionKeyGroup(int32(p)))
+			src[i].setCurrentKey([]byte(key), keygroup.OfPartition(int32(p)))
 			vs[i].Set(int64(p*100 + k))
 			want[p][key] = int64(p*100 + k)
 		}
 	}
 	m, files := checkpointOf(t, 1, src...)
-	dst, err := newBackend("count", partitions, fullRange(partitions))
+	dst, err := newBackend("count", partitions, keygroup.Full(partitions))
 	require.NoError(t, err)
 	v, err := Value(dst, "n", Int64())
 	require.NoError(t, err)
@@ -334,7 +335,7 @@ func TestRestorePartitioned(t *testing.T) {
 	}
 	// With the keyBy key-group function the same files are refused: their
 	// keys are not in the key groups the hash gives.
-	hashed, err := newBackend("count", partitions, fullRange(partitions), keyGroupFunc(func(k []byte) int { return keyGroupOf(k, partitions) }))
+	hashed, err := newBackend("count", partitions, keygroup.Full(partitions), keyGroupFunc(func(k []byte) int { return keygroup.Of(k, partitions) }))
 	require.NoError(t, err)
 	_, err = Value(hashed, "n", Int64())
 	require.NoError(t, err)
@@ -344,7 +345,7 @@ func TestRestorePartitioned(t *testing.T) {
 }
 
 func TestRestoreRefusals(t *testing.T) {
-	src := newTestBackend(t, "op", fullRange(testMaxP))
+	src := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	s := registerStateSet(t, src)
 	setKey(src, "k")
 	s.v.Set(1)
@@ -353,7 +354,7 @@ func TestRestoreRefusals(t *testing.T) {
 	m, files := checkpointOf(t, 1, src)
 
 	fresh := func(reg func(b *Backend)) *Backend {
-		b := newTestBackend(t, "op", fullRange(testMaxP))
+		b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 		reg(b)
 		return b
 	}
@@ -397,7 +398,7 @@ func TestRestoreRefusals(t *testing.T) {
 	require.Equal(t, "record", me.Field)
 
 	// Another max parallelism.
-	b, err = newBackend("op", 64, fullRange(64))
+	b, err = newBackend("op", 64, keygroup.Full(64))
 	require.NoError(t, err)
 	registerStateSet(t, b)
 	require.ErrorContains(t, b.restore(m, files), "max parallelism 128, this backend 64")
@@ -435,14 +436,14 @@ func TestRestoreCorruptFiles(t *testing.T) {
 		k := fmt.Sprintf("key-%d", i)
 		switch {
 		case k1 == "":
-			if keyGroupOf([]byte(k), testMaxP) < 63 { // one varint byte for it and the next
+			if keygroup.Of([]byte(k), testMaxP) < 63 { // one varint byte for it and the next
 				k1 = k
 			}
-		case keyGroupOf([]byte(k), testMaxP) == keyGroupOf([]byte(k1), testMaxP)+1:
+		case keygroup.Of([]byte(k), testMaxP) == keygroup.Of([]byte(k1), testMaxP)+1:
 			k2 = k
 		}
 	}
-	kg1 := keyGroupOf([]byte(k1), testMaxP)
+	kg1 := keygroup.Of([]byte(k1), testMaxP)
 	other := (kg1 + 1) % testMaxP
 	v8 := make([]byte, 8)
 	good := encodeEntries(t, kg1, statefile.Entry{Key: []byte(k1), Value: v8})
@@ -462,7 +463,7 @@ func TestRestoreCorruptFiles(t *testing.T) {
 		{"key group in two files", layout.StateFileName(testRun, 1, "op.count", 2), encodeEntries(t, other, statefile.Entry{Key: []byte(k2), Value: v8}), "is also in " + otherName},
 	} {
 		t.Run(c.what, func(t *testing.T) {
-			b := newTestBackend(t, "op", fullRange(testMaxP))
+			b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 			v, err := Value(b, "count", Int64())
 			require.NoError(t, err)
 			m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.operatorRefs()}
@@ -481,7 +482,7 @@ func TestRestoreCorruptFiles(t *testing.T) {
 	}
 	// The key groups of a file outside the range are not decoded, however
 	// bad: kg1's records claim another key group.
-	b := newTestBackend(t, "op", keyGroupRange{Start: other, End: other})
+	b := newTestBackend(t, "op", keygroup.Range{Start: other, End: other})
 	_, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.operatorRefs()}
@@ -493,9 +494,9 @@ func TestRestoreCorruptFiles(t *testing.T) {
 	require.ErrorContains(t, err, "record of key group")
 	require.NoError(t, b.restore(m, map[string][]byte{name: bad}))
 	// A name that is not a state file of this checkpoint is an error.
-	b = newTestBackend(t, "op", fullRange(testMaxP))
+	b = newTestBackend(t, "op", keygroup.Full(testMaxP))
 	require.Error(t, b.restore(m, map[string][]byte{"ckpt-abc123-00000000000000000001.meta": nil}))
-	b = newTestBackend(t, "op", fullRange(testMaxP))
+	b = newTestBackend(t, "op", keygroup.Full(testMaxP))
 	require.Error(t, b.restore(m, map[string][]byte{layout.StateFileName(testRun, 2, "op.count", 0): good}))
 }
 
@@ -509,7 +510,7 @@ func encodeEntries(t testing.TB, kg int, entries ...statefile.Entry) []byte {
 }
 
 func TestEncodeErrors(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	v, err := Value(b, "v", failingCodec{})
 	require.NoError(t, err)
 	setKey(b, "k")
@@ -534,14 +535,14 @@ func (failingCodec) Fingerprint() string                      { return "failing"
 // fillCounters makes a backend with a ValueState[int64] of n uuid keys.
 func fillCounters(tb testing.TB, n int) (*Backend, [][]byte, []int) {
 	r := rand.New(rand.NewPCG(11, 12))
-	b := newTestBackend(tb, "op", fullRange(testMaxP))
+	b := newTestBackend(tb, "op", keygroup.Full(testMaxP))
 	v, err := Value(b, "count", Int64())
 	require.NoError(tb, err)
 	keys := make([][]byte, n)
 	kgs := make([]int, n)
 	for i := range keys {
 		keys[i] = []byte(fakeUUID(r))
-		kgs[i] = keyGroupOf(keys[i], testMaxP)
+		kgs[i] = keygroup.Of(keys[i], testMaxP)
 		b.setCurrentKey(keys[i], kgs[i])
 		v.Set(int64(i))
 	}
@@ -642,7 +643,7 @@ func BenchmarkRestore(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		nb := newTestBackend(b, "op", fullRange(testMaxP))
+		nb := newTestBackend(b, "op", keygroup.Full(testMaxP))
 		_, err := Value(nb, "count", Int64())
 		require.NoError(b, err)
 		require.NoError(b, nb.restore(m, files))

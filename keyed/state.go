@@ -12,6 +12,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/statefile"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 // stateKind is the kind of a keyed state.
@@ -129,7 +130,7 @@ func keyGroupFunc(f func(key []byte) int) backendOpt {
 type Backend struct {
 	operator   string
 	maxP       int
-	r          keyGroupRange
+	r          keygroup.Range
 	keyGroupOf func(key []byte) int
 
 	states []state
@@ -152,11 +153,11 @@ type Backend struct {
 // newBackend returns an empty backend for instance r of operator, out of
 // maxParallelism key groups. operator is 1 or more characters of
 // [a-zA-Z0-9_-].
-func newBackend(operator string, maxParallelism int, r keyGroupRange, opts ...backendOpt) (*Backend, error) {
+func newBackend(operator string, maxParallelism int, r keygroup.Range, opts ...backendOpt) (*Backend, error) {
 	if err := validateName("operator", operator); err != nil {
 		return nil, err
 	}
-	if err := validateRange(r, maxParallelism); err != nil {
+	if err := keygroup.ValidateRange(r, maxParallelism); err != nil {
 		return nil, fmt.Errorf("keyed: operator %q: %w", operator, err)
 	}
 	b := &Backend{operator: operator, maxP: maxParallelism, r: r, byName: map[string]state{}, cur: -1}
@@ -173,7 +174,7 @@ func (b *Backend) Operator() string { return b.operator }
 func (b *Backend) MaxParallelism() int { return b.maxP }
 
 // keyRange returns the key groups this backend owns.
-func (b *Backend) keyRange() keyGroupRange { return b.r }
+func (b *Backend) keyRange() keygroup.Range { return b.r }
 
 // stateInfos describes the registered states in registration order.
 func (b *Backend) stateInfos() []stateInfo {

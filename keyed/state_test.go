@@ -9,24 +9,26 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 const testMaxP = 128
 
-func newTestBackend(t testing.TB, op string, r keyGroupRange) *Backend {
+func newTestBackend(t testing.TB, op string, r keygroup.Range) *Backend {
 	t.Helper()
-	b, err := newBackend(op, testMaxP, r, keyGroupFunc(func(k []byte) int { return keyGroupOf(k, testMaxP) }))
+	b, err := newBackend(op, testMaxP, r, keyGroupFunc(func(k []byte) int { return keygroup.Of(k, testMaxP) }))
 	require.NoError(t, err)
 	return b
 }
 
 // setKey makes key current on b, in its keyBy key group.
 func setKey(b *Backend, key string) {
-	b.setCurrentKey([]byte(key), keyGroupOf([]byte(key), b.MaxParallelism()))
+	b.setCurrentKey([]byte(key), keygroup.Of([]byte(key), b.MaxParallelism()))
 }
 
 func TestValueState(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	v, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	s, err := Value(b, "name", String())
@@ -66,7 +68,7 @@ func TestValueState(t *testing.T) {
 
 	// The key is copied when stored: reusing the caller's buffer is fine.
 	buf := []byte("zz")
-	b.setCurrentKey(buf, keyGroupOf(buf, testMaxP))
+	b.setCurrentKey(buf, keygroup.Of(buf, testMaxP))
 	v.Set(5)
 	buf[0] = 'y'
 	setKey(b, "zz")
@@ -76,7 +78,7 @@ func TestValueState(t *testing.T) {
 }
 
 func TestListState(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	l, err := List(b, "events", String())
 	require.NoError(t, err)
 	setKey(b, "k")
@@ -104,7 +106,7 @@ func TestListState(t *testing.T) {
 }
 
 func TestMapState(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	m, err := Map(b, "attrs", String(), Int64())
 	require.NoError(t, err)
 	setKey(b, "k")
@@ -138,7 +140,7 @@ func TestMapState(t *testing.T) {
 }
 
 func TestRegistration(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	_, err := Value(b, "s", Int64())
 	require.NoError(t, err)
 	_, err = List(b, "s", Int64())
@@ -169,19 +171,19 @@ func TestRegistration(t *testing.T) {
 	require.Equal(t, "key=string;value=json:[]int", refs[2].SchemaFingerprint)
 
 	for _, bad := range []string{"", "a.b", "x/y"} {
-		_, err := newBackend(bad, testMaxP, fullRange(testMaxP))
+		_, err := newBackend(bad, testMaxP, keygroup.Full(testMaxP))
 		require.Error(t, err, "%q", bad)
 	}
-	for _, r := range []keyGroupRange{{0, testMaxP}, {-1, 3}, {5, 4}} {
+	for _, r := range []keygroup.Range{{Start: 0, End: testMaxP}, {Start: -1, End: 3}, {Start: 5, End: 4}} {
 		_, err := newBackend("op", testMaxP, r)
 		require.Error(t, err, "%v", r)
 	}
-	_, err = newBackend("op", maxParallelismLimit+1, fullRange(maxParallelismLimit+1))
+	_, err = newBackend("op", keygroup.MaxParallelismLimit+1, keygroup.Full(keygroup.MaxParallelismLimit+1))
 	require.Error(t, err)
 }
 
 func TestCurrentKeyChecks(t *testing.T) {
-	r := rangeFor(1, testMaxP, 2) // [64, 127]
+	r := keygroup.RangeFor(1, testMaxP, 2) // [64, 127]
 	b := newTestBackend(t, "op", r)
 	v, err := Value(b, "v", Int64())
 	require.NoError(t, err)
@@ -197,13 +199,13 @@ func TestCurrentKeyChecks(t *testing.T) {
 	var in, out []byte
 	for i := 0; in == nil || out == nil; i++ {
 		k := fmt.Appendf(nil, "key-%d", i)
-		if r.Contains(keyGroupOf(k, testMaxP)) {
+		if r.Contains(keygroup.Of(k, testMaxP)) {
 			in = k
 		} else {
 			out = k
 		}
 	}
-	kg = keyGroupOf(in, testMaxP)
+	kg = keygroup.Of(in, testMaxP)
 	require.NoError(t, b.check(in, kg))
 	other := r.Start + (kg-r.Start+1)%r.Len()
 	require.ErrorContains(t, b.check(in, other), "is in key group")
@@ -222,7 +224,7 @@ func TestCurrentKeyChecks(t *testing.T) {
 // allocates nothing, and that storing a new key allocates the key once
 // (amortized table growth aside).
 func TestHotPathAllocs(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	v, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	m, err := Map(b, "m", String(), Int64())
@@ -230,7 +232,7 @@ func TestHotPathAllocs(t *testing.T) {
 	l, err := List(b, "l", Int64())
 	require.NoError(t, err)
 	key := []byte("3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b")
-	kg := keyGroupOf(key, testMaxP)
+	kg := keygroup.Of(key, testMaxP)
 	b.setCurrentKey(key, kg)
 	v.Set(1)
 	m.Put("x", 1)
@@ -272,12 +274,12 @@ func TestValueStateMemory(t *testing.T) {
 	kgs := make([]int, n)
 	for i := range keys {
 		keys[i] = []byte(fakeUUID(r))
-		kgs[i] = keyGroupOf(keys[i], testMaxP)
+		kgs[i] = keygroup.Of(keys[i], testMaxP)
 	}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	v, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	for i, k := range keys {
@@ -390,7 +392,7 @@ func op(r *rand.Rand, s stateSet, md *model, key string) {
 func check(t testing.TB, b *Backend, s stateSet, md *model, keys []string) {
 	t.Helper()
 	for _, k := range keys {
-		if !b.keyRange().Contains(keyGroupOf([]byte(k), b.MaxParallelism())) {
+		if !b.keyRange().Contains(keygroup.Of([]byte(k), b.MaxParallelism())) {
 			continue
 		}
 		setKey(b, k)
@@ -420,7 +422,7 @@ func testKeys(n int) []string {
 func TestStatesAgainstModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	keys := testKeys(300)
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	s := registerStateSet(t, b)
 	md := newModel()
 	var open []*snapshot

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 // ttlStates are a value, a list and a map state with a 100 ms TTL on
@@ -18,7 +20,7 @@ type ttlStates struct {
 
 func newTTLBackend(t *testing.T, now *int64, ttl time.Duration) (*Backend, ttlStates) {
 	t.Helper()
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	b.clock = func() int64 { return *now }
 	var s ttlStates
 	var err error
@@ -134,7 +136,7 @@ func TestTTLSnapshot(t *testing.T) {
 	_, ok = rs.v.Get()
 	require.False(t, ok)
 
-	plain := newTestBackend(t, "op", fullRange(testMaxP))
+	plain := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	_, err := Value(plain, "v", Int64())
 	require.NoError(t, err)
 	_, err = List(plain, "l", String())
