@@ -21,6 +21,7 @@ import (
 	"github.com/kordproject/kord/internal/recovery"
 	"github.com/kordproject/kord/internal/retain"
 	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/keyed/internal/channel"
 )
 
 // Type-erased graph nodes; the generic ones below implement them.
@@ -76,12 +77,12 @@ func (rs *restoreState) watermark() int64 {
 		metas = append(metas, rs.meta)
 	}
 	if len(metas) == 0 {
-		return noTime
+		return channel.NoTime
 	}
-	wm := int64(endOfTime)
+	wm := int64(channel.EndOfTime)
 	for _, m := range metas {
 		if m.Watermark == nil {
-			return noTime
+			return channel.NoTime
 		}
 		wm = min(wm, *m.Watermark)
 	}
@@ -780,7 +781,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 		for _, e := range effs {
 			switch e.Kind {
 			case lifecycle.Trigger:
-				pending = map[uint64]*collected{e.ID: {wm: endOfTime}}
+				pending = map[uint64]*collected{e.ID: {wm: channel.EndOfTime}}
 				for _, t := range r.triggers {
 					tr := trigger{id: e.ID, final: e.Final}
 					select {
@@ -817,7 +818,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					return c.offsets[a].Partition < c.offsets[b].Partition
 				})
 				m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: maxP, Offsets: c.offsets, Files: c.files, Operators: dedupRefs(append(c.refs, r.opRef)), Sources: r.sources}
-				if c.wm != noTime && c.wm != endOfTime {
+				if c.wm != channel.NoTime && c.wm != channel.EndOfTime {
 					wm := c.wm
 					m.Watermark = &wm
 				}

@@ -7,33 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
-)
 
-// TestOutboxPending: a flush would send records, a watermark or an
-// idleness change; after it, nothing is pending.
-func TestOutboxPending(t *testing.T) {
-	stop := make(chan struct{})
-	in := newInbox[int](1, 8)
-	o := newOutbox(stop, []*inbox[int]{in}, []int{0}, 4)
-	require.False(t, o.pending())
-	require.NoError(t, o.add(0, element[int]{v: 1}))
-	require.True(t, o.pending(), "a partial batch")
-	require.NoError(t, o.flushAll())
-	require.False(t, o.pending())
-	o.advance(10)
-	require.True(t, o.pending(), "a watermark not sent")
-	require.NoError(t, o.flushAll())
-	require.False(t, o.pending())
-	o.setIdle(true)
-	require.True(t, o.pending(), "an idleness not sent")
-	require.NoError(t, o.flushAll())
-	require.False(t, o.pending())
-	require.Len(t, in.ch, 3)
-}
+	"github.com/stretchr/testify/require"
+)
 
 // waitSource records the wait of every poll of its one reader, and
 // signals each poll that returned records.

@@ -13,6 +13,7 @@ import (
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/statefile"
 	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/keyed/internal/channel"
 	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
@@ -225,11 +226,11 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	for _, s := range o.in.srcs {
 		upstreams += s.parallelism
 	}
-	opIn := make([]*inbox[T], o.parallelism)
+	opIn := make([]*channel.Inbox[T], o.parallelism)
 	for d := range opIn {
-		opIn[d] = newInbox[T](upstreams, cfg.Credits)
+		opIn[d] = channel.NewInbox[T](upstreams, cfg.Credits)
 	}
-	sinkIn := newInbox[O](o.parallelism, cfg.Credits)
+	sinkIn := channel.NewInbox[O](o.parallelism, cfg.Credits)
 
 	// The first epoch: output after the restored (or fresh) checkpoint.
 	epoch := uint64(1)
@@ -253,7 +254,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			for d := range from {
 				from[d] = u
 			}
-			out := newOutbox(r.stop, opIn, from, cfg.BatchSize)
+			out := channel.NewOutbox(r.stop, opIn, from, cfg.BatchSize)
 			reader, err := s.src.Reader(ctx)
 			if err != nil {
 				return fmt.Errorf("keyed: source %q: %w", s.name, err)
@@ -323,7 +324,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 		}
 		cancels := make(chan uint64, 16)
 		r.cancels = append(r.cancels, cancels)
-		out := newOutbox(r.stop, []*inbox[O]{sinkIn}, []int{d}, cfg.BatchSize)
+		out := channel.NewOutbox(r.stop, []*channel.Inbox[O]{sinkIn}, []int{d}, cfg.BatchSize)
 		if tm != nil {
 			tm.rebuild()
 		}
@@ -355,7 +356,7 @@ type sourceTask[T any] struct {
 	task        int
 	topic       string
 	reader      connector.Reader[T]
-	out         *outbox[T]
+	out         *channel.Outbox[T]
 	trig        chan trigger
 	positions   []connector.Position
 	byPartition bool
@@ -425,9 +426,9 @@ func (s *sourceTask[T]) idle(ctx context.Context, p int32, now time.Time) bool {
 // partition is: the task then holds nothing back downstream.
 func (s *sourceTask[T]) watermark(ctx context.Context) (wm int64, idle bool) {
 	if len(s.positions) == 0 {
-		return endOfTime, false
+		return channel.EndOfTime, false
 	}
-	wm, idle = endOfTime, true
+	wm, idle = channel.EndOfTime, true
 	now := time.Now()
 	for _, p := range s.positions {
 		if s.idle(ctx, p.Partition, now) {
@@ -436,12 +437,12 @@ func (s *sourceTask[T]) watermark(ctx context.Context) (wm int64, idle bool) {
 		idle = false
 		t, ok := s.newest[p.Partition]
 		if !ok {
-			return noTime, false
+			return channel.NoTime, false
 		}
 		wm = min(wm, t-s.lateness)
 	}
 	if idle {
-		return noTime, true
+		return channel.NoTime, true
 	}
 	return wm, false
 }
@@ -654,7 +655,7 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := s.out.broadcast(t.id); err != nil {
+			if err := s.out.Broadcast(t.id); err != nil {
 				return err
 			}
 			s.r.ack(ack{task: s.task, id: t.id, offsets: offs, files: files})
@@ -663,7 +664,7 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 			continue
 		}
 		wait := timeout
-		if !s.out.pending() {
+		if !s.out.Pending() {
 			wait = idle
 		}
 		recs, done, err := s.reader.Poll(ctx, batch, wait)
@@ -699,12 +700,12 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 				kg = keygroup.Of(key, s.maxP)
 			}
 			d = keygroup.OperatorIndex(kg, s.maxP, s.p)
-			ms := timeMillis(ts)
-			if err := s.out.add(d, element[T]{v: rec.Value, key: key, kg: int32(kg), ts: ms}); err != nil {
+			ms := channel.TimeMillis(ts)
+			if err := s.out.Add(d, channel.Element[T]{V: rec.Value, Key: key, KG: int32(kg), TS: ms}); err != nil {
 				return err
 			}
 			pos[rec.Partition] = rec.Offset + 1
-			if s.watermarks && ms != noTime {
+			if s.watermarks && ms != channel.NoTime {
 				if t, ok := s.newest[rec.Partition]; !ok || ms > t {
 					s.newest[rec.Partition] = ms
 				}
@@ -715,19 +716,19 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 		}
 		if s.watermarks {
 			wm, idle := s.watermark(ctx)
-			s.out.advance(wm)
-			s.out.setIdle(idle)
+			s.out.Advance(wm)
+			s.out.SetIdle(idle)
 		}
-		if err := s.out.flushDue(timeout); err != nil {
+		if err := s.out.FlushDue(timeout); err != nil {
 			return err
 		}
 		if done && !exhausted {
 			exhausted = true
 			s.r.ended(s.read, s.restored, s.offsetsAt(pos))
 			if s.watermarks {
-				s.out.advance(endOfTime) // a bounded input's end: every time has passed
+				s.out.Advance(channel.EndOfTime) // a bounded input's end: every time has passed
 			}
-			if err := s.out.flushAll(); err != nil {
+			if err := s.out.FlushAll(); err != nil {
 				return err
 			}
 			select {
@@ -743,12 +744,12 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 type opTask[T, O any] struct {
 	r       *run
 	task    int
-	in      *inbox[T]
+	in      *channel.Inbox[T]
 	al      *align.Aligner
 	cancels chan uint64
 	op      Operator[T, O]
 	b       *Backend
-	out     *outbox[O]
+	out     *channel.Outbox[O]
 	col     *Collector[O]
 	// restoredWm is the restored checkpoint's watermark (noTime if none):
 	// the task's starts there.
@@ -758,7 +759,7 @@ type opTask[T, O any] struct {
 
 // fireTimers fires the task's timers on clock kind that are due at now.
 func (t *opTask[T, O]) fireTimers(kind TimerKind, now int64) error {
-	if t.timers == nil || now == noTime {
+	if t.timers == nil || now == channel.NoTime {
 		return nil
 	}
 	top := t.op.(TimerOperator[T, O])
@@ -777,12 +778,12 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 	t.col = col
 	// The watermark of each input (upstream task): the task's is their
 	// minimum, and never goes backwards.
-	inWm := make([]int64, len(t.in.credits))
-	inIdle := make([]bool, len(t.in.credits))
+	inWm := make([]int64, t.in.Upstreams())
+	inIdle := make([]bool, t.in.Upstreams())
 	for u := range inWm {
-		inWm[u] = noTime
+		inWm[u] = channel.NoTime
 	}
-	stash := newStash[T](len(t.in.credits))
+	stash := newStash[T](t.in.Upstreams())
 	timeout := t.r.cfg.BufferTimeout
 	tick := time.NewTicker(timeout)
 	defer tick.Stop()
@@ -793,7 +794,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 	for {
 		m, got := stash.pop(t.al)
 		if !got {
-			if want := t.timers != nil || t.out.pending(); want != ticking {
+			if want := t.timers != nil || t.out.Pending(); want != ticking {
 				if want {
 					tick.Reset(timeout)
 				} else {
@@ -802,7 +803,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 				ticking = want
 			}
 			select {
-			case m = <-t.in.ch:
+			case m = <-t.in.C:
 				if stash.keep(t.al, m) {
 					continue
 				}
@@ -813,7 +814,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 				if err := t.fireTimers(ProcessingTime, time.Now().UnixMilli()); err != nil {
 					return err
 				}
-				if err := t.out.flushDue(timeout); err != nil {
+				if err := t.out.FlushDue(timeout); err != nil {
 					return err
 				}
 				continue
@@ -826,19 +827,19 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 				return nil
 			}
 		}
-		for i := range m.elems {
-			e := &m.elems[i]
-			t.b.setCurrentKey(e.key, int(e.kg))
-			col.key, col.ts = e.key, e.ts
-			if err := t.op.Process(e.key, e.v, col); err != nil {
-				return fmt.Errorf("key %q: %w", e.key, err)
+		for i := range m.Elems {
+			e := &m.Elems[i]
+			t.b.setCurrentKey(e.Key, int(e.KG))
+			col.key, col.ts = e.Key, e.TS
+			if err := t.op.Process(e.Key, e.V, col); err != nil {
+				return fmt.Errorf("key %q: %w", e.Key, err)
 			}
 			if col.err != nil {
 				return col.err
 			}
 		}
-		if m.wm > inWm[m.from] || m.idle != inIdle[m.from] {
-			inWm[m.from], inIdle[m.from] = max(inWm[m.from], m.wm), m.idle
+		if m.WM > inWm[m.From] || m.Idle != inIdle[m.From] {
+			inWm[m.From], inIdle[m.From] = max(inWm[m.From], m.WM), m.Idle
 			if wm := max(col.wm, activeMin(inWm, inIdle)); wm > col.wm {
 				col.wm = wm
 				if err := t.fireTimers(EventTime, wm); err != nil {
@@ -847,14 +848,14 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 			}
 		}
 		var effs []align.Effect
-		if m.barrier > 0 {
-			effs = t.al.Barrier(m.from, m.barrier, time.Now())
+		if m.Barrier > 0 {
+			effs = t.al.Barrier(m.From, m.Barrier, time.Now())
 		}
-		t.in.done(m.from)
+		t.in.Done(m.From)
 		if err := t.apply(ctx, effs); err != nil {
 			return err
 		}
-		if err := t.out.flushDue(timeout); err != nil {
+		if err := t.out.FlushDue(timeout); err != nil {
 			return err
 		}
 	}
@@ -865,7 +866,7 @@ func (t *opTask[T, O]) apply(ctx context.Context, effs []align.Effect) error {
 		switch e.Kind {
 		case align.Snapshot:
 			t.r.align.add(e.Alignment)
-			if err := t.out.broadcast(e.ID); err != nil {
+			if err := t.out.Broadcast(e.ID); err != nil {
 				return err
 			}
 			snap := t.b.takeSnapshot()
@@ -907,7 +908,7 @@ func (t *opTask[T, O]) writeSnapshot(ctx context.Context, snap *snapshot, id uin
 type sinkTask[O any] struct {
 	r       *run
 	task    int
-	in      *inbox[O]
+	in      *channel.Inbox[O]
 	al      *align.Aligner
 	cancels chan uint64
 	sink    connector.Sink[O]
@@ -916,12 +917,12 @@ type sinkTask[O any] struct {
 }
 
 func (t *sinkTask[O]) run(ctx context.Context) error {
-	stash := newStash[O](len(t.in.credits))
+	stash := newStash[O](t.in.Upstreams())
 	for {
 		m, got := stash.pop(t.al)
 		if !got {
 			select {
-			case m = <-t.in.ch:
+			case m = <-t.in.C:
 				if stash.keep(t.al, m) {
 					continue
 				}
@@ -932,16 +933,16 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 				return nil
 			}
 		}
-		for i := range m.elems {
-			if err := t.sink.Write(ctx, t.epoch, m.elems[i].v); err != nil {
+		for i := range m.Elems {
+			if err := t.sink.Write(ctx, t.epoch, m.Elems[i].V); err != nil {
 				return err
 			}
 		}
 		var effs []align.Effect
-		if m.barrier > 0 {
-			effs = t.al.Barrier(m.from, m.barrier, time.Now())
+		if m.Barrier > 0 {
+			effs = t.al.Barrier(m.From, m.Barrier, time.Now())
 		}
-		t.in.done(m.from)
+		t.in.Done(m.From)
 		for _, e := range effs {
 			switch e.Kind {
 			case align.Snapshot:
@@ -963,12 +964,12 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 // blocked for alignment, in order. Their credits are returned only when
 // they are processed, so a blocked input's upstream stops after Credits
 // messages.
-type stash[T any] [][]message[T]
+type stash[T any] [][]channel.Message[T]
 
 func newStash[T any](inputs int) stash[T] { return make(stash[T], inputs) }
 
 // pop returns the oldest stashed message of an input no longer blocked.
-func (s stash[T]) pop(al *align.Aligner) (message[T], bool) {
+func (s stash[T]) pop(al *align.Aligner) (channel.Message[T], bool) {
 	for u := range s {
 		if len(s[u]) > 0 && !al.Blocked(u) {
 			m := s[u][0]
@@ -976,16 +977,16 @@ func (s stash[T]) pop(al *align.Aligner) (message[T], bool) {
 			return m, true
 		}
 	}
-	return message[T]{}, false
+	return channel.Message[T]{}, false
 }
 
 // keep stashes m if its input is blocked and reports whether it did. (An
 // unblocked input's stash is always empty here: pop drains it first.)
-func (s stash[T]) keep(al *align.Aligner, m message[T]) bool {
-	if !al.Blocked(m.from) {
+func (s stash[T]) keep(al *align.Aligner, m channel.Message[T]) bool {
+	if !al.Blocked(m.From) {
 		return false
 	}
-	s[m.from] = append(s[m.from], m)
+	s[m.From] = append(s[m.From], m)
 	return true
 }
 
@@ -1077,14 +1078,14 @@ func restoreOpState(rs *restoreState, v any, name string) error {
 // activeMin is the oldest watermark of the inputs that are not idle, and
 // noTime when every input is idle (nothing to go by).
 func activeMin(wms []int64, idle []bool) int64 {
-	m, any := int64(endOfTime), false
+	m, any := int64(channel.EndOfTime), false
 	for u, wm := range wms {
 		if !idle[u] {
 			m, any = min(m, wm), true
 		}
 	}
 	if !any {
-		return noTime
+		return channel.NoTime
 	}
 	return m
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/kordproject/kord/keyed/internal/channel"
 )
 
 // Windows assigns each record of a keyed stream to event-time windows by
@@ -225,7 +227,7 @@ func (o *windowOp[K, T, A, O]) window(start int64) Window {
 }
 
 func (o *windowOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error {
-	if out.ts == noTime {
+	if out.ts == channel.NoTime {
 		return fmt.Errorf("a record without a time in a window operator (see Stream.Timestamps)")
 	}
 	wm, size, lateness := out.wm, o.w.size.Milliseconds(), o.w.lateness.Milliseconds()
@@ -233,7 +235,7 @@ func (o *windowOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error
 	taken := false
 	for _, s := range o.starts {
 		fire := s + size - 1
-		if wm != noTime && fire+lateness <= wm {
+		if wm != channel.NoTime && fire+lateness <= wm {
 			continue // gone: fired, and its lateness passed
 		}
 		taken = true
@@ -243,7 +245,7 @@ func (o *windowOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error
 		}
 		acc = o.agg.Add(acc, v)
 		o.accs.Put(s, acc)
-		if wm != noTime && fire <= wm {
+		if wm != channel.NoTime && fire <= wm {
 			// Fired already, within its lateness: fire again, updated.
 			out.Emit(o.result(o.keyOf(key), o.window(s), acc))
 		} else if !existed {
@@ -323,7 +325,7 @@ func (o *sessionOp[K, T, A, O]) Open(b *Backend) (err error) {
 }
 
 func (o *sessionOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error {
-	if out.ts == noTime {
+	if out.ts == channel.NoTime {
 		return fmt.Errorf("a record without a time in a window operator (see Stream.Timestamps)")
 	}
 	wm, lateness := out.wm, o.w.lateness.Milliseconds()
@@ -339,7 +341,7 @@ func (o *sessionOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) erro
 		}
 	}
 	fire := end - 1
-	if wm != noTime && fire+lateness <= wm {
+	if wm != channel.NoTime && fire+lateness <= wm {
 		// Gone even merged: late (nothing merged: a merged session would
 		// still be kept, its cleanup ahead of the watermark).
 		o.lateRecord(key, v, out)
@@ -368,7 +370,7 @@ func (o *sessionOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) erro
 			}
 		}
 	}
-	if wm != noTime && fire <= wm {
+	if wm != channel.NoTime && fire <= wm {
 		// Fired already, within its lateness: fire again, updated.
 		out.Emit(o.result(o.keyOf(key), Window{Start: time.UnixMilli(start), End: time.UnixMilli(end)}, acc))
 	} else {
