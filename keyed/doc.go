@@ -5,11 +5,14 @@
 // Start with NewJob (named, configured by options), FromSource, one of
 // KeyBy, KeyByString or ByPartition, then Process (an Operator with any
 // keyed state), ProcessFunc (no state) or ProcessValue (one value per key),
-// ToSink, and Run. A source or a sink is anything implementing package
-// connector's Source or Sink: Kafka's are in package kafkaio; the
-// in-memory ones here (MemorySource, MemorySink) need no Kafka; package
-// kordtest runs a job against an in-process cluster in tests. Example and
-// kafkaio's Example show complete jobs.
+// ToSink, and Run. Each stage takes a parallelism, its number of tasks: 0
+// is the default, the partition count of its source topics at most
+// runtime.NumCPU(), resolved each time the job runs. A source or a sink
+// is anything implementing package connector's Source or Sink: Kafka's
+// are in package kafkaio; the in-memory ones here (MemorySource,
+// MemorySink) need no Kafka; package kordtest runs a job against an
+// in-process cluster in tests. Example and kafkaio's Example show
+// complete jobs.
 //
 // The rest of this doc is how keyed state works.
 //

@@ -33,3 +33,11 @@ func Snapshot(b *Backend) *snapshot { return b.takeSnapshot() }
 func Restore(b *Backend, m *checkpoint.Metadata, files map[string][]byte) error {
 	return b.restore(m, files)
 }
+
+// SetNumCPU makes parallelism 0's default see n CPUs; the returned func
+// restores runtime.NumCPU.
+func SetNumCPU(n int) (restore func()) {
+	old := numCPU
+	numCPU = func() int { return n }
+	return func() { numCPU = old }
+}

@@ -195,19 +195,23 @@ type Output[O any] struct {
 	op outputNode[O]
 }
 
-// FromSource adds a source read by parallelism tasks. In keyBy mode its
-// partitions go to tasks round-robin by position (partition i of the
-// sorted list to task i % parallelism); in partition mode each task gets a
-// contiguous range of partitions, the same ranges as the keyed operator's
-// key groups, so that with equal parallelism each source task feeds exactly
-// one operator task (no shuffle).
+// FromSource adds a source read by parallelism tasks. Parallelism 0 is
+// the default: as many tasks as the source has partitions, at most
+// runtime.NumCPU(), at least one; it is resolved each time the job runs,
+// when the partitions are known. A negative parallelism is an error.
+//
+// In keyBy mode its partitions go to tasks round-robin by position
+// (partition i of the sorted list to task i % parallelism); in partition
+// mode each task gets a contiguous range of partitions, the same ranges as
+// the keyed operator's key groups, so that with equal parallelism each
+// source task feeds exactly one operator task (no shuffle).
 func FromSource[T any](j *Job, name string, parallelism int, s connector.Source[T]) *Stream[T] {
 	n := &sourceOf[T]{name: name, parallelism: parallelism, src: s}
 	if err := layout.ValidateOperator(name); err != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: source name: %w", err))
 	}
-	if parallelism < 1 {
-		j.errs = append(j.errs, fmt.Errorf("keyed: source %q: parallelism %d", name, parallelism))
+	if parallelism < 0 {
+		j.errs = append(j.errs, fmt.Errorf("keyed: source %q: parallelism %d (0 is the default: the partition count, at most the CPUs)", name, parallelism))
 	}
 	j.sources = append(j.sources, n)
 	return &Stream[T]{j: j, node: n}
@@ -295,6 +299,14 @@ func ByPartition[T any](s *Stream[T]) *KeyedStream[[]byte, T] {
 // KeyedProcessFunction; Kafka Streams' Processor with state stores). For
 // a function with no state or one value per key, ProcessFunc and
 // ProcessValue are shorter.
+//
+// Parallelism 0 is the default: as many tasks as the stage's source topics
+// have partitions together, at most runtime.NumCPU() and the max
+// parallelism, at least one; it is resolved each time the job runs, when
+// the partitions are known, and a restore at another parallelism
+// redistributes the key groups. A negative parallelism is an error, and so
+// is an explicit one above the max parallelism (in partition mode, the
+// partition count).
 func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, newOp func() Operator[T, O]) *Output[O] {
 	j := k.j
 	if j.op != nil {
@@ -303,8 +315,8 @@ func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, ne
 	if err := layout.ValidateOperator(name); err != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator name: %w", err))
 	}
-	if parallelism < 1 {
-		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: parallelism %d", name, parallelism))
+	if parallelism < 0 {
+		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: parallelism %d (0 is the default: the partition count, at most the CPUs)", name, parallelism))
 	}
 	if k.in.byPartition && len(k.in.srcs) != 1 {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: partition mode takes one source", name))
@@ -317,7 +329,8 @@ func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, ne
 // ProcessFunc adds a keyed operator stage that keeps no state: fn is
 // called for each record with its key, as the type the stream was keyed by
 // (a KeyByString key is a string). The key is only valid during the call:
-// copy it (strings.Clone, bytes.Clone) to keep it.
+// copy it (strings.Clone, bytes.Clone) to keep it. Parallelism as
+// Process: 0 is the default, the partition count at most the CPUs.
 func ProcessFunc[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, fn func(key K, v T, out *Collector[O]) error) *Output[O] {
 	keyOf := k.keyOf
 	return Process(k, name, parallelism, func() Operator[T, O] {
@@ -336,8 +349,10 @@ func (f *funcOp[K, T, O]) Process(key []byte, v T, out *Collector[O]) error {
 }
 
 // ProcessValue adds a keyed operator stage with one value of type S per
-// key, kept in keyed state named "value" and snapshotted with codec: fn is called for each record with its key (as ProcessFunc gives
-// it) and the key's state (Flink's ValueState in a KeyedProcessFunction).
+// key, kept in keyed state named "value" and snapshotted with codec: fn is
+// called for each record with its key (as ProcessFunc gives it) and the
+// key's state (Flink's ValueState in a KeyedProcessFunction). Parallelism
+// as Process: 0 is the default, the partition count at most the CPUs.
 func ProcessValue[K, T, S, O any](k *KeyedStream[K, T], name string, parallelism int, codec Codec[S],
 	fn func(key K, v T, state *ValueState[S], out *Collector[O]) error) *Output[O] {
 	keyOf := k.keyOf

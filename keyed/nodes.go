@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -85,6 +86,19 @@ func (s *sinkOf[O]) commit(ctx context.Context, ref checkpoint.Ref, offsets []ch
 }
 
 // srcAssign is one source task's partitions and positions.
+// numCPU is runtime.NumCPU; tests replace it.
+var numCPU = runtime.NumCPU
+
+// defaultParallelism is set, the parallelism a job gave a stage, if it is
+// positive; else parallelism 0's default: partitions, at most the CPUs,
+// at least 1.
+func defaultParallelism(set, partitions int) int {
+	if set > 0 {
+		return set
+	}
+	return max(1, min(partitions, numCPU()))
+}
+
 type srcAssign struct {
 	node      int
 	positions []connector.Position
@@ -185,7 +199,19 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 		}
 	}
 	maxP := rs.maxP
-	if err := keygroup.ValidateParallelism(o.parallelism, maxP); err != nil {
+	// Parallelism: what the job set, or by default the partition count,
+	// at most the CPUs (and, for the operator, the key groups).
+	srcP := make([]int, len(o.in.srcs))
+	partitions := 0
+	for i, s := range o.in.srcs {
+		srcP[i] = defaultParallelism(s.parallelism, len(infos[i].parts))
+		partitions += len(infos[i].parts)
+	}
+	if o.in.byPartition {
+		partitions = maxP // every partition of the topic, assigned here or not
+	}
+	opP := defaultParallelism(o.parallelism, min(partitions, maxP))
+	if err := keygroup.ValidateParallelism(opP, maxP); err != nil {
 		return fmt.Errorf("keyed: operator %q: %w", o.name, err)
 	}
 	// The keying mode decides what a key group means: a checkpoint taken in
@@ -223,14 +249,14 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 
 	// Tasks: sources, then operator instances, then the sink.
 	upstreams := 0
-	for _, s := range o.in.srcs {
-		upstreams += s.parallelism
+	for i := range o.in.srcs {
+		upstreams += srcP[i]
 	}
-	opIn := make([]*channel.Inbox[T], o.parallelism)
+	opIn := make([]*channel.Inbox[T], opP)
 	for d := range opIn {
 		opIn[d] = channel.NewInbox[T](upstreams, cfg.Credits)
 	}
-	sinkIn := channel.NewInbox[O](o.parallelism, cfg.Credits)
+	sinkIn := channel.NewInbox[O](opP, cfg.Credits)
 
 	// The first epoch: output after the restored (or fresh) checkpoint.
 	epoch := uint64(1)
@@ -239,18 +265,18 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	}
 	u := 0
 	for i, s := range o.in.srcs {
-		assign := make([][]connector.Position, s.parallelism)
+		assign := make([][]connector.Position, srcP[i])
 		for k, p := range infos[i].parts {
-			t := k % s.parallelism
+			t := k % srcP[i]
 			if o.in.byPartition {
-				t = keygroup.OperatorIndex(int(p), maxP, s.parallelism)
+				t = keygroup.OperatorIndex(int(p), maxP, srcP[i])
 			}
 			assign[t] = append(assign[t], connector.Position{Partition: p, Offset: infos[i].pos[p]})
 		}
-		srcTasks := make([]*sourceTask[T], s.parallelism)
-		for t := 0; t < s.parallelism; t++ {
+		srcTasks := make([]*sourceTask[T], srcP[i])
+		for t := 0; t < srcP[i]; t++ {
 			task := r.addTask(fmt.Sprintf("%s[%d]", s.name, t))
-			from := make([]int, o.parallelism)
+			from := make([]int, opP)
 			for d := range from {
 				from[d] = u
 			}
@@ -272,7 +298,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t], extract: s.extract,
 				watermarks: s.watermarks, lateness: s.lateness.Milliseconds(), newest: map[int32]int64{},
 				idleness: s.idleness, heard: map[int32]time.Time{}, asked: map[int32]time.Time{}, behind: map[int32]bool{},
-				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch, name: s.name, instance: t,
+				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: opP, epoch: epoch, name: s.name, instance: t,
 				restored: !rs.fresh && !rs.failover}
 			if d, ok := j.sink.(*sinkOf[O]).sink.(connector.DeadLetterSink); ok && d.TakesDeadLetters() {
 				st.dead = d
@@ -288,9 +314,9 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			go d.run(rctx, cfg.PartitionDisc)
 		}
 	}
-	for d := 0; d < o.parallelism; d++ {
+	for d := 0; d < opP; d++ {
 		task := r.addTask(fmt.Sprintf("%s[%d]", o.name, d))
-		rng := keygroup.RangeFor(d, maxP, o.parallelism)
+		rng := keygroup.RangeFor(d, maxP, opP)
 		var bopts []backendOpt
 		if !o.in.byPartition {
 			bopts = append(bopts, keyGroupFunc(func(key []byte) int { return keygroup.Of(key, maxP) }))
@@ -333,7 +359,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	}
 	{
 		task := r.addTask(fmt.Sprintf("%s[0]", j.sink.(*sinkOf[O]).name))
-		al, err := align.New(cfg.Mode, o.parallelism)
+		al, err := align.New(cfg.Mode, opP)
 		if err != nil {
 			return err
 		}

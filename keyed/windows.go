@@ -121,6 +121,9 @@ type Aggregator[T, A any] struct {
 // in its place (a side output: route it with the sink, kafkaio.SideOutput
 // say); none is dropped without being counted. Records without a time (see
 // Stream.Timestamps) fail the job.
+//
+// Parallelism as Process: 0 is the default, the partition count at most
+// the CPUs.
 func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec Codec[A], agg Aggregator[T, A],
 	result func(key K, win Window, acc A) O, late func(key K, v T) (O, bool)) *Output[O] {
 	j, keyOf := k.j, k.keyOf
@@ -150,7 +153,8 @@ func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallel
 // gone, so it costs memory by records, where WindowAggregate keeps one
 // accumulator per window. records is that state: read it, never modify it
 // (sort a copy); fn may keep nothing of it, nor of key, past the call.
-// Lateness and late records as WindowAggregate.
+// Lateness, late records and parallelism (0: the partition count, at
+// most the CPUs) as WindowAggregate.
 func WindowApply[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec Codec[T],
 	fn func(key K, win Window, records []T) O, late func(key K, v T) (O, bool)) *Output[O] {
 	agg := Aggregator[T, []T]{
