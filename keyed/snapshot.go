@@ -11,6 +11,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/statefile"
+	"github.com/kordproject/kord/keyed/internal/cow"
 	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
@@ -71,7 +72,7 @@ type frozenState interface {
 type frozen[T any] struct {
 	inf    stateInfo
 	start  int
-	groups []*table[T]
+	groups []*cow.Table[T]
 	enc    encodeFunc[T]
 }
 
@@ -80,7 +81,7 @@ func (f *frozen[T]) numGroups() int  { return len(f.groups) }
 
 func (f *frozen[T]) groupLen(g int) int {
 	if t := f.groups[g]; t != nil {
-		return len(t.idx)
+		return len(t.Idx)
 	}
 	return 0
 }
@@ -94,7 +95,7 @@ type workspace struct {
 
 func (f *frozen[T]) entries(g int, w *workspace) ([]statefile.Entry, error) {
 	t := f.groups[g]
-	n := len(t.idx)
+	n := len(t.Idx)
 	// Keys and values go into one buffer; entries slice it once it has
 	// stopped growing.
 	buf, offs, scratch := w.buf[:0], w.offs[:0], w.scratch
@@ -102,8 +103,8 @@ func (f *frozen[T]) entries(g int, w *workspace) ([]statefile.Entry, error) {
 	// By slot, not by map iteration: keys and values are read in the order
 	// they were added, which is mostly their order in memory, instead of
 	// at random (a cache miss per key on large states).
-	use := t.inUse()
-	for i, k := range t.keys {
+	use := t.InUse()
+	for i, k := range t.Keys {
 		if use != nil && !use[i] {
 			continue
 		}
@@ -111,7 +112,7 @@ func (f *frozen[T]) entries(g int, w *workspace) ([]statefile.Entry, error) {
 		offs = append(offs, len(buf))
 		buf = append(buf, k...)
 		offs = append(offs, len(buf))
-		if buf, scratch, err = f.enc(buf, scratch, t.vals[i]); err != nil {
+		if buf, scratch, err = f.enc(buf, scratch, t.Vals[i]); err != nil {
 			if err == errExpired {
 				// A TTL state's entry that expired: left out.
 				buf, offs = buf[:start], offs[:len(offs)-2]

@@ -158,7 +158,7 @@ func TestCopyOnWriteGranularity(t *testing.T) {
 	require.Same(t, m0, m.s.groups[g], "other states are copied on their own writes")
 	m.Put("x", 2)
 	require.NotSame(t, m0, m.s.groups[g])
-	require.Equal(t, int64(1), m0.vals[m0.idx[k1]]["x"], "the snapshot's inner map is not written")
+	require.Equal(t, int64(1), m0.Vals[m0.Idx[k1]]["x"], "the snapshot's inner map is not written")
 
 	files, err := snap.Encode(testRun, 1, 1)
 	require.NoError(t, err)

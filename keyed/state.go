@@ -12,6 +12,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/statefile"
+	"github.com/kordproject/kord/keyed/internal/cow"
 	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
@@ -270,108 +271,13 @@ func registerState[T any](b *Backend, name string, kind stateKind, fp string, en
 	s := &store[T]{
 		b:      b,
 		inf:    stateInfo{Operator: b.operator, Name: name, Kind: kind, Fingerprint: fp},
-		groups: make([]*table[T], b.r.Len()),
+		groups: make([]*cow.Table[T], b.r.Len()),
 		enc:    enc,
 		dec:    dec,
 	}
 	b.states = append(b.states, s)
 	b.byName[name] = s
 	return s, nil
-}
-
-// table is one state's keys and values in one key group. idx maps a key to
-// its slot in vals; deleted slots are reused through free. The indirection
-// lets an existing key be updated without allocating (m[string(key)] = v
-// allocates the key string on every assignment; a lookup does not).
-//
-// A table is immutable once a snapshot holds it and epoch < Backend.epoch:
-// a write then clones it first (copy-on-write), unless every snapshot has
-// been released.
-type table[T any] struct {
-	idx   map[string]uint32
-	vals  []T
-	keys  []string // keys[i] is slot i's key while slot i is in use
-	free  []uint32
-	epoch uint64 // Backend.epoch when this table was made
-
-	// For MapState: whether vals[i]'s inner map belongs to this table
-	// (ownAll, or bit i of owned) or is still shared with the table it was
-	// cloned from.
-	ownAll bool
-	owned  []uint64
-
-	// shared: idx, keys and free are still those of the table this one was
-	// cloned from (and that a snapshot holds); own copies them before a
-	// key is added or removed.
-	shared bool
-}
-
-// clone copies t for writing while a snapshot holds t. Only the values are
-// copied: the index is shared until a key is added or removed (see own),
-// so that updating existing keys, the common case, costs one copy of vals
-// per key group and checkpoint rather than a map rebuild.
-func (t *table[T]) clone(epoch uint64) *table[T] {
-	return &table[T]{idx: t.idx, vals: slices.Clone(t.vals), keys: t.keys, free: t.free, epoch: epoch, shared: true}
-}
-
-// own gives t its own idx, keys and free before they change.
-func (t *table[T]) own() {
-	if t.shared {
-		t.idx, t.keys, t.free, t.shared = maps.Clone(t.idx), slices.Clone(t.keys), slices.Clone(t.free), false
-	}
-}
-
-func (t *table[T]) insert(key []byte, v T) uint32 {
-	t.own()
-	k := string(key)
-	i := t.slot(k, v)
-	t.idx[k] = i
-	return i
-}
-
-// slot stores key and v in a free slot and returns it.
-func (t *table[T]) slot(key string, v T) uint32 {
-	var i uint32
-	if n := len(t.free); n > 0 {
-		i = t.free[n-1]
-		t.free = t.free[:n-1]
-		t.vals[i], t.keys[i] = v, key
-	} else {
-		i = uint32(len(t.vals))
-		t.vals = append(t.vals, v)
-		t.keys = append(t.keys, key)
-	}
-	return i
-}
-
-// inUse reports, for each slot, whether it holds a key: all but the free
-// ones. nil means all.
-func (t *table[T]) inUse() []bool {
-	if len(t.free) == 0 {
-		return nil
-	}
-	use := make([]bool, len(t.vals))
-	for i := range use {
-		use[i] = true
-	}
-	for _, i := range t.free {
-		use[i] = false
-	}
-	return use
-}
-
-func (t *table[T]) isOwned(i uint32) bool {
-	return t.ownAll || int(i/64) < len(t.owned) && t.owned[i/64]&(1<<(i%64)) != 0
-}
-
-func (t *table[T]) setOwned(i uint32) {
-	if t.ownAll {
-		return
-	}
-	for int(i/64) >= len(t.owned) {
-		t.owned = append(t.owned, 0)
-	}
-	t.owned[i/64] |= 1 << (i % 64)
 }
 
 // encodeFunc appends v's snapshot encoding to dst; scratch is a buffer it
@@ -383,7 +289,7 @@ type encodeFunc[T any] func(dst, scratch []byte, v T) (out, scratchOut []byte, e
 type store[T any] struct {
 	b      *Backend
 	inf    stateInfo
-	groups []*table[T] // index: key group - r.Start; nil: no entries yet
+	groups []*cow.Table[T] // index: key group - r.Start; nil: no entries yet
 	enc    encodeFunc[T]
 	dec    func([]byte) (T, error)
 	// encAt, for a TTL state, makes the encoder of a snapshot taken at
@@ -407,8 +313,8 @@ func (s *store[T]) each(fn func(kg int, key string, v T)) {
 		if t == nil {
 			continue
 		}
-		for key, i := range t.idx {
-			fn(g+s.b.r.Start, key, t.vals[i])
+		for key, i := range t.Idx {
+			fn(g+s.b.r.Start, key, t.Vals[i])
 		}
 	}
 }
@@ -418,7 +324,7 @@ func (s *store[T]) noKey() {
 }
 
 // lookup returns the current key's table and slot, if it has one.
-func (s *store[T]) lookup() (*table[T], uint32, bool) {
+func (s *store[T]) lookup() (*cow.Table[T], uint32, bool) {
 	b := s.b
 	if b.cur < 0 {
 		s.noKey()
@@ -430,7 +336,7 @@ func (s *store[T]) lookup() (*table[T], uint32, bool) {
 	var i uint32
 	var ok bool
 	if t != nil {
-		i, ok = t.idx[string(b.curKey)]
+		i, ok = t.Idx[string(b.curKey)]
 	}
 	s.gen, s.slot, s.hit = b.gen, i, ok
 	return t, i, ok
@@ -438,22 +344,22 @@ func (s *store[T]) lookup() (*table[T], uint32, bool) {
 
 // forWrite returns the current key group's table, ready to be written
 // (see writable), and the current key's slot in it, if it has one.
-func (s *store[T]) forWrite() (*table[T], uint32, bool) {
+func (s *store[T]) forWrite() (*cow.Table[T], uint32, bool) {
 	_, i, ok := s.lookup()
 	return s.writable(), i, ok
 }
 
 // add stores v as the current key's value in t (from forWrite, which
 // found no slot) and returns its slot.
-func (s *store[T]) add(t *table[T], v T) uint32 {
-	i := t.insert(s.b.curKey, v)
+func (s *store[T]) add(t *cow.Table[T], v T) uint32 {
+	i := t.Insert(s.b.curKey, v)
 	s.gen, s.slot, s.hit = s.b.gen, i, true
 	return i
 }
 
 // writable returns the current key group's table, made or cloned so that
 // it may be written.
-func (s *store[T]) writable() *table[T] {
+func (s *store[T]) writable() *cow.Table[T] {
 	b := s.b
 	if b.cur < 0 {
 		s.noKey()
@@ -461,17 +367,17 @@ func (s *store[T]) writable() *table[T] {
 	t := s.groups[b.cur]
 	switch {
 	case t == nil:
-		t = &table[T]{idx: make(map[string]uint32), epoch: b.epoch, ownAll: true}
+		t = &cow.Table[T]{Idx: make(map[string]uint32), Epoch: b.epoch, OwnAll: true}
 		s.groups[b.cur] = t
-	case t.epoch != b.epoch:
+	case t.Epoch != b.epoch:
 		if b.pending.Load() > 0 {
 			// A snapshot holds t: leave it as it is.
-			t = t.clone(b.epoch)
+			t = t.Clone(b.epoch)
 			s.groups[b.cur] = t
 		} else {
 			// Every snapshot that held t has been released (the atomic
 			// load orders their reads before our writes).
-			t.epoch, t.ownAll, t.owned, t.shared = b.epoch, true, nil, false
+			t.Epoch, t.OwnAll, t.Owned, t.Shared = b.epoch, true, nil, false
 		}
 	}
 	return t
@@ -483,17 +389,17 @@ func (s *store[T]) remove() {
 		return
 	}
 	t, i, _ := s.forWrite()
-	t.own()
-	delete(t.idx, string(s.b.curKey))
+	t.Own()
+	delete(t.Idx, string(s.b.curKey))
 	var zero T
-	t.vals[i], t.keys[i] = zero, ""
-	t.free = append(t.free, i)
+	t.Vals[i], t.Keys[i] = zero, ""
+	t.Free = append(t.Free, i)
 	s.hit = false
 }
 
 func (s *store[T]) empty() bool {
 	for _, t := range s.groups {
-		if t != nil && len(t.idx) > 0 {
+		if t != nil && len(t.Idx) > 0 {
 			return false
 		}
 	}
@@ -515,7 +421,7 @@ func (s *store[T]) freeze() frozenState {
 
 func (s *store[T]) restoreGroup(g int, file string, entries []statefile.Entry) error {
 	kg := g + s.b.r.Start
-	t := &table[T]{idx: make(map[string]uint32, len(entries)), vals: make([]T, 0, len(entries)), keys: make([]string, 0, len(entries)), epoch: s.b.epoch, ownAll: true}
+	t := &cow.Table[T]{Idx: make(map[string]uint32, len(entries)), Vals: make([]T, 0, len(entries)), Keys: make([]string, 0, len(entries)), Epoch: s.b.epoch, OwnAll: true}
 	// The keys share one string: one allocation instead of one a key, and
 	// keys that are adjacent in memory for the next snapshot's encoding. A
 	// deleted key's bytes are freed with the last key of the file.
@@ -536,14 +442,14 @@ func (s *store[T]) restoreGroup(g int, file string, entries []statefile.Entry) e
 				return &checkpoint.CorruptError{Path: file, Reason: fmt.Sprintf("state %q: key %x belongs to key group %d, the file is key group %d", s.inf.FileOperator(), e.Key, got, kg)}
 			}
 		}
-		if _, dup := t.idx[key]; dup {
+		if _, dup := t.Idx[key]; dup {
 			return &checkpoint.CorruptError{Path: file, Reason: fmt.Sprintf("state %q: key %x appears twice", s.inf.FileOperator(), e.Key)}
 		}
 		v, err := s.dec(e.Value)
 		if err != nil {
 			return &checkpoint.CorruptError{Path: file, Reason: fmt.Sprintf("state %q (%s): value of key %x: %v", s.inf.FileOperator(), s.inf.Fingerprint, e.Key, err), Err: err}
 		}
-		t.idx[key] = t.slot(key, v)
+		t.Idx[key] = t.Slot(key, v)
 	}
 	s.groups[g] = t
 	return nil
@@ -621,7 +527,7 @@ func (v *ValueState[V]) Clear() {
 
 func valueGet[E any](s *store[E]) (E, bool) {
 	if t, i, ok := s.lookup(); ok {
-		return t.vals[i], true
+		return t.Vals[i], true
 	}
 	var zero E
 	return zero, false
@@ -630,7 +536,7 @@ func valueGet[E any](s *store[E]) (E, bool) {
 func valueSet[E any](s *store[E], x E) {
 	t, i, ok := s.forWrite()
 	if ok {
-		t.vals[i] = x
+		t.Vals[i] = x
 		return
 	}
 	s.add(t, x)
@@ -684,7 +590,7 @@ func (l *ListState[V]) Get() []V {
 		if !ok {
 			return nil
 		}
-		list := t.vals[i]
+		list := t.Vals[i]
 		live := liveList(list, l.ttl, l.ttl.b.nowMs())
 		if len(live) == 0 {
 			l.ts.remove()
@@ -700,7 +606,7 @@ func (l *ListState[V]) Get() []V {
 		return out
 	}
 	if t, i, ok := l.s.lookup(); ok {
-		return slices.Clip(t.vals[i])
+		return slices.Clip(t.Vals[i])
 	}
 	return nil
 }
@@ -749,7 +655,7 @@ func listAdd[E any](s *store[[]E], x E) {
 		// snapshot's table: only the live table ever appends to a list,
 		// writing past the length every other holder sees, and elements
 		// below the length are never written.
-		t.vals[i] = append(t.vals[i], x)
+		t.Vals[i] = append(t.Vals[i], x)
 		return
 	}
 	s.add(t, []E{x})
@@ -759,7 +665,7 @@ func listAdd[E any](s *store[[]E], x E) {
 func listSet[E any](s *store[[]E], list []E) {
 	t, i, ok := s.forWrite()
 	if ok {
-		t.vals[i] = list
+		t.Vals[i] = list
 		return
 	}
 	s.add(t, list)
@@ -852,7 +758,7 @@ func (m *MapState[K, V]) Len() int {
 		return n
 	}
 	if t, i, ok := m.s.lookup(); ok {
-		return len(t.vals[i])
+		return len(t.Vals[i])
 	}
 	return 0
 }
@@ -865,7 +771,7 @@ func (m *MapState[K, V]) Range(f func(k K, v V) bool) {
 	if m.ts != nil {
 		if t, i, ok := m.ts.lookup(); ok {
 			now := m.ttl.b.nowMs()
-			for k, e := range t.vals[i] {
+			for k, e := range t.Vals[i] {
 				if m.ttl.live(e.At, now) && !f(k, e.V) {
 					return
 				}
@@ -874,7 +780,7 @@ func (m *MapState[K, V]) Range(f func(k K, v V) bool) {
 		return
 	}
 	if t, i, ok := m.s.lookup(); ok {
-		for k, v := range t.vals[i] {
+		for k, v := range t.Vals[i] {
 			if !f(k, v) {
 				return
 			}
@@ -896,7 +802,7 @@ func (m *MapState[K, V]) Clear() {
 
 func mapGet[K comparable, E any](s *store[map[K]E], k K) (E, bool) {
 	if t, i, ok := s.lookup(); ok {
-		v, ok := t.vals[i][k]
+		v, ok := t.Vals[i][k]
 		return v, ok
 	}
 	var zero E
@@ -906,14 +812,14 @@ func mapGet[K comparable, E any](s *store[map[K]E], k K) (E, bool) {
 func mapPut[K comparable, E any](s *store[map[K]E], k K, v E) {
 	t, i, ok := s.forWrite()
 	if ok {
-		if !t.isOwned(i) {
-			t.vals[i] = maps.Clone(t.vals[i]) // shared with a snapshot's table
-			t.setOwned(i)
+		if !t.IsOwned(i) {
+			t.Vals[i] = maps.Clone(t.Vals[i]) // shared with a snapshot's table
+			t.SetOwned(i)
 		}
-		t.vals[i][k] = v
+		t.Vals[i][k] = v
 		return
 	}
-	t.setOwned(s.add(t, map[K]E{k: v}))
+	t.SetOwned(s.add(t, map[K]E{k: v}))
 }
 
 func mapDelete[K comparable, E any](s *store[map[K]E], k K) {
@@ -921,17 +827,17 @@ func mapDelete[K comparable, E any](s *store[map[K]E], k K) {
 	if !ok {
 		return
 	}
-	if _, ok := t.vals[i][k]; !ok {
+	if _, ok := t.Vals[i][k]; !ok {
 		return
 	}
-	if len(t.vals[i]) == 1 {
+	if len(t.Vals[i]) == 1 {
 		s.remove()
 		return
 	}
 	t = s.writable() // may be a clone: slots are the same
-	if !t.isOwned(i) {
-		t.vals[i] = maps.Clone(t.vals[i])
-		t.setOwned(i)
+	if !t.IsOwned(i) {
+		t.Vals[i] = maps.Clone(t.Vals[i])
+		t.SetOwned(i)
 	}
-	delete(t.vals[i], k)
+	delete(t.Vals[i], k)
 }
