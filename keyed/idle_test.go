@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
-
-	"github.com/stretchr/testify/require"
 )
 
 // waitSource records the wait of every poll of its one reader, and
