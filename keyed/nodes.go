@@ -809,7 +809,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 	for u := range inWm {
 		inWm[u] = channel.NoTime
 	}
-	stash := newStash[T](t.in.Upstreams())
+	stash := channel.NewStash[T](t.in.Upstreams())
 	timeout := t.r.cfg.BufferTimeout
 	tick := time.NewTicker(timeout)
 	defer tick.Stop()
@@ -818,7 +818,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 	// idleWait for why an idle task should not wake every BufferTimeout).
 	ticking := true
 	for {
-		m, got := stash.pop(t.al)
+		m, got := stash.Pop(t.al)
 		if !got {
 			if want := t.timers != nil || t.out.Pending(); want != ticking {
 				if want {
@@ -830,7 +830,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 			}
 			select {
 			case m = <-t.in.C:
-				if stash.keep(t.al, m) {
+				if stash.Keep(t.al, m) {
 					continue
 				}
 			case <-tick.C:
@@ -943,13 +943,13 @@ type sinkTask[O any] struct {
 }
 
 func (t *sinkTask[O]) run(ctx context.Context) error {
-	stash := newStash[O](t.in.Upstreams())
+	stash := channel.NewStash[O](t.in.Upstreams())
 	for {
-		m, got := stash.pop(t.al)
+		m, got := stash.Pop(t.al)
 		if !got {
 			select {
 			case m = <-t.in.C:
-				if stash.keep(t.al, m) {
+				if stash.Keep(t.al, m) {
 					continue
 				}
 			case id := <-t.cancels:
@@ -984,36 +984,6 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 			}
 		}
 	}
-}
-
-// stash holds, per input, the messages that arrived while the input was
-// blocked for alignment, in order. Their credits are returned only when
-// they are processed, so a blocked input's upstream stops after Credits
-// messages.
-type stash[T any] [][]channel.Message[T]
-
-func newStash[T any](inputs int) stash[T] { return make(stash[T], inputs) }
-
-// pop returns the oldest stashed message of an input no longer blocked.
-func (s stash[T]) pop(al *align.Aligner) (channel.Message[T], bool) {
-	for u := range s {
-		if len(s[u]) > 0 && !al.Blocked(u) {
-			m := s[u][0]
-			s[u] = s[u][1:]
-			return m, true
-		}
-	}
-	return channel.Message[T]{}, false
-}
-
-// keep stashes m if its input is blocked and reports whether it did. (An
-// unblocked input's stash is always empty here: pop drains it first.)
-func (s stash[T]) keep(al *align.Aligner, m channel.Message[T]) bool {
-	if !al.Blocked(m.From) {
-		return false
-	}
-	s[m.From] = append(s[m.From], m)
-	return true
 }
 
 // opStateName is the operator part of the name of an operator-state file:

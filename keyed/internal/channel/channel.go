@@ -214,3 +214,40 @@ func (o *Outbox[T]) Broadcast(barrier uint64) error {
 	}
 	return nil
 }
+
+// Blocker tells which inputs are blocked for barrier alignment
+// (internal/align's Aligner).
+type Blocker interface {
+	Blocked(input int) bool
+}
+
+// Stash holds, per input, the messages that arrived while the input was
+// blocked for alignment, in order. Their credits are returned only when
+// they are processed, so a blocked input's upstream stops after Credits
+// messages.
+type Stash[T any] [][]Message[T]
+
+// NewStash returns an empty stash for inputs inputs.
+func NewStash[T any](inputs int) Stash[T] { return make(Stash[T], inputs) }
+
+// Pop returns the oldest stashed message of an input no longer blocked.
+func (s Stash[T]) Pop(b Blocker) (Message[T], bool) {
+	for u := range s {
+		if len(s[u]) > 0 && !b.Blocked(u) {
+			m := s[u][0]
+			s[u] = s[u][1:]
+			return m, true
+		}
+	}
+	return Message[T]{}, false
+}
+
+// Keep stashes m if its input is blocked and reports whether it did. (An
+// unblocked input's stash is always empty here: Pop drains it first.)
+func (s Stash[T]) Keep(b Blocker, m Message[T]) bool {
+	if !b.Blocked(m.From) {
+		return false
+	}
+	s[m.From] = append(s[m.From], m)
+	return true
+}

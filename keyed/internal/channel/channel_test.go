@@ -27,3 +27,28 @@ func TestOutboxPending(t *testing.T) {
 	require.False(t, o.Pending())
 	require.Len(t, in.C, 3)
 }
+
+// blocked is a Blocker over a set of inputs.
+type blocked map[int]bool
+
+func (b blocked) Blocked(input int) bool { return b[input] }
+
+// TestStash: a blocked input's messages are kept in order and come back,
+// in order, once it is unblocked; an unblocked input's are not kept.
+func TestStash(t *testing.T) {
+	s := NewStash[int](2)
+	b := blocked{1: true}
+	require.False(t, s.Keep(b, Message[int]{From: 0, Barrier: 1}))
+	require.True(t, s.Keep(b, Message[int]{From: 1, Barrier: 2}))
+	require.True(t, s.Keep(b, Message[int]{From: 1, Barrier: 3}))
+	_, ok := s.Pop(b)
+	require.False(t, ok, "input 1 is still blocked")
+	b[1] = false
+	for _, want := range []uint64{2, 3} {
+		m, ok := s.Pop(b)
+		require.True(t, ok)
+		require.Equal(t, want, m.Barrier)
+	}
+	_, ok = s.Pop(b)
+	require.False(t, ok)
+}
