@@ -16,6 +16,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/serde"
@@ -82,10 +83,10 @@ func TestBlockedPartitionHoldsWatermark(t *testing.T) {
 				var log syncbuf.Buffer
 				j := keyed.NewJob(strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), keyed.Dir(t.TempDir()), keyed.CheckpointInterval(200*time.Millisecond),
 					keyed.Logger(logTo(&log, slog.LevelInfo, nil)))
-				s := keyed.FromSource(j, "events", 1, keyed.Source[event](kafkaio.NewSource(client, in, serde.JSON[event]()))).
+				s := keyed.FromSource(j, "events", 1, connector.Source[event](kafkaio.NewSource(client, in, serde.JSON[event]()))).
 					Watermarks(10 * time.Millisecond).Idleness(300 * time.Millisecond)
 				o := keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &wmProbe{mu: &mu, max: &maxWm} })
-				keyed.ToSink(o, "results", keyed.Sink[result](kafkaio.NewSink(client, out, serde.JSON[result](), kafkaio.Key(func(r result) string { return r.UUID }, serde.String()))))
+				keyed.ToSink(o, "results", connector.Sink[result](kafkaio.NewSink(client, out, serde.JSON[result](), kafkaio.Key(func(r result) string { return r.UUID }, serde.String()))))
 				rctx, stop := context.WithCancel(ctx)
 				done := make(chan error, 1)
 				go func() { done <- j.Run(rctx) }()

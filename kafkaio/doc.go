@@ -47,7 +47,7 @@
 // # Time
 //
 // Every record the source reads carries its Kafka timestamp, and its
-// reader is a keyed.BacklogReader: with keyed watermarks and idleness
+// reader is a connector.BacklogReader: with keyed watermarks and idleness
 // (Stream.Watermarks, Stream.Idleness), a silent partition with records
 // waiting past the reader's position, not fetched yet or behind an open
 // transaction (its last stable offset below its high watermark), is not

@@ -18,6 +18,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/serde"
@@ -102,7 +103,7 @@ const defaultTransactionTimeout = 71 * time.Second
 // librdkafka resends a commit by itself: DESIGN.md, on KIP-890). Refusals
 // are permanent and come before any network call.
 func TestSinkRefusesDerivedSettings(t *testing.T) {
-	info := keyed.SinkInfo{Job: "v", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: defaultTransactionTimeout, CommitTimeout: time.Minute}
+	info := connector.SinkInfo{Job: "v", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: defaultTransactionTimeout, CommitTimeout: time.Minute}
 	txn := info.TransactionTimeout.Milliseconds()
 	for _, tc := range []struct {
 		settings map[string]string

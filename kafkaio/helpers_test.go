@@ -22,6 +22,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/testjob"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/serde"
 )
@@ -80,7 +81,7 @@ func newJob(s jobSpec) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result
 	client := mustClient(kafkaio.Brokers(strings.Split(s.brokers, ",")...))
 	src := kafkaio.NewSource(client, s.in, serde.JSON[event](), s.srcOpts...).(*kafkaio.Source[event])
 	sink := kafkaio.NewSink(client, s.out, serde.JSON[result](), append([]kafkaio.Opt{byUUID}, s.sinkOpts...)...).(*kafkaio.Sink[result])
-	st := keyed.FromSource(j, "events", s.parallelism, keyed.Source[event](src))
+	st := keyed.FromSource(j, "events", s.parallelism, connector.Source[event](src))
 	newOp := func() keyed.Operator[event, result] { return &counter{} }
 	if s.mode == checkpoint.AtLeastOnce {
 		newOp = func() keyed.Operator[event, result] { return &tolerantCounter{} }
@@ -91,7 +92,7 @@ func newJob(s jobSpec) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result
 	} else {
 		out = keyed.Process(keyed.KeyByString(func(e event) string { return e.UUID }, st), "count", s.parallelism, newOp)
 	}
-	keyed.ToSink(out, "results", keyed.Sink[result](sink))
+	keyed.ToSink(out, "results", connector.Sink[result](sink))
 	return j, src, sink
 }
 

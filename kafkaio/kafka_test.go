@@ -21,6 +21,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/testdir"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/serde"
 )
@@ -173,8 +174,8 @@ func (b bigSerde) Decode(v []byte) (string, error) { return serde.String().Decod
 func (b bigSerde) Fingerprint() string             { return "test-big" }
 
 // sinkInfo is what a job with one input gives its sink.
-func sinkInfo(t *testing.T, mode checkpoint.Mode, in string) keyed.SinkInfo {
-	return keyed.SinkInfo{Job: strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), Inputs: []string{in}, Mode: mode,
+func sinkInfo(t *testing.T, mode checkpoint.Mode, in string) connector.SinkInfo {
+	return connector.SinkInfo{Job: strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), Inputs: []string{in}, Mode: mode,
 		TransactionTimeout: defaultTransactionTimeout, CommitTimeout: time.Minute}
 }
 

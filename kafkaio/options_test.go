@@ -13,6 +13,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/serde"
 )
 
@@ -32,7 +33,7 @@ func TestOptionsMisplaced(t *testing.T) {
 	require.ErrorIs(t, err, keyed.ErrPermanent)
 
 	sink := kafkaio.NewSink(c, "out", serde.String(), kafkaio.StartFrom(consumer.Earliest), kafkaio.Partitions(3)).(*kafkaio.Sink[string])
-	info := keyed.SinkInfo{Job: "j", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: time.Minute, CommitTimeout: 10 * time.Second}
+	info := connector.SinkInfo{Job: "j", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: time.Minute, CommitTimeout: 10 * time.Second}
 	err = sink.ValidateSink(info)
 	require.ErrorContains(t, err, "sink out: option StartFrom does not configure a sink")
 	require.ErrorContains(t, err, "sink out: option Partitions does not configure a sink")
@@ -59,7 +60,7 @@ func TestSinkNullKey(t *testing.T) {
 		for i, opts := range [][]kafkaio.Opt{nil, {kafkaio.Key(func(v string) int64 { return int64(len(v)) }, serde.Int64())},
 			{kafkaio.Key(func(v string) string { return v[:1] }, serde.String())}, {kafkaio.Key(func(string) string { return "" }, serde.String())}} {
 			sink := kafkaio.NewSink(client(c), out, serde.String(), opts...).(*kafkaio.Sink[string])
-			info := keyed.SinkInfo{Job: strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), Inputs: []string{in}, Mode: checkpoint.ExactlyOnce,
+			info := connector.SinkInfo{Job: strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), Inputs: []string{in}, Mode: checkpoint.ExactlyOnce,
 				TransactionTimeout: time.Minute, CommitTimeout: 30 * time.Second}
 			require.NoError(t, sink.Reset(ctx, info))
 			require.NoError(t, sink.Write(ctx, 1, "abc"))

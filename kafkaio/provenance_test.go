@@ -14,6 +14,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/serde"
@@ -27,7 +28,7 @@ func provenanceOf(t *testing.T, brokers, topic string) checkpoint.SourceRef {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	src := kafkaio.NewSource(mustClient(kafkaio.Brokers(strings.Split(brokers, ",")...)), topic, serde.Bytes()).(keyed.Identified)
+	src := kafkaio.NewSource(mustClient(kafkaio.Brokers(strings.Split(brokers, ",")...)), topic, serde.Bytes()).(connector.Identified)
 	ref, err := src.Provenance(ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, ref.Cluster, "the cluster id")
@@ -138,9 +139,9 @@ func TestProvenanceNewcomer(t *testing.T) {
 		j := keyed.NewJob(job) // the default directory: keyed.DefaultDir(job)
 		src := kafkaio.NewSource(client, topic, serde.JSON[event](), kafkaio.Bounded())
 		sink := kafkaio.NewSink(client, topic+".counts", serde.JSON[result](), kafkaio.Key(func(r result) string { return r.UUID }, serde.String()))
-		out := keyed.Process(keyed.ByPartition(keyed.FromSource(j, "events", 1, keyed.Source[event](src))), "count", 1,
+		out := keyed.Process(keyed.ByPartition(keyed.FromSource(j, "events", 1, connector.Source[event](src))), "count", 1,
 			func() keyed.Operator[event, result] { return &counter{} })
-		keyed.ToSink(out, "results", keyed.Sink[result](sink))
+		keyed.ToSink(out, "results", connector.Sink[result](sink))
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		err = j.Run(ctx)

@@ -15,6 +15,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/serde"
 )
@@ -88,7 +89,7 @@ func BenchmarkRecordPath(b *testing.B) {
 				out := c.CreateTopic(b, 12, nil)
 				client := mustClient(kafkaio.Brokers(strings.Split(c.Brokers, ",")...))
 				j := keyed.NewJob(strings.ReplaceAll(out, ".", "-"), keyed.Dir(b.TempDir()), keyed.CheckpointInterval(time.Second))
-				s := keyed.FromSource(j, "events", 2, keyed.Source[pathEvent](kafkaio.NewSource(client, in, serde.JSON[pathEvent](), kafkaio.Bounded())))
+				s := keyed.FromSource(j, "events", 2, connector.Source[pathEvent](kafkaio.NewSource(client, in, serde.JSON[pathEvent](), kafkaio.Bounded())))
 				k := keyed.ByPartition(s)
 				if keyBy {
 					k = keyed.KeyBy(func(e pathEvent) []byte { return []byte(e.UUID) }, s)
@@ -101,7 +102,7 @@ func BenchmarkRecordPath(b *testing.B) {
 					return nil
 				})
 				sink := kafkaio.NewSink(client, out, serde.JSON[pathResult](), kafkaio.Key(func(r pathResult) string { return r.UUID }, serde.String()))
-				keyed.ToSink(res, "results", keyed.Sink[pathResult](sink))
+				keyed.ToSink(res, "results", connector.Sink[pathResult](sink))
 				if err := j.Run(ctx); err != nil { // closes the sink
 					b.Fatal(err)
 				}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/serde"
 )
 
@@ -42,7 +43,7 @@ type Repartition[T any] struct {
 	c          *Client
 	job        *keyed.Job
 	topic      string
-	input      keyed.Source[T]
+	input      connector.Source[T]
 	values     serde.Serde[T]
 	partitions int32
 }
@@ -53,7 +54,7 @@ type Repartition[T any] struct {
 // with Source. Options: Partitions, Parallelism and JobOptions configure
 // the stage; Set, Logger, EpochBuffer, InitTimeout, Instance and
 // SessionTimeout its sink, as they would the job proper's.
-func NewRepartition[T any](c *Client, job, stage string, input keyed.Source[T], key func(T) []byte, values serde.Serde[T], opts ...Opt) *Repartition[T] {
+func NewRepartition[T any](c *Client, job, stage string, input connector.Source[T], key func(T) []byte, values serde.Serde[T], opts ...Opt) *Repartition[T] {
 	o := apply(toRepartition, opts)
 	parallelism := o.parallelism
 	if parallelism == 0 {
@@ -64,7 +65,7 @@ func NewRepartition[T any](c *Client, job, stage string, input keyed.Source[T], 
 	o.key = func(v T) ([]byte, error) { return key(v), nil }
 	s := keyed.FromSource(r.job, "input", parallelism, input)
 	out := keyed.Process(keyed.ByPartition(s), "repartition", parallelism, func() keyed.Operator[T, T] { return forward[T]{} })
-	keyed.ToSink(out, "repartition-topic", keyed.Sink[T](newSink(c, r.topic, values, o)))
+	keyed.ToSink(out, "repartition-topic", connector.Sink[T](newSink(c, r.topic, values, o)))
 	return r
 }
 
@@ -88,7 +89,7 @@ func (r *Repartition[T]) Topic() string { return r.topic }
 // Source returns a source of the repartition topic for the job proper
 // (read with keyed.ByPartition), decoding values with the stage's serde.
 // Options: those of NewSource.
-func (r *Repartition[T]) Source(opts ...Opt) keyed.Source[T] {
+func (r *Repartition[T]) Source(opts ...Opt) connector.Source[T] {
 	return NewSource(r.c, r.topic, r.values, opts...)
 }
 

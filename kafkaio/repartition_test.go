@@ -18,6 +18,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/serde"
 )
@@ -46,9 +47,9 @@ func (f *fixture) startKeyedInstance(id string, log *syncbuf.Buffer, repartParts
 	require.NoError(f.t, r.CreateTopic(ctx))
 	j := keyed.NewJob(f.name, keyed.Dir(f.dir), keyed.CheckpointInterval(f.interval), keyed.Logger(logger), keyed.CheckpointTimeout(10*time.Second))
 	sink := kafkaio.NewSink(client, f.out, serde.JSON[result](), append(member, byUUID)...).(*kafkaio.Sink[result])
-	s := keyed.FromSource(j, "events", 2, keyed.Source[event](r.Source()))
+	s := keyed.FromSource(j, "events", 2, connector.Source[event](r.Source()))
 	out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
-	keyed.ToSink(out, "results", keyed.Sink[result](sink))
+	keyed.ToSink(out, "results", connector.Sink[result](sink))
 	ij.j, ij.sink = j, sink
 	rctx := ij.runContext(f.t)
 	go func() { ij.done <- keyed.RunAll(rctx, r.Job(), j) }()

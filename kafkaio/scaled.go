@@ -11,6 +11,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/producer"
 )
 
@@ -25,7 +26,7 @@ func InstanceTransactionalID(job, instance string) string {
 	return TransactionalID(job) + "." + instance
 }
 
-var _ keyed.Membership = (*sink[int])(nil)
+var _ connector.Membership = (*sink[int])(nil)
 
 // membership is an Instance sink's view of one member's assignment.
 type membership struct {
@@ -44,7 +45,7 @@ const (
 	fenceWindow = 10 * time.Minute
 )
 
-// Scaled implements keyed.Membership: with Instance.
+// Scaled implements connector.Membership: with Instance.
 func (s *sink[T]) Scaled() bool { return s.cfg.instance != "" }
 
 // join makes the member at the first Reset; it lives until Close, unless
@@ -56,7 +57,7 @@ func (s *sink[T]) Scaled() bool { return s.cfg.instance != "" }
 // fenced whatever the old member's run left open, and the new member gets
 // its assignment afresh. Being fenced maxFencings times within fenceWindow
 // fails the job: two running processes share the instance id.
-func (s *sink[T]) join(ctx context.Context, info keyed.SinkInfo) error {
+func (s *sink[T]) join(ctx context.Context, info connector.SinkInfo) error {
 	if s.member != nil {
 		merr := s.member.Err()
 		if merr == nil {
@@ -185,7 +186,7 @@ func outOfGroup(err error) error {
 	return keyed.OutcomeUnknown(err)
 }
 
-// Assignment implements keyed.Membership.
+// Assignment implements connector.Membership.
 func (s *sink[T]) Assignment(ctx context.Context) (map[string][]int32, <-chan struct{}, error) {
 	s.mu.Lock()
 	m, ms := s.member, s.ms
@@ -222,7 +223,7 @@ func (s *sink[T]) Assignment(ctx context.Context) (map[string][]int32, <-chan st
 	}
 }
 
-// Released implements keyed.Membership.
+// Released implements connector.Membership.
 func (s *sink[T]) Released() {
 	s.mu.Lock()
 	ms := s.ms
@@ -241,8 +242,8 @@ func (s *sink[T]) Released() {
 // recordedParts reads every input partition's committed offset and record
 // in the commit group (stable offsets: a pending transactional commit is
 // waited for).
-func (s *sink[T]) recordedParts(ctx context.Context, group string, offs []consumer.Committed) (*keyed.Recorded, error) {
-	rec := &keyed.Recorded{Where: "commit group " + group}
+func (s *sink[T]) recordedParts(ctx context.Context, group string, offs []consumer.Committed) (*connector.Recorded, error) {
+	rec := &connector.Recorded{Where: "commit group " + group}
 	for _, o := range offs {
 		if o.Offset < 0 {
 			continue
@@ -251,7 +252,7 @@ func (s *sink[T]) recordedParts(ctx context.Context, group string, offs []consum
 		if err != nil {
 			return nil, fmt.Errorf("kafkaio: commit group %s: %s[%d] offset %d: %w", group, o.Topic, o.Partition, o.Offset, err)
 		}
-		rec.Parts = append(rec.Parts, keyed.PartitionRecord{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset,
+		rec.Parts = append(rec.Parts, connector.PartitionRecord{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset,
 			Ref: checkpoint.Ref{Run: cr.Run, ID: cr.Checkpoint}})
 	}
 	if len(rec.Parts) == 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/serde"
 )
@@ -161,7 +162,7 @@ func TestSecuredFailures(t *testing.T) {
 							out.Emit(e)
 							return nil
 						})
-					keyed.ToSink(out, "out", keyed.Sink[event](kafkaio.NewSink(client, "kord.secured.out", serde.JSON[event]())))
+					keyed.ToSink(out, "out", connector.Sink[event](kafkaio.NewSink(client, "kord.secured.out", serde.JSON[event]())))
 					err = j.Run(ctx)
 					if c.auth {
 						require.ErrorIs(t, err, keyed.ErrPermanent)

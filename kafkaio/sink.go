@@ -14,6 +14,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/serde"
 )
@@ -27,7 +28,7 @@ import (
 // record are committed to the commit group.
 //
 // The job gives the sink its name, its input topics, its mode and its
-// transaction timeout (keyed.SinkInfo): transactional.id "kord.<job>",
+// transaction timeout (connector.SinkInfo): transactional.id "kord.<job>",
 // commit group "kord.<job>.commit", transaction.timeout.ms derived from the
 // checkpoint settings. Run closes the sink when it returns.
 type sink[T any] struct {
@@ -39,7 +40,7 @@ type sink[T any] struct {
 
 	mu        sync.Mutex
 	room      chan struct{} // closed and replaced when Write may go on
-	info      keyed.SinkInfo
+	info      connector.SinkInfo
 	log       *slog.Logger
 	p         *producer.Producer[[]byte, []byte]
 	committed uint64
@@ -83,7 +84,7 @@ var (
 // by the Key option (null without it). Options: Key, DeadLetterTopic,
 // SideOutput, EpochBuffer, InitTimeout, Instance, SessionTimeout, Set (its
 // producer's settings), Logger.
-func NewSink[T any](c *Client, topic string, values serde.Serde[T], opts ...Opt) keyed.Sink[T] {
+func NewSink[T any](c *Client, topic string, values serde.Serde[T], opts ...Opt) connector.Sink[T] {
 	return newSink(c, topic, values, apply(toSink, opts))
 }
 
@@ -104,7 +105,7 @@ func (s *sink[T]) route() func(T) string {
 
 // ValidateSink implements keyed's check of a sink before the job runs:
 // what the sink needs, and the producer settings the job derives.
-func (s *sink[T]) ValidateSink(info keyed.SinkInfo) error {
+func (s *sink[T]) ValidateSink(info connector.SinkInfo) error {
 	var errs []error
 	if s.c == nil || s.c.BrokerList() == "" {
 		errs = append(errs, fmt.Errorf("kafkaio: sink %s: no brokers (kafkaio.Brokers, or bootstrap.servers, in its Client)", s.topic))
@@ -158,13 +159,13 @@ func (s *sink[T]) wake() {
 	s.room = make(chan struct{})
 }
 
-// Reset implements keyed.Sink: a new producer, fenced in, with a
+// Reset implements connector.Sink: a new producer, fenced in, with a
 // transaction begun, after checking that the output and dead-letter topics
 // exist (an idle job would otherwise learn it only at its first result).
 // Its InitTransactions fences every older producer of the job and completes
 // a commit one had sent, or aborts what it left. Bounded by ctx and
 // InitTimeout.
-func (s *sink[T]) Reset(ctx context.Context, info keyed.SinkInfo) (err error) {
+func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error) {
 	defer func() { err = classify(err) }()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -266,7 +267,7 @@ func (s *sink[T]) topics() []string {
 // ProducerSet's) against what the job derives, and returns the sink's own
 // with the derived ones added, and the deadline of every commit (DESIGN.md,
 // "Timeouts" and "Unknown outcomes").
-func (s *sink[T]) checkSettings(info keyed.SinkInfo) (map[string]string, time.Duration, error) {
+func (s *sink[T]) checkSettings(info connector.SinkInfo) (map[string]string, time.Duration, error) {
 	all := map[string]string{}
 	if s.c != nil {
 		for k, v := range s.c.settings {
@@ -387,10 +388,10 @@ func (s *sink[T]) sizedSettings(ctx context.Context, settings map[string]string)
 	return settings, nil
 }
 
-// Recorded implements keyed.Sink: the checkpoint Kafka's commit group
+// Recorded implements connector.Sink: the checkpoint Kafka's commit group
 // records, read with stable offsets (a commit still pending is waited for),
 // and the offsets committed with it.
-func (s *sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
+func (s *sink[T]) Recorded(ctx context.Context) (*connector.Recorded, error) {
 	s.mu.Lock()
 	inputs, group := s.info.Inputs, CommitGroup(s.info.Job)
 	s.mu.Unlock()
@@ -437,12 +438,12 @@ func (s *sink[T]) Recorded(ctx context.Context) (*keyed.Recorded, error) {
 	s.mu.Lock()
 	s.committed = rec.Checkpoint
 	s.mu.Unlock()
-	return &keyed.Recorded{Ref: checkpoint.Ref{Run: rec.Run, ID: rec.Checkpoint}, Offsets: recorded, Where: "commit group " + group}, nil
+	return &connector.Recorded{Ref: checkpoint.Ref{Run: rec.Run, ID: rec.Checkpoint}, Offsets: recorded, Where: "commit group " + group}, nil
 }
 
-// Forget implements keyed.Forgetter (Job.Forget): it deletes the job's
+// Forget implements connector.Forgetter (Job.Forget): it deletes the job's
 // commit group, and with it the record of which checkpoint committed.
-func (s *sink[T]) Forget(ctx context.Context, info keyed.SinkInfo) error {
+func (s *sink[T]) Forget(ctx context.Context, info connector.SinkInfo) error {
 	if s.c == nil || s.c.BrokerList() == "" {
 		return fmt.Errorf("kafkaio: sink %s: no brokers", s.topic)
 	}
@@ -454,7 +455,7 @@ func (s *sink[T]) Forget(ctx context.Context, info keyed.SinkInfo) error {
 	return c.DeleteGroup(ctx, CommitGroup(info.Job))
 }
 
-// Write implements keyed.Sink. It blocks while the epoch buffer is full,
+// Write implements connector.Sink. It blocks while the epoch buffer is full,
 // until ctx is done.
 func (s *sink[T]) Write(ctx context.Context, epoch uint64, v T) error {
 	key, err := s.key(v)
@@ -516,7 +517,7 @@ func (s *sink[T]) write(ctx context.Context, epoch uint64, rec producer.Record[[
 	}
 }
 
-// TakesDeadLetters implements keyed.DeadLetterSink: with a DeadLetterTopic.
+// TakesDeadLetters implements connector.DeadLetterSink: with a DeadLetterTopic.
 func (s *sink[T]) TakesDeadLetters() bool { return s.cfg.deadLetters != "" }
 
 // epochBuffer is EpochBuffer's bound, 100,000 by default.
@@ -527,9 +528,9 @@ func (s *sink[T]) epochBuffer() int {
 	return 100_000
 }
 
-// DeadLetter implements keyed.DeadLetterSink: b goes to DeadLetterTopic
+// DeadLetter implements connector.DeadLetterSink: b goes to DeadLetterTopic
 // with epoch's output.
-func (s *sink[T]) DeadLetter(ctx context.Context, epoch uint64, b keyed.BadRecord) error {
+func (s *sink[T]) DeadLetter(ctx context.Context, epoch uint64, b connector.BadRecord) error {
 	if s.cfg.deadLetters == "" {
 		return fmt.Errorf("kafkaio: sink %s: %s[%d] offset %d cannot be decoded and the sink has no DeadLetterTopic: %w", s.topic, b.Topic, b.Partition, b.Offset, b.Err)
 	}
@@ -620,7 +621,7 @@ func (s *sink[T]) BufferLen() int {
 	return len(s.buffer)
 }
 
-// Commit implements keyed.Sink: the transaction gets every output of
+// Commit implements connector.Sink: the transaction gets every output of
 // epochs ≤ ref.ID, then the source offsets with the commit record, and is
 // committed; the next transaction begins and takes what waited in the
 // epoch buffer. Any failure ends this producer (the engine's next run makes

@@ -9,11 +9,11 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/serde"
 )
 
-// source reads a Kafka topic as a keyed.Source (Flink's KafkaSource, read
+// source reads a Kafka topic as a connector.Source (Flink's KafkaSource, read
 // committed): each source task has its own assign-only consumer, positions
 // are concrete offsets kept in the job's checkpoints, and nothing is ever
 // committed by the consumer. A fresh start reads from StartFrom (default
@@ -33,13 +33,13 @@ type source[T any] struct {
 }
 
 var (
-	_ keyed.Source[int]          = (*source[int])(nil)
-	_ keyed.NewPartitionStarter  = (*source[int])(nil)
-	_ keyed.Reader[int]          = (*reader[int])(nil)
-	_ keyed.DeadLetterSink       = (*sink[int])(nil)
-	_ keyed.Sink[int]            = (*sink[int])(nil)
-	_ keyed.Forgetter            = (*sink[int])(nil)
-	_ interface{ Close() error } = (*sink[int])(nil)
+	_ connector.Source[int]         = (*source[int])(nil)
+	_ connector.NewPartitionStarter = (*source[int])(nil)
+	_ connector.Reader[int]         = (*reader[int])(nil)
+	_ connector.DeadLetterSink      = (*sink[int])(nil)
+	_ connector.Sink[int]           = (*sink[int])(nil)
+	_ connector.Forgetter           = (*sink[int])(nil)
+	_ interface{ Close() error }    = (*sink[int])(nil)
 )
 
 // NewSource returns a source reading topic through c, decoding each
@@ -48,7 +48,7 @@ var (
 // nil, the other serdes of package serde refuse it (the record goes to the
 // dead letters, or fails the job). Options: StartFrom, Bounded, Set (its
 // consumers' settings), Logger.
-func NewSource[T any](c *Client, topic string, values serde.Serde[T], opts ...Opt) keyed.Source[T] {
+func NewSource[T any](c *Client, topic string, values serde.Serde[T], opts ...Opt) connector.Source[T] {
 	return &source[T]{c: c, topic: topic, values: values, cfg: apply(toSource, opts)}
 }
 
@@ -73,10 +73,10 @@ func (k *source[T]) consumer() (*consumer.Source, error) {
 	return c, classify(err)
 }
 
-// Topic implements keyed.Source.
+// Topic implements connector.Source.
 func (k *source[T]) Topic() string { return k.topic }
 
-// Partitions implements keyed.Source.
+// Partitions implements connector.Source.
 func (k *source[T]) Partitions(ctx context.Context) ([]int32, error) {
 	c, err := k.consumer()
 	if err != nil {
@@ -87,7 +87,7 @@ func (k *source[T]) Partitions(ctx context.Context) ([]int32, error) {
 	return ps, classify(err)
 }
 
-// Provenance implements keyed.Identified: the cluster id of the brokers
+// Provenance implements connector.Identified: the cluster id of the brokers
 // the source reads and the topic's id there (KIP-516). Checkpoints record
 // them, and a restore onto another cluster or a recreated topic is refused
 // (checkpoint.ErrProvenance).
@@ -104,14 +104,14 @@ func (k *source[T]) Provenance(ctx context.Context) (checkpoint.SourceRef, error
 	return checkpoint.SourceRef{Topic: k.topic, Cluster: cluster, TopicID: id}, nil
 }
 
-// Start implements keyed.Source: for a fresh start, each partition's
+// Start implements connector.Source: for a fresh start, each partition's
 // offset by StartFrom (default consumer.Earliest), resolved to concrete
 // offsets that checkpoint 0 records.
-func (k *source[T]) Start(ctx context.Context, partitions []int32) ([]keyed.Position, error) {
+func (k *source[T]) Start(ctx context.Context, partitions []int32) ([]connector.Position, error) {
 	return k.start(ctx, partitions, k.cfg.start)
 }
 
-func (k *source[T]) start(ctx context.Context, partitions []int32, from consumer.Start) ([]keyed.Position, error) {
+func (k *source[T]) start(ctx context.Context, partitions []int32, from consumer.Start) ([]connector.Position, error) {
 	c, err := k.consumer()
 	if err != nil {
 		return nil, err
@@ -125,21 +125,21 @@ func (k *source[T]) start(ctx context.Context, partitions []int32, from consumer
 	for _, p := range all {
 		at[p.Partition] = p.Offset
 	}
-	out := make([]keyed.Position, len(partitions))
+	out := make([]connector.Position, len(partitions))
 	for i, p := range partitions {
 		off, ok := at[p]
 		if !ok {
 			return nil, fmt.Errorf("kafkaio: source %s: partition %d not found when resolving %s", k.topic, p, from)
 		}
-		out[i] = keyed.Position{Partition: p, Offset: off}
+		out[i] = connector.Position{Partition: p, Offset: off}
 	}
 	return out, nil
 }
 
-// StartNew implements keyed.NewPartitionStarter: partitions created after
+// StartNew implements connector.NewPartitionStarter: partitions created after
 // the job started are read from their log start (as Flink's Kafka source
 // reads newly discovered partitions from the earliest offset).
-func (k *source[T]) StartNew(ctx context.Context, partitions []int32) ([]keyed.Position, error) {
+func (k *source[T]) StartNew(ctx context.Context, partitions []int32) ([]connector.Position, error) {
 	return k.start(ctx, partitions, consumer.Earliest)
 }
 
@@ -165,8 +165,8 @@ func (k *source[T]) bounds(ctx context.Context) (map[int32]int64, error) {
 	return k.ends, k.endsErr
 }
 
-// Reader implements keyed.Source.
-func (k *source[T]) Reader(ctx context.Context) (keyed.Reader[T], error) {
+// Reader implements connector.Source.
+func (k *source[T]) Reader(ctx context.Context) (connector.Reader[T], error) {
 	var ends map[int32]int64
 	if k.cfg.bounded {
 		var err error
@@ -187,10 +187,10 @@ type reader[T any] struct {
 	bounds map[int32]int64     // Bounded: every partition's end
 	ends   []consumer.Position // the assigned partitions' ends
 	buf    []consumer.Record   // Poll's, reused
-	out    []keyed.SourceRecord[T]
+	out    []connector.SourceRecord[T]
 }
 
-func (r *reader[T]) Assign(ctx context.Context, ps []keyed.Position) error {
+func (r *reader[T]) Assign(ctx context.Context, ps []connector.Position) error {
 	pos := make([]consumer.Position, len(ps))
 	r.ends = r.ends[:0]
 	for i, p := range ps {
@@ -208,7 +208,7 @@ func (r *reader[T]) Assign(ctx context.Context, ps []keyed.Position) error {
 	return classify(r.c.Assign(ctx, pos))
 }
 
-func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]keyed.SourceRecord[T], bool, error) {
+func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]connector.SourceRecord[T], bool, error) {
 	if r.bounds != nil && r.c.Reached(r.ends) {
 		return nil, true, nil
 	}
@@ -219,7 +219,7 @@ func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]ke
 	if err != nil {
 		return nil, false, classify(err)
 	}
-	// The engine is done with the last Poll's records (keyed.Reader).
+	// The engine is done with the last Poll's records (connector.Reader).
 	clear(r.out)
 	out := r.out[:0]
 	defer func() { r.out = out }()
@@ -229,17 +229,17 @@ func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]ke
 		}
 		v, err := r.k.values.Decode(rec.Value)
 		if err != nil {
-			out = append(out, keyed.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Bad: &keyed.BadRecord{
+			out = append(out, connector.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Bad: &connector.BadRecord{
 				Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp,
 				Err: &consumer.OffsetError{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Err: fmt.Errorf("decode: %w", err)}}})
 			continue
 		}
-		out = append(out, keyed.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: v, Timestamp: rec.Timestamp})
+		out = append(out, connector.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: v, Timestamp: rec.Timestamp})
 	}
 	return out, r.bounds != nil && r.c.Reached(r.ends), nil
 }
 
-// Behind implements keyed.BacklogReader (consumer.Source.Behind): records
+// Behind implements connector.BacklogReader (consumer.Source.Behind): records
 // wait past the reader's position, not fetched yet or behind a transaction
 // still open, so Stream.Idleness does not count the partition idle. A
 // bounded reader at its partition's bound has nothing more to deliver.
@@ -255,7 +255,7 @@ func (r *reader[T]) Behind(ctx context.Context, p int32) (bool, error) {
 	return b, classify(err)
 }
 
-var _ keyed.BacklogReader = (*reader[int])(nil)
+var _ connector.BacklogReader = (*reader[int])(nil)
 
 func (r *reader[T]) end(p int32) int64 {
 	for _, e := range r.ends {

@@ -14,6 +14,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/serde"
@@ -68,9 +69,9 @@ func TestKafkaRecordTimestamps(t *testing.T) {
 
 		mu, seen := &sync.Mutex{}, map[string]time.Time{}
 		j := keyed.NewJob(strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), keyed.Dir(t.TempDir()), keyed.CheckpointInterval(100*time.Millisecond))
-		s := keyed.FromSource(j, "events", 2, keyed.Source[event](kafkaio.NewSource(client, in, serde.JSON[event](), kafkaio.Bounded())))
+		s := keyed.FromSource(j, "events", 2, connector.Source[event](kafkaio.NewSource(client, in, serde.JSON[event](), kafkaio.Bounded())))
 		o := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &timed{mu: mu, seen: seen} })
-		keyed.ToSink(o, "results", keyed.Sink[result](kafkaio.NewSink(client, out, serde.JSON[result](), kafkaio.Key(func(r result) string { return r.UUID }, serde.String()))))
+		keyed.ToSink(o, "results", connector.Sink[result](kafkaio.NewSink(client, out, serde.JSON[result](), kafkaio.Key(func(r result) string { return r.UUID }, serde.String()))))
 		require.NoError(t, j.Run(ctx))
 		require.Len(t, seen, users*per)
 		for i := 0; i < users; i++ {

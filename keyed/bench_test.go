@@ -12,6 +12,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -45,37 +46,37 @@ func (g *genSource) Partitions(context.Context) ([]int32, error) {
 	}
 	return out, nil
 }
-func (g *genSource) Start(_ context.Context, ps []int32) ([]keyed.Position, error) {
-	out := make([]keyed.Position, len(ps))
+func (g *genSource) Start(_ context.Context, ps []int32) ([]connector.Position, error) {
+	out := make([]connector.Position, len(ps))
 	for i, p := range ps {
-		out[i] = keyed.Position{Partition: p}
+		out[i] = connector.Position{Partition: p}
 	}
 	return out, nil
 }
-func (g *genSource) Reader(context.Context) (keyed.Reader[behavior], error) {
+func (g *genSource) Reader(context.Context) (connector.Reader[behavior], error) {
 	return &genReader{g: g}, nil
 }
 
 type genReader struct {
 	g   *genSource
-	pos []keyed.Position
-	buf []keyed.SourceRecord[behavior]
+	pos []connector.Position
+	buf []connector.SourceRecord[behavior]
 }
 
-func (r *genReader) Assign(_ context.Context, ps []keyed.Position) error {
-	r.pos = append([]keyed.Position(nil), ps...)
+func (r *genReader) Assign(_ context.Context, ps []connector.Position) error {
+	r.pos = append([]connector.Position(nil), ps...)
 	return nil
 }
 
-func (r *genReader) Poll(_ context.Context, max int, _ time.Duration) ([]keyed.SourceRecord[behavior], bool, error) {
-	out := make([]keyed.SourceRecord[behavior], 0, max)
+func (r *genReader) Poll(_ context.Context, max int, _ time.Duration) ([]connector.SourceRecord[behavior], bool, error) {
+	out := make([]connector.SourceRecord[behavior], 0, max)
 	done := true
 	for i := range r.pos {
 		p := &r.pos[i]
 		for p.Offset < r.g.perPart && len(out) < max {
 			x := uint64(p.Offset)*0x9e3779b97f4a7c15 + uint64(p.Partition)*0xbf58476d1ce4e5b9
 			u := r.g.users[x%uint64(len(r.g.users))]
-			out = append(out, keyed.SourceRecord[behavior]{Partition: p.Partition, Offset: p.Offset, Value: behavior{User: u, Action: uint8(x >> 60)},
+			out = append(out, connector.SourceRecord[behavior]{Partition: p.Partition, Offset: p.Offset, Value: behavior{User: u, Action: uint8(x >> 60)},
 				Timestamp: time.UnixMilli(1_700_000_000_000 + p.Offset)}) // a millisecond of event time per record and partition
 			p.Offset++
 		}
@@ -113,13 +114,13 @@ func (d *discard) Commit(_ context.Context, ref checkpoint.Ref, _ []checkpoint.P
 	d.rec.Store(&ref)
 	return nil
 }
-func (d *discard) Recorded(context.Context) (*keyed.Recorded, error) {
+func (d *discard) Recorded(context.Context) (*connector.Recorded, error) {
 	if ref := d.rec.Load(); ref != nil {
-		return &keyed.Recorded{Ref: *ref}, nil
+		return &connector.Recorded{Ref: *ref}, nil
 	}
 	return nil, nil
 }
-func (d *discard) Reset(context.Context, keyed.SinkInfo) error { return nil }
+func (d *discard) Reset(context.Context, connector.SinkInfo) error { return nil }
 
 // BenchmarkPipeline: generator over 100,000 users -> keyBy user -> keyed
 // counter (ValueState) -> discarding sink, parallelism 2, exactly-once.
@@ -141,11 +142,11 @@ func BenchmarkPipeline(b *testing.B) {
 			for b.Loop() {
 				g := newGenSource(4, events/4, 100_000)
 				j := keyed.NewJob("bench", keyed.Dir(b.TempDir()), keyed.CheckpointInterval(tc.interval))
-				s := keyed.FromSource(j, "behavior", 2, keyed.Source[behavior](g))
+				s := keyed.FromSource(j, "behavior", 2, connector.Source[behavior](g))
 				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
 				out := keyed.Process(k, "count", 2, func() keyed.Operator[behavior, int64] { return &countOp{} })
 				sink := &discard{}
-				keyed.ToSink(out, "sink", keyed.Sink[int64](sink))
+				keyed.ToSink(out, "sink", connector.Sink[int64](sink))
 				if err := j.Run(context.Background()); err != nil {
 					b.Fatal(err)
 				}
@@ -184,7 +185,7 @@ func BenchmarkWindows(b *testing.B) {
 			for b.Loop() {
 				g := newGenSource(4, events/4, 100_000)
 				j := keyed.NewJob("bench", keyed.Dir(b.TempDir()), keyed.CheckpointInterval(time.Second))
-				s := keyed.FromSource(j, "behavior", 2, keyed.Source[behavior](g)).Watermarks(time.Second)
+				s := keyed.FromSource(j, "behavior", 2, connector.Source[behavior](g)).Watermarks(time.Second)
 				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
 				var out *keyed.Output[int64]
 				if windowed {
@@ -195,7 +196,7 @@ func BenchmarkWindows(b *testing.B) {
 					out = keyed.Process(k, "count", 2, func() keyed.Operator[behavior, int64] { return &countOp{} })
 				}
 				sink := &discard{}
-				keyed.ToSink(out, "sink", keyed.Sink[int64](sink))
+				keyed.ToSink(out, "sink", connector.Sink[int64](sink))
 				if err := j.Run(context.Background()); err != nil {
 					b.Fatal(err)
 				}
@@ -244,7 +245,7 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 	}
 	for i := 0; i < keys; i++ {
 		k := []byte(fmt.Sprintf("%08x-0000-4000-8000-%012x", i*2654435761, i))
-		be.SetCurrentKey(k, keyed.KeyGroup(k, keyed.DefaultMaxParallelism))
+		keyed.SetCurrentKey(be, k, keyed.KeyGroup(k, keyed.DefaultMaxParallelism))
 		v.Set(int64(i))
 	}
 	var stall, durable, restore time.Duration
@@ -257,7 +258,7 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 			b.Fatal(err)
 		}
 		t0 := time.Now()
-		snap := be.Snapshot()
+		snap := keyed.Snapshot(be)
 		t1 := time.Now()
 		files, err := snap.Encode("0123456789abcdef", id, 0)
 		if err != nil {
@@ -277,7 +278,7 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 		if _, err := keyed.Value(be2, "n", keyed.Int64()); err != nil {
 			b.Fatal(err)
 		}
-		if err := be2.Restore(m2, files2); err != nil {
+		if err := keyed.Restore(be2, m2, files2); err != nil {
 			b.Fatal(err)
 		}
 		t3 := time.Now()
@@ -318,7 +319,7 @@ func BenchmarkWatermarkLag(b *testing.B) {
 				var first time.Time
 				src := keyed.NewMemorySource[behavior]("behavior", 4, false)
 				j := keyed.NewJob("bench", keyed.Dir(b.TempDir()), keyed.CheckpointInterval(time.Second))
-				s := keyed.FromSource(j, "behavior", 2, keyed.Source[behavior](src)).Watermarks(lateness)
+				s := keyed.FromSource(j, "behavior", 2, connector.Source[behavior](src)).Watermarks(lateness)
 				if idle {
 					s = s.Idleness(200 * time.Millisecond)
 				}
@@ -335,7 +336,7 @@ func BenchmarkWatermarkLag(b *testing.B) {
 					}
 					return nil
 				})
-				keyed.ToSink(out, "sink", keyed.Sink[int64](&discard{}))
+				keyed.ToSink(out, "sink", connector.Sink[int64](&discard{}))
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
 				go func() { done <- j.Run(ctx) }()

@@ -5,10 +5,14 @@
 // Start with NewJob (named, configured by options), FromSource, one of
 // KeyBy, KeyByString or ByPartition, then Process (an Operator with any
 // keyed state), ProcessFunc (no state) or ProcessValue (one value per key),
-// ToSink, and Run. Kafka sources and sinks are in package kafkaio; the
-// in-memory ones here (MemorySource, MemorySink) need no Kafka; package
-// kordtest runs a job against an in-process cluster in tests. Example and
-// kafkaio's Example show complete jobs.
+// ToSink, and Run. Each stage takes a parallelism, its number of tasks: 0
+// is the default, the partition count of its source topics at most
+// runtime.NumCPU(), resolved each time the job runs. A source or a sink
+// is anything implementing package connector's Source or Sink: Kafka's
+// are in package kafkaio; the in-memory ones here (MemorySource,
+// MemorySink) need no Kafka; package kordtest runs a job against an
+// in-process cluster in tests. Example and kafkaio's Example show
+// complete jobs.
 //
 // The rest of this doc is how keyed state works.
 //
@@ -16,7 +20,7 @@
 //
 // Every key belongs to one of maxParallelism key groups, and every key group
 // to exactly one of the parallelism instances of a keyed operator, which owns
-// a contiguous KeyGroupRange (Flink's KeyGroupRangeAssignment formulas). Two
+// a contiguous range of them (Flink's KeyGroupRangeAssignment formulas). Two
 // modes share this layout:
 //
 //   - keyBy(extractor): key group = xxhash64(key) %
@@ -31,26 +35,28 @@
 // # State
 //
 // A Backend holds every keyed state of one operator instance for its
-// key-group range. The runtime calls SetCurrentKey before it calls the user
-// function; ValueState, ListState and MapState then read and write the
+// key-group range. An Operator declares its states on it in Open (Value,
+// List, Map); the runtime sets the current key before it calls the
+// operator, and ValueState, ListState and MapState then read and write the
 // current key's state. A Backend is used by one goroutine, the operator's.
 //
 // # Snapshots
 //
-// Backend.Snapshot, called at the barrier, is O(states × key groups): it
-// freezes the current per-key-group tables and returns. The first write to a
-// frozen key group afterwards copies that group's table (copy-on-write at
-// key-group granularity), so Snapshot.Encode can run on another goroutine
-// while processing goes on. Encode writes, for each state, one
-// state file (an Avro object container file, kord's internal/statefile)
-// holding every key group of the instance that has entries, with an index
-// of its key groups, named with "<operator>.<state>" in the operator slot
-// and the instance's first key group (one file per instance and state, as
-// Flink writes one per task: a file per key group made checkpoints cost
-// their file system calls). Backend.Restore reads the files of a checkpoint
+// The runtime's snapshot of a Backend, taken at the barrier, is
+// O(states × key groups): it freezes the current per-key-group tables and
+// returns. The first write to a frozen key group afterwards copies that
+// group's table (copy-on-write at key-group granularity), so the snapshot
+// is encoded on another goroutine while processing goes on. Encoding
+// writes, for each state, one state file (an Avro object container file,
+// kord's internal/statefile) holding every key group of the instance that
+// has entries, with an index of its key groups, named with
+// "<operator>.<state>" in the operator slot and the instance's first key
+// group (one file per instance and state, as Flink writes one per task: a
+// file per key group made checkpoints cost their file system calls). A restore reads the files of a checkpoint
 // taken at any parallelism with the same maxParallelism and decodes, in
-// parallel, the key groups of its own range: that is rescaling. Release a snapshot once encoded: until every snapshot is
-// released, writes keep copying the key groups they touch first.
+// parallel, the key groups of its own range: that is rescaling. Until a
+// snapshot is encoded and released, writes keep copying the key groups
+// they touch first.
 //
 // Values are held as Go values and shared with snapshots, so a stored value
 // is never modified in place: a value holding pointers, slices or maps must

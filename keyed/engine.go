@@ -20,6 +20,8 @@ import (
 	"github.com/kordproject/kord/internal/lifecycle"
 	"github.com/kordproject/kord/internal/recovery"
 	"github.com/kordproject/kord/internal/retain"
+	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/keyed/internal/channel"
 )
 
 // Type-erased graph nodes; the generic ones below implement them.
@@ -38,8 +40,8 @@ type opNode interface {
 }
 
 type sinkNode interface {
-	reset(ctx context.Context, info SinkInfo) error
-	recorded(ctx context.Context) (*Recorded, error)
+	reset(ctx context.Context, info connector.SinkInfo) error
+	recorded(ctx context.Context) (*connector.Recorded, error)
 	commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error
 	sinkName() string
 	sinkValue() any // the user's Sink
@@ -75,12 +77,12 @@ func (rs *restoreState) watermark() int64 {
 		metas = append(metas, rs.meta)
 	}
 	if len(metas) == 0 {
-		return noTime
+		return channel.NoTime
 	}
-	wm := int64(endOfTime)
+	wm := int64(channel.EndOfTime)
 	for _, m := range metas {
 		if m.Watermark == nil {
-			return noTime
+			return channel.NoTime
 		}
 		wm = min(wm, *m.Watermark)
 	}
@@ -167,8 +169,8 @@ var errReassigned = errors.New("keyed: the partitions assigned to this process c
 
 // membership returns the sink's Membership when the job runs as one of
 // several processes.
-func (j *Job) membership() Membership {
-	if m, ok := j.sink.sinkValue().(Membership); ok && m.Scaled() {
+func (j *Job) membership() connector.Membership {
+	if m, ok := j.sink.sinkValue().(connector.Membership); ok && m.Scaled() {
 		return m
 	}
 	return nil
@@ -323,7 +325,7 @@ func (j *Job) Run(ctx context.Context) (err error) {
 // Forget makes the job start over from nothing at its next Run, as a job
 // that never ran: it deletes every checkpoint in its directory, with the
 // local committed marker, and has the sink forget what its system recorded
-// as committed (a Forgetter; a Kafka sink deletes its commit group). The
+// as committed (a connector.Forgetter; a Kafka sink deletes its commit group). The
 // output already committed stays where it is. Refused while the job runs
 // (the directory is locked) and for a sink that cannot forget: deleting
 // the checkpoints alone would make the next Run stop with
@@ -332,9 +334,9 @@ func (j *Job) Forget(ctx context.Context) error {
 	if err := j.Validate(); err != nil {
 		return err
 	}
-	f, ok := j.sink.sinkValue().(Forgetter)
+	f, ok := j.sink.sinkValue().(connector.Forgetter)
 	if !ok {
-		return fmt.Errorf("keyed: job %s: sink %q cannot forget its commit record (it is no keyed.Forgetter)", j.name, j.sink.sinkName())
+		return fmt.Errorf("keyed: job %s: sink %q cannot forget its commit record (it is no connector.Forgetter)", j.name, j.sink.sinkName())
 	}
 	store, closeStore, err := j.openStorage(ctx)
 	if err != nil {
@@ -434,13 +436,13 @@ func newRunID() string {
 }
 
 // sinkInfo describes the job to its sink.
-func (j *Job) sinkInfo() SinkInfo {
+func (j *Job) sinkInfo() connector.SinkInfo {
 	var inputs []string
 	for _, s := range j.sources {
 		inputs = append(inputs, s.topic())
 	}
 	sort.Strings(inputs)
-	return SinkInfo{Job: j.name, Inputs: inputs, Mode: j.cfg.Mode, TransactionTimeout: j.cfg.transactionTimeout(), CommitTimeout: j.commitTimeout(),
+	return connector.SinkInfo{Job: j.name, Inputs: inputs, Mode: j.cfg.Mode, TransactionTimeout: j.cfg.transactionTimeout(), CommitTimeout: j.commitTimeout(),
 		Logger: j.cfg.Logger.With("job", j.name)}
 }
 
@@ -539,7 +541,7 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 func (j *Job) provenance(ctx context.Context) ([]checkpoint.SourceRef, error) {
 	var refs []checkpoint.SourceRef
 	for _, s := range j.sources {
-		id, ok := s.sourceValue().(Identified)
+		id, ok := s.sourceValue().(connector.Identified)
 		if !ok {
 			continue
 		}
@@ -779,7 +781,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 		for _, e := range effs {
 			switch e.Kind {
 			case lifecycle.Trigger:
-				pending = map[uint64]*collected{e.ID: {wm: endOfTime}}
+				pending = map[uint64]*collected{e.ID: {wm: channel.EndOfTime}}
 				for _, t := range r.triggers {
 					tr := trigger{id: e.ID, final: e.Final}
 					select {
@@ -816,7 +818,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					return c.offsets[a].Partition < c.offsets[b].Partition
 				})
 				m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: maxP, Offsets: c.offsets, Files: c.files, Operators: dedupRefs(append(c.refs, r.opRef)), Sources: r.sources}
-				if c.wm != noTime && c.wm != endOfTime {
+				if c.wm != channel.NoTime && c.wm != channel.EndOfTime {
 					wm := c.wm
 					m.Watermark = &wm
 				}

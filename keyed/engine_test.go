@@ -11,6 +11,7 @@ import (
 
 	"github.com/kordproject/kord/internal/rig/testjob"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/vfs"
 )
@@ -69,7 +70,7 @@ func checkOutput(t testing.TB, out []result, want map[string]int64) {
 
 func newJob(t testing.TB, opts []keyed.Opt, src *keyed.MemorySource[event], sink *keyed.MemorySink[result], byPartition bool, srcP, opP int) *keyed.Job {
 	j := keyed.NewJob("users", opts...)
-	s := keyed.FromSource(j, "events", srcP, keyed.Source[event](src))
+	s := keyed.FromSource(j, "events", srcP, connector.Source[event](src))
 	var k *keyed.KeyedStream[[]byte, event]
 	if byPartition {
 		k = keyed.ByPartition(s)
@@ -77,7 +78,7 @@ func newJob(t testing.TB, opts []keyed.Opt, src *keyed.MemorySource[event], sink
 		k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
 	}
 	out := keyed.Process(k, "count", opP, func() keyed.Operator[event, result] { return &counter{} })
-	keyed.ToSink(out, "results", keyed.Sink[result](sink))
+	keyed.ToSink(out, "results", connector.Sink[result](sink))
 	require.NoError(t, j.Validate())
 	return j
 }

@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 )
 
 // clicks counts each user's clicks in keyed state.
@@ -37,10 +38,10 @@ func Example() {
 	src.Append(0, []byte("ana"), "/pay")
 
 	j := keyed.NewJob("click-counts", keyed.Dir(dir))
-	s := keyed.FromSource(j, "clicks", 1, keyed.Source[string](src))
+	s := keyed.FromSource(j, "clicks", 1, connector.Source[string](src))
 	out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[string, string] { return &clicks{} })
 	sink := keyed.NewMemorySink[string]()
-	keyed.ToSink(out, "results", keyed.Sink[string](sink))
+	keyed.ToSink(out, "results", connector.Sink[string](sink))
 	if err := j.Run(context.Background()); err != nil {
 		fmt.Println(err)
 		return

@@ -1,6 +1,11 @@
 package keyed
 
-import "time"
+import (
+	"time"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
+)
 
 // SetSweepAge makes retention of other runs (sweep) delete checkpoints
 // older than d instead of the transaction timeout plus margins; the
@@ -14,8 +19,25 @@ func SetSweepAge(d time.Duration) (restore func()) {
 // (package keyed_test) that exercise state without a job.
 var (
 	NewBackend = newBackend
-	FullRange  = fullRange
-	KeyGroup   = keyGroupOf
+	FullRange  = keygroup.Full
+	KeyGroup   = keygroup.Of
 )
 
-type KeyGroupRange = keyGroupRange
+type KeyGroupRange = keygroup.Range
+
+// The runtime's calls on a Backend, for the external tests and benchmarks.
+func SetCurrentKey(b *Backend, key []byte, keyGroup int) { b.setCurrentKey(key, keyGroup) }
+
+func Snapshot(b *Backend) *snapshot { return b.takeSnapshot() }
+
+func Restore(b *Backend, m *checkpoint.Metadata, files map[string][]byte) error {
+	return b.restore(m, files)
+}
+
+// SetNumCPU makes parallelism 0's default see n CPUs; the returned func
+// restores runtime.NumCPU.
+func SetNumCPU(n int) (restore func()) {
+	old := numCPU
+	numCPU = func() int { return n }
+	return func() { numCPU = old }
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
 	"github.com/kordproject/kord/vfs/errorfs"
 )
@@ -161,7 +162,7 @@ func seedRun(t *testing.T, seed uint64, events int) {
 		j := keyed.NewJob("users", append(opts, keyed.FS(fs))...)
 		srcP := 1 + r.IntN(3)
 		t.Logf("incarnation %d: srcP=%d batch=%d credits=%d interval=%v", incarnation, srcP, batch, credits, interval)
-		s := keyed.FromSource(j, "events", srcP, keyed.Source[event](src))
+		s := keyed.FromSource(j, "events", srcP, connector.Source[event](src))
 		var k *keyed.KeyedStream[[]byte, event]
 		if byPartition {
 			k = keyed.ByPartition(s)
@@ -169,7 +170,7 @@ func seedRun(t *testing.T, seed uint64, events int) {
 			k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
 		}
 		out := keyed.Process(k, "count", 1+r.IntN(maxOp), func() keyed.Operator[event, result] { return &faultyCounter{plan: plan} })
-		keyed.ToSink(out, "results", keyed.Sink[result](sink))
+		keyed.ToSink(out, "results", connector.Sink[result](sink))
 		err := j.Run(rctx)
 		t.Logf("incarnation %d: byPartition=%v parts=%d plan=%+v commitFailAt=%d: %v", incarnation, byPartition, parts, plan.at, commitFailAt, err)
 		if errors.Is(err, failpoint.ErrCrashed) {
@@ -207,11 +208,11 @@ func TestNoGoroutineLeft(t *testing.T) {
 		_ = j.Run(failpoint.WithHook(context.Background(), hook))
 	}
 	j := keyed.NewJob("users", keyed.FS(vfs.NewMem()), keyed.Dir("/c"), keyed.RestartStrategy(keyed.FixedDelay(2, 0)))
-	s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
+	s := keyed.FromSource(j, "events", 2, connector.Source[event](src))
 	out := keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 2, func() keyed.Operator[event, result] {
 		return &faultyCounter{plan: &opFault{at: 1}}
 	})
-	keyed.ToSink(out, "results", keyed.Sink[result](keyed.NewMemorySink[result]()))
+	keyed.ToSink(out, "results", connector.Sink[result](keyed.NewMemorySink[result]()))
 	require.Error(t, j.Run(context.Background()), "an operator that always fails exhausts the restarts")
 	require.Eventually(t, func() bool {
 		buf := make([]byte, 1<<20)

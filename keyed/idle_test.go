@@ -9,30 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
 )
-
-// TestOutboxPending: a flush would send records, a watermark or an
-// idleness change; after it, nothing is pending.
-func TestOutboxPending(t *testing.T) {
-	stop := make(chan struct{})
-	in := newInbox[int](1, 8)
-	o := newOutbox(stop, []*inbox[int]{in}, []int{0}, 4)
-	require.False(t, o.pending())
-	require.NoError(t, o.add(0, element[int]{v: 1}))
-	require.True(t, o.pending(), "a partial batch")
-	require.NoError(t, o.flushAll())
-	require.False(t, o.pending())
-	o.advance(10)
-	require.True(t, o.pending(), "a watermark not sent")
-	require.NoError(t, o.flushAll())
-	require.False(t, o.pending())
-	o.setIdle(true)
-	require.True(t, o.pending(), "an idleness not sent")
-	require.NoError(t, o.flushAll())
-	require.False(t, o.pending())
-	require.Len(t, in.ch, 3)
-}
 
 // waitSource records the wait of every poll of its one reader, and
 // signals each poll that returned records.
@@ -43,7 +22,7 @@ type waitSource struct {
 	got   chan struct{}
 }
 
-func (s *waitSource) Reader(ctx context.Context) (Reader[int], error) {
+func (s *waitSource) Reader(ctx context.Context) (connector.Reader[int], error) {
 	r, err := s.MemorySource.Reader(ctx)
 	return &waitReader{Reader: r, s: s}, err
 }
@@ -55,11 +34,11 @@ func (s *waitSource) polls() []time.Duration {
 }
 
 type waitReader struct {
-	Reader[int]
+	connector.Reader[int]
 	s *waitSource
 }
 
-func (r *waitReader) Poll(ctx context.Context, max int, wait time.Duration) ([]SourceRecord[int], bool, error) {
+func (r *waitReader) Poll(ctx context.Context, max int, wait time.Duration) ([]connector.SourceRecord[int], bool, error) {
 	r.s.mu.Lock()
 	r.s.waits = append(r.s.waits, wait)
 	r.s.mu.Unlock()
@@ -83,12 +62,12 @@ func TestIdleJobDoesNotWake(t *testing.T) {
 	src := &waitSource{MemorySource: NewMemorySource[int]("events", 1, false), got: make(chan struct{}, 16)}
 	sink := NewMemorySink[int]()
 	j := NewJob("idle", FS(vfs.NewMem()), Dir("/ckpt"), CheckpointInterval(400*time.Millisecond), BufferTimeout(buffer))
-	s := FromSource(j, "events", 1, Source[int](src))
+	s := FromSource(j, "events", 1, connector.Source[int](src))
 	out := ProcessValue(ByPartition(s), "pass", 1, Int64(), func(_ []byte, v int, _ *ValueState[int64], out *Collector[int]) error {
 		out.Emit(v)
 		return nil
 	})
-	ToSink(out, "results", Sink[int](sink))
+	ToSink(out, "results", connector.Sink[int](sink))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()

@@ -1,17 +1,16 @@
 package keyed
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 // Restart is a restart strategy: after a task fails, every task restarts
@@ -112,7 +111,7 @@ func (j *Job) Validate() error {
 		errs = append(errs, fmt.Errorf("keyed: transaction max timeout %v below 1s", j.cfg.TransactionMaxTimeout))
 	}
 	if j.cfg.MaxParallelism != 0 {
-		if err := validateParallelism(1, j.cfg.MaxParallelism); err != nil {
+		if err := keygroup.ValidateParallelism(1, j.cfg.MaxParallelism); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -149,147 +148,13 @@ func (j *Job) Validate() error {
 		}
 	}
 	if j.sink != nil && len(j.sources) > 0 {
-		if v, ok := j.sink.sinkValue().(SinkValidator); ok {
+		if v, ok := j.sink.sinkValue().(connector.SinkValidator); ok {
 			if err := v.ValidateSink(j.sinkInfo()); err != nil {
 				errs = append(errs, fmt.Errorf("keyed: sink %q: %w", j.sink.sinkName(), err))
 			}
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// SinkValidator is a sink that can check itself, and the job it is given,
-// before the job runs: Validate calls it.
-type SinkValidator interface {
-	ValidateSink(info SinkInfo) error
-}
-
-// Position is a source partition and the next offset to read.
-type Position struct {
-	Partition int32
-	Offset    int64
-}
-
-// SourceRecord is one record of a partitioned, replayable source.
-type SourceRecord[T any] struct {
-	Partition int32
-	Offset    int64
-	// Key is the record key: the key used in partition mode (ByPartition).
-	Key   []byte
-	Value T
-	// Timestamp is the record's time (Kafka's record timestamp; zero if it
-	// has none). Stream.Timestamps can take the time from the value
-	// instead. Operators read it with Collector.Timestamp.
-	Timestamp time.Time
-	// Bad, when set, says the record could not be decoded (Value is then
-	// zero): the job hands it to the sink's dead letters, under the
-	// checkpoint that covers its offset, and counts it; with a sink that
-	// takes none (DeadLetterSink) the job fails with Bad.Err.
-	Bad *BadRecord
-}
-
-// BadRecord is an input record that could not be decoded, as read.
-type BadRecord struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Key       []byte
-	Value     []byte
-	Timestamp time.Time
-	Err       error
-}
-
-// DeadLetterSink is a sink that also takes dead letters. Like Write, a dead
-// letter of epoch e must stay invisible (exactly-once) until Commit(c) for
-// some c ≥ e, so that it is written once if its record's offset is
-// committed and never if it is not.
-type DeadLetterSink interface {
-	// TakesDeadLetters reports whether the sink is set up to take them (a
-	// Kafka sink with a dead-letter topic, say).
-	TakesDeadLetters() bool
-	DeadLetter(ctx context.Context, epoch uint64, b BadRecord) error
-}
-
-// Source is a partitioned, replayable source: its records are addressed by
-// partition and offset, and reading from an offset again yields the same
-// records (a Kafka topic, or MemorySource).
-type Source[T any] interface {
-	// Topic names the source in checkpoints (a Kafka topic name).
-	Topic() string
-	// Partitions lists the partitions, ascending.
-	Partitions(ctx context.Context) ([]int32, error)
-	// Start resolves, for a fresh start, each partition's first offset.
-	Start(ctx context.Context, partitions []int32) ([]Position, error)
-	// Reader opens a reader for one source task.
-	Reader(ctx context.Context) (Reader[T], error)
-}
-
-// Identified is a Source that knows where its records live beyond the
-// topic's name: the cluster that serves them and the topic's identity
-// there (kafkaio's sources give Kafka's cluster id and topic id, KIP-516).
-// Every checkpoint records it (checkpoint.Metadata.Sources), and a restore
-// refuses a checkpoint whose offsets were read on another cluster or from
-// an earlier incarnation of the topic (checkpoint.ErrProvenance), unless
-// the job is given Failover. The job asks once per run, before it restores
-// anything.
-type Identified interface {
-	Provenance(ctx context.Context) (checkpoint.SourceRef, error)
-}
-
-// OperatorState is implemented by a Sink, or by a source's Reader, that
-// keeps state of its own besides the offsets the engine keeps for it
-// (Flink's operator list state). The state is a list of byte strings,
-// written with each checkpoint as an Avro file per instance.
-type OperatorState interface {
-	// SnapshotState returns the state as of the barrier of checkpoint id:
-	// the sink's when every output before the barrier has been written to
-	// it, a reader's at the point its offsets are recorded.
-	SnapshotState(id uint64) ([][]byte, error)
-	// RestoreState is called once, before any record, when the job
-	// restores a checkpoint (not on a fresh start). It receives the
-	// elements of every instance's snapshot, in instance order (union
-	// redistribution, as Flink's union list state): at the same
-	// parallelism and at another, each instance gets all of them and keeps
-	// what concerns it.
-	RestoreState(elements [][]byte) error
-}
-
-// NewPartitionStarter is implemented by sources whose partitions can
-// grow (KafkaSource): StartNew returns the first offsets of partitions that
-// appeared after the job started (the log start, whatever Start would
-// choose for a fresh start). Sources without it use Start.
-type NewPartitionStarter interface {
-	StartNew(ctx context.Context, partitions []int32) ([]Position, error)
-}
-
-// Reader reads the partitions assigned to one source task.
-type Reader[T any] interface {
-	// Assign sets the partitions to read, each from its offset, replacing
-	// any earlier assignment (a discovered partition is added by assigning
-	// every partition again at its current offset).
-	Assign(ctx context.Context, positions []Position) error
-	// Poll returns up to max records, waiting at most wait for the first.
-	// done reports that every assigned partition has ended (a bounded
-	// source; Kafka never ends). The engine is done with recs when it
-	// calls Poll again: a reader may reuse the slice.
-	Poll(ctx context.Context, max int, wait time.Duration) (recs []SourceRecord[T], done bool, err error)
-	Close() error
-}
-
-// BacklogReader is a Reader that tells a partition with nothing more to
-// read from one that is silent while records wait past what the reader
-// has delivered: records it has not fetched yet (a reader that fell behind,
-// busy with other partitions), or records it cannot read yet (a
-// read_committed consumer held behind an open transaction: its last stable
-// offset stands below the high watermark). kafkaio's reader and
-// MemorySource's are ones. With Stream.Idleness, a silent partition is
-// idle only if it has no backlog: one with a backlog keeps holding the
-// watermark, since its records, once read, are older than what the others
-// have moved on to.
-type BacklogReader interface {
-	// Behind reports whether partition has records past the reader's
-	// position that it has not delivered.
-	Behind(ctx context.Context, partition int32) (bool, error)
 }
 
 // Operator is a keyed operator: Process is called for each record with the
@@ -302,110 +167,6 @@ type Operator[T, O any] interface {
 	// read-only: it may share memory with the record (see KeyByString) and
 	// is only valid during the call.
 	Process(key []byte, v T, out *Collector[O]) error
-}
-
-// Sink receives the keyed operator's output. The engine calls Write from
-// one sink task; Commit from the checkpoint coordinator, in checkpoint
-// order, once the checkpoint is durable. Every call is bounded by its ctx.
-type Sink[T any] interface {
-	// Reset starts a new incarnation of the sink, before each run (the
-	// first and every restart or recovery): output not committed is
-	// dropped, and anything an older incarnation left in flight is fenced
-	// off. info describes the job.
-	Reset(ctx context.Context, info SinkInfo) error
-	// Write adds v to the output of checkpoint epoch: it must stay invisible
-	// (exactly-once) until Commit(c) for some c ≥ epoch. It may block
-	// (backpressure) until ctx is done.
-	Write(ctx context.Context, epoch uint64, v T) error
-	// Commit makes visible the output of every epoch ≤ ref.ID and records,
-	// in the same atomic step, that checkpoint ref committed with these
-	// source offsets (a Kafka sink commits them to its commit group inside
-	// the transaction). An error marked OutcomeUnknown says the step may or
-	// may not have happened.
-	Commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error
-	// Recorded returns what the sink's system recorded as committed, nil
-	// if nothing: recovery restores exactly that checkpoint and checks the
-	// recorded offsets against it.
-	Recorded(ctx context.Context) (*Recorded, error)
-}
-
-// Forgetter is a sink that can forget what its system recorded as
-// committed for a job (a Kafka sink deletes its commit group): Job.Forget
-// calls it.
-type Forgetter interface {
-	Forget(ctx context.Context, info SinkInfo) error
-}
-
-// SinkInfo describes the job to its sink, at each Reset.
-type SinkInfo struct {
-	// Job is the job's name (NewJob): a Kafka sink derives its
-	// transactional id and commit group from it.
-	Job string
-	// Inputs are the topics of the job's sources, ascending.
-	Inputs []string
-	// Mode is the job's checkpointing mode: exactly-once output is
-	// written in transactions, at-least-once output at once.
-	Mode checkpoint.Mode
-	// TransactionTimeout is derived from the checkpoint settings (the
-	// interval, timeout and min pause, times the tolerable failures plus
-	// one, plus 10 s, capped at TransactionMaxTimeout): a transaction
-	// spans at most this long.
-	TransactionTimeout time.Duration
-	// CommitTimeout bounds every Commit (its ctx has this deadline, the
-	// checkpoint timeout, or less during a graceful stop). A Kafka sink
-	// keeps librdkafka's request timeout above it, so that librdkafka never
-	// sends a commit again by itself while the sink still uses its producer.
-	CommitTimeout time.Duration
-	// Logger is the job's logger.
-	Logger *slog.Logger
-}
-
-// Recorded is what a sink's system holds as committed: a checkpoint, and
-// the source offsets committed with it.
-type Recorded struct {
-	Ref checkpoint.Ref
-	// Offsets are the committed source offsets, one per partition that has
-	// one; a restore checks them against the checkpoint's
-	// (internal/recovery's CheckOffsets).
-	Offsets []checkpoint.PartitionOffset
-	// Where names the record for errors ("commit group kord.x.commit").
-	Where string
-	// Parts is set instead of Ref and Offsets by a Membership sink: each
-	// recorded partition with its own checkpoint.
-	Parts []PartitionRecord
-}
-
-// PartitionRecord is what a sink's system holds as committed for one
-// input partition when each partition has its own record (a job on several
-// processes, Membership): its offset and the checkpoint that holds its
-// state.
-type PartitionRecord struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Ref       checkpoint.Ref
-}
-
-// Membership is a sink whose system assigns the job's input partitions to
-// this process (a Kafka consumer group: kafkaio.Instance), so that several
-// processes run one job. With one, each run covers the partitions assigned
-// now, restores each from the checkpoint its own record names
-// (Recorded.Parts), commits only them, and ends with a final checkpoint
-// when the assignment changes; the next run takes the new assignment.
-// Only ByPartition jobs run this way: their key group is the partition, so
-// state follows it.
-type Membership interface {
-	// Scaled reports whether this sink runs the job as one of several
-	// processes.
-	Scaled() bool
-	// Assignment waits until this process is assigned partitions and
-	// returns them by topic, with a channel closed when the assignment is
-	// about to change. A run holds them until Released.
-	Assignment(ctx context.Context) (map[string][]int32, <-chan struct{}, error)
-	// Released tells the membership the run over the last assignment has
-	// ended: what it held is committed or aborted, and revoked partitions
-	// may move on.
-	Released()
 }
 
 // Stream is a stream of records from a source.
@@ -434,19 +195,23 @@ type Output[O any] struct {
 	op outputNode[O]
 }
 
-// FromSource adds a source read by parallelism tasks. In keyBy mode its
-// partitions go to tasks round-robin by position (partition i of the
-// sorted list to task i % parallelism); in partition mode each task gets a
-// contiguous range of partitions, the same ranges as the keyed operator's
-// key groups, so that with equal parallelism each source task feeds exactly
-// one operator task (no shuffle).
-func FromSource[T any](j *Job, name string, parallelism int, s Source[T]) *Stream[T] {
+// FromSource adds a source read by parallelism tasks. Parallelism 0 is
+// the default: as many tasks as the source has partitions, at most
+// runtime.NumCPU(), at least one; it is resolved each time the job runs,
+// when the partitions are known. A negative parallelism is an error.
+//
+// In keyBy mode its partitions go to tasks round-robin by position
+// (partition i of the sorted list to task i % parallelism); in partition
+// mode each task gets a contiguous range of partitions, the same ranges as
+// the keyed operator's key groups, so that with equal parallelism each
+// source task feeds exactly one operator task (no shuffle).
+func FromSource[T any](j *Job, name string, parallelism int, s connector.Source[T]) *Stream[T] {
 	n := &sourceOf[T]{name: name, parallelism: parallelism, src: s}
 	if err := layout.ValidateOperator(name); err != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: source name: %w", err))
 	}
-	if parallelism < 1 {
-		j.errs = append(j.errs, fmt.Errorf("keyed: source %q: parallelism %d", name, parallelism))
+	if parallelism < 0 {
+		j.errs = append(j.errs, fmt.Errorf("keyed: source %q: parallelism %d (0 is the default: the partition count, at most the CPUs)", name, parallelism))
 	}
 	j.sources = append(j.sources, n)
 	return &Stream[T]{j: j, node: n}
@@ -483,7 +248,7 @@ func (s *Stream[T]) Watermarks(lateness time.Duration) *Stream[T] {
 // that an empty or quiet partition does not stall event time; when all of
 // a task's partitions are idle, the task's inputs downstream wait for the
 // others only. A partition whose reader says records wait past its
-// position (BacklogReader: not fetched yet, or behind an open transaction)
+// position (connector.BacklogReader: not fetched yet, or behind an open transaction)
 // is not idle, however long it is silent.
 // Records of a partition that was idle may be late when they come. Needs
 // Watermarks; default: no idleness.
@@ -534,6 +299,14 @@ func ByPartition[T any](s *Stream[T]) *KeyedStream[[]byte, T] {
 // KeyedProcessFunction; Kafka Streams' Processor with state stores). For
 // a function with no state or one value per key, ProcessFunc and
 // ProcessValue are shorter.
+//
+// Parallelism 0 is the default: as many tasks as the stage's source topics
+// have partitions together, at most runtime.NumCPU() and the max
+// parallelism, at least one; it is resolved each time the job runs, when
+// the partitions are known, and a restore at another parallelism
+// redistributes the key groups. A negative parallelism is an error, and so
+// is an explicit one above the max parallelism (in partition mode, the
+// partition count).
 func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, newOp func() Operator[T, O]) *Output[O] {
 	j := k.j
 	if j.op != nil {
@@ -542,8 +315,8 @@ func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, ne
 	if err := layout.ValidateOperator(name); err != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator name: %w", err))
 	}
-	if parallelism < 1 {
-		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: parallelism %d", name, parallelism))
+	if parallelism < 0 {
+		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: parallelism %d (0 is the default: the partition count, at most the CPUs)", name, parallelism))
 	}
 	if k.in.byPartition && len(k.in.srcs) != 1 {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: partition mode takes one source", name))
@@ -556,7 +329,8 @@ func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, ne
 // ProcessFunc adds a keyed operator stage that keeps no state: fn is
 // called for each record with its key, as the type the stream was keyed by
 // (a KeyByString key is a string). The key is only valid during the call:
-// copy it (strings.Clone, bytes.Clone) to keep it.
+// copy it (strings.Clone, bytes.Clone) to keep it. Parallelism as
+// Process: 0 is the default, the partition count at most the CPUs.
 func ProcessFunc[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, fn func(key K, v T, out *Collector[O]) error) *Output[O] {
 	keyOf := k.keyOf
 	return Process(k, name, parallelism, func() Operator[T, O] {
@@ -575,8 +349,10 @@ func (f *funcOp[K, T, O]) Process(key []byte, v T, out *Collector[O]) error {
 }
 
 // ProcessValue adds a keyed operator stage with one value of type S per
-// key, kept in keyed state named "value" and snapshotted with codec: fn is called for each record with its key (as ProcessFunc gives
-// it) and the key's state (Flink's ValueState in a KeyedProcessFunction).
+// key, kept in keyed state named "value" and snapshotted with codec: fn is
+// called for each record with its key (as ProcessFunc gives it) and the
+// key's state (Flink's ValueState in a KeyedProcessFunction). Parallelism
+// as Process: 0 is the default, the partition count at most the CPUs.
 func ProcessValue[K, T, S, O any](k *KeyedStream[K, T], name string, parallelism int, codec Codec[S],
 	fn func(key K, v T, state *ValueState[S], out *Collector[O]) error) *Output[O] {
 	keyOf := k.keyOf
@@ -603,7 +379,7 @@ func (v *valueOp[K, T, S, O]) Process(key []byte, x T, out *Collector[O]) error 
 
 // ToSink sends the operator's output to s, through one sink task that
 // aligns barriers across all operator tasks.
-func ToSink[O any](o *Output[O], name string, s Sink[O]) {
+func ToSink[O any](o *Output[O], name string, s connector.Sink[O]) {
 	j := o.j
 	if j.sink != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: sink %q: only one sink per job is supported", name))

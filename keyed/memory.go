@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/keyed/connector"
 )
 
 // MemorySource is an in-memory, replayable, partitioned source: records
@@ -18,13 +19,13 @@ type MemorySource[T any] struct {
 	topic   string
 	bounded bool
 	mu      sync.RWMutex
-	parts   [][]SourceRecord[T]
+	parts   [][]connector.SourceRecord[T]
 	grew    chan struct{} // closed and replaced on Append
 }
 
 // NewMemorySource returns a source of partitions empty partitions.
 func NewMemorySource[T any](topic string, partitions int, bounded bool) *MemorySource[T] {
-	return &MemorySource[T]{topic: topic, bounded: bounded, parts: make([][]SourceRecord[T], partitions), grew: make(chan struct{})}
+	return &MemorySource[T]{topic: topic, bounded: bounded, parts: make([][]connector.SourceRecord[T], partitions), grew: make(chan struct{})}
 }
 
 // Append adds a record to a partition and returns its offset.
@@ -36,7 +37,7 @@ func (s *MemorySource[T]) Append(partition int32, key []byte, v T) int64 {
 func (s *MemorySource[T]) AppendAt(partition int32, key []byte, v T, ts time.Time) int64 {
 	s.mu.Lock()
 	off := int64(len(s.parts[partition]))
-	s.parts[partition] = append(s.parts[partition], SourceRecord[T]{Partition: partition, Offset: off, Key: key, Value: v, Timestamp: ts})
+	s.parts[partition] = append(s.parts[partition], connector.SourceRecord[T]{Partition: partition, Offset: off, Key: key, Value: v, Timestamp: ts})
 	close(s.grew)
 	s.grew = make(chan struct{})
 	s.mu.Unlock()
@@ -50,10 +51,10 @@ func (s *MemorySource[T]) Len(partition int32) int64 {
 	return int64(len(s.parts[partition]))
 }
 
-// Topic implements Source.
+// Topic implements connector.Source.
 func (s *MemorySource[T]) Topic() string { return s.topic }
 
-// Partitions implements Source.
+// Partitions implements connector.Source.
 func (s *MemorySource[T]) Partitions(context.Context) ([]int32, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -64,27 +65,27 @@ func (s *MemorySource[T]) Partitions(context.Context) ([]int32, error) {
 	return out, nil
 }
 
-// Start implements Source: every partition from offset 0.
-func (s *MemorySource[T]) Start(_ context.Context, partitions []int32) ([]Position, error) {
-	out := make([]Position, len(partitions))
+// Start implements connector.Source: every partition from offset 0.
+func (s *MemorySource[T]) Start(_ context.Context, partitions []int32) ([]connector.Position, error) {
+	out := make([]connector.Position, len(partitions))
 	for i, p := range partitions {
-		out[i] = Position{Partition: p}
+		out[i] = connector.Position{Partition: p}
 	}
 	return out, nil
 }
 
-// Reader implements Source.
-func (s *MemorySource[T]) Reader(context.Context) (Reader[T], error) {
+// Reader implements connector.Source.
+func (s *MemorySource[T]) Reader(context.Context) (connector.Reader[T], error) {
 	return &memoryReader[T]{s: s}, nil
 }
 
 type memoryReader[T any] struct {
 	s    *MemorySource[T]
-	pos  []Position
+	pos  []connector.Position
 	next int
 }
 
-func (r *memoryReader[T]) Assign(_ context.Context, positions []Position) error {
+func (r *memoryReader[T]) Assign(_ context.Context, positions []connector.Position) error {
 	r.s.mu.RLock()
 	defer r.s.mu.RUnlock()
 	for _, p := range positions {
@@ -95,14 +96,14 @@ func (r *memoryReader[T]) Assign(_ context.Context, positions []Position) error 
 			return fmt.Errorf("keyed: memory source %q: partition %d offset %d out of range [0, %d]", r.s.topic, p.Partition, p.Offset, len(r.s.parts[p.Partition]))
 		}
 	}
-	r.pos = append([]Position(nil), positions...)
+	r.pos = append([]connector.Position(nil), positions...)
 	return nil
 }
 
-func (r *memoryReader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]SourceRecord[T], bool, error) {
+func (r *memoryReader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]connector.SourceRecord[T], bool, error) {
 	for {
 		r.s.mu.RLock()
-		var out []SourceRecord[T]
+		var out []connector.SourceRecord[T]
 		for i := 0; i < len(r.pos) && len(out) < max; i++ {
 			k := (r.next + i) % len(r.pos)
 			p := &r.pos[k]
@@ -144,7 +145,7 @@ func (r *memoryReader[T]) Poll(ctx context.Context, max int, wait time.Duration)
 	}
 }
 
-// Behind implements BacklogReader: records past the reader's position.
+// Behind implements connector.BacklogReader: records past the reader's position.
 func (r *memoryReader[T]) Behind(_ context.Context, partition int32) (bool, error) {
 	r.s.mu.RLock()
 	defer r.s.mu.RUnlock()
@@ -156,7 +157,7 @@ func (r *memoryReader[T]) Behind(_ context.Context, partition int32) (bool, erro
 	return false, nil
 }
 
-var _ BacklogReader = (*memoryReader[int])(nil)
+var _ connector.BacklogReader = (*memoryReader[int])(nil)
 
 func (r *memoryReader[T]) Close() error { return nil }
 
@@ -169,19 +170,19 @@ type MemorySink[T any] struct {
 	mu        sync.Mutex
 	pending   map[uint64][]T
 	committed []T
-	record    *Recorded
+	record    *connector.Recorded
 	commits   int
 	// FailCommit, if set, is called before each commit; an error fails it
 	// (with nothing committed).
 	FailCommit func(ref checkpoint.Ref) error
 }
 
-var _ Sink[int] = (*MemorySink[int])(nil)
+var _ connector.Sink[int] = (*MemorySink[int])(nil)
 
 // NewMemorySink returns an empty sink.
 func NewMemorySink[T any]() *MemorySink[T] { return &MemorySink[T]{pending: map[uint64][]T{}} }
 
-// Write implements Sink.
+// Write implements connector.Sink.
 func (s *MemorySink[T]) Write(_ context.Context, epoch uint64, v T) error {
 	s.mu.Lock()
 	s.pending[epoch] = append(s.pending[epoch], v)
@@ -189,7 +190,7 @@ func (s *MemorySink[T]) Write(_ context.Context, epoch uint64, v T) error {
 	return nil
 }
 
-// Commit implements Sink: the output of every epoch ≤ ref.ID becomes
+// Commit implements connector.Sink: the output of every epoch ≤ ref.ID becomes
 // visible, in epoch order, and ref is recorded with offsets.
 func (s *MemorySink[T]) Commit(_ context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
 	if s.FailCommit != nil {
@@ -210,13 +211,13 @@ func (s *MemorySink[T]) Commit(_ context.Context, ref checkpoint.Ref, offsets []
 		s.committed = append(s.committed, s.pending[e]...)
 		delete(s.pending, e)
 	}
-	s.record = &Recorded{Ref: ref, Offsets: append([]checkpoint.PartitionOffset(nil), offsets...), Where: "memory sink"}
+	s.record = &connector.Recorded{Ref: ref, Offsets: append([]checkpoint.PartitionOffset(nil), offsets...), Where: "memory sink"}
 	s.commits++
 	return nil
 }
 
-// Recorded implements Sink.
-func (s *MemorySink[T]) Recorded(context.Context) (*Recorded, error) {
+// Recorded implements connector.Sink.
+func (s *MemorySink[T]) Recorded(context.Context) (*connector.Recorded, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.record == nil {
@@ -227,17 +228,17 @@ func (s *MemorySink[T]) Recorded(context.Context) (*Recorded, error) {
 	return &r, nil
 }
 
-// Reset implements Sink: uncommitted output is dropped.
-func (s *MemorySink[T]) Reset(context.Context, SinkInfo) error {
+// Reset implements connector.Sink: uncommitted output is dropped.
+func (s *MemorySink[T]) Reset(context.Context, connector.SinkInfo) error {
 	s.mu.Lock()
 	s.pending = map[uint64][]T{}
 	s.mu.Unlock()
 	return nil
 }
 
-// Forget implements Forgetter: the record of what committed is dropped
+// Forget implements connector.Forgetter: the record of what committed is dropped
 // (the committed output stays).
-func (s *MemorySink[T]) Forget(context.Context, SinkInfo) error {
+func (s *MemorySink[T]) Forget(context.Context, connector.SinkInfo) error {
 	s.mu.Lock()
 	s.record = nil
 	s.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -12,12 +13,15 @@ import (
 	"github.com/kordproject/kord/internal/align"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/statefile"
+	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/keyed/internal/channel"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 type sourceOf[T any] struct {
 	name        string
 	parallelism int
-	src         Source[T]
+	src         connector.Source[T]
 	extract     func(v T, recordTime time.Time) time.Time // Stream.Timestamps; nil: the record's timestamp
 	// Stream.Watermarks: whether the source makes watermarks, and the
 	// out-of-orderness they allow.
@@ -65,14 +69,16 @@ func (o *opOf[T, O]) validate(cfg config) error {
 
 type sinkOf[O any] struct {
 	name string
-	sink Sink[O]
+	sink connector.Sink[O]
 	op   outputNode[O]
 }
 
-func (s *sinkOf[O]) reset(ctx context.Context, info SinkInfo) error { return s.sink.Reset(ctx, info) }
-func (s *sinkOf[O]) sinkName() string                               { return s.name }
-func (s *sinkOf[O]) sinkValue() any                                 { return s.sink }
-func (s *sinkOf[O]) recorded(ctx context.Context) (*Recorded, error) {
+func (s *sinkOf[O]) reset(ctx context.Context, info connector.SinkInfo) error {
+	return s.sink.Reset(ctx, info)
+}
+func (s *sinkOf[O]) sinkName() string { return s.name }
+func (s *sinkOf[O]) sinkValue() any   { return s.sink }
+func (s *sinkOf[O]) recorded(ctx context.Context) (*connector.Recorded, error) {
 	return s.sink.Recorded(ctx)
 }
 func (s *sinkOf[O]) commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
@@ -80,9 +86,22 @@ func (s *sinkOf[O]) commit(ctx context.Context, ref checkpoint.Ref, offsets []ch
 }
 
 // srcAssign is one source task's partitions and positions.
+// numCPU is runtime.NumCPU; tests replace it.
+var numCPU = runtime.NumCPU
+
+// defaultParallelism is set, the parallelism a job gave a stage, if it is
+// positive; else parallelism 0's default: partitions, at most the CPUs,
+// at least 1.
+func defaultParallelism(set, partitions int) int {
+	if set > 0 {
+		return set
+	}
+	return max(1, min(partitions, numCPU()))
+}
+
 type srcAssign struct {
 	node      int
-	positions []Position
+	positions []connector.Position
 }
 
 // build creates and starts every task of the run under rctx, the run's
@@ -142,7 +161,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			// partition the restored checkpoint does not know appeared
 			// later and is read from its beginning.
 			startFn := s.src.Start
-			if ns, ok := s.src.(NewPartitionStarter); ok && !rs.fresh && !rs.failover && r.assigned == nil {
+			if ns, ok := s.src.(connector.NewPartitionStarter); ok && !rs.fresh && !rs.failover && r.assigned == nil {
 				startFn = ns.StartNew
 			}
 			start, err := startFn(ctx, missing)
@@ -180,7 +199,19 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 		}
 	}
 	maxP := rs.maxP
-	if err := validateParallelism(o.parallelism, maxP); err != nil {
+	// Parallelism: what the job set, or by default the partition count,
+	// at most the CPUs (and, for the operator, the key groups).
+	srcP := make([]int, len(o.in.srcs))
+	partitions := 0
+	for i, s := range o.in.srcs {
+		srcP[i] = defaultParallelism(s.parallelism, len(infos[i].parts))
+		partitions += len(infos[i].parts)
+	}
+	if o.in.byPartition {
+		partitions = maxP // every partition of the topic, assigned here or not
+	}
+	opP := defaultParallelism(o.parallelism, min(partitions, maxP))
+	if err := keygroup.ValidateParallelism(opP, maxP); err != nil {
 		return fmt.Errorf("keyed: operator %q: %w", o.name, err)
 	}
 	// The keying mode decides what a key group means: a checkpoint taken in
@@ -218,14 +249,14 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 
 	// Tasks: sources, then operator instances, then the sink.
 	upstreams := 0
-	for _, s := range o.in.srcs {
-		upstreams += s.parallelism
+	for i := range o.in.srcs {
+		upstreams += srcP[i]
 	}
-	opIn := make([]*inbox[T], o.parallelism)
+	opIn := make([]*channel.Inbox[T], opP)
 	for d := range opIn {
-		opIn[d] = newInbox[T](upstreams, cfg.Credits)
+		opIn[d] = channel.NewInbox[T](upstreams, cfg.Credits)
 	}
-	sinkIn := newInbox[O](o.parallelism, cfg.Credits)
+	sinkIn := channel.NewInbox[O](opP, cfg.Credits)
 
 	// The first epoch: output after the restored (or fresh) checkpoint.
 	epoch := uint64(1)
@@ -234,22 +265,22 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	}
 	u := 0
 	for i, s := range o.in.srcs {
-		assign := make([][]Position, s.parallelism)
+		assign := make([][]connector.Position, srcP[i])
 		for k, p := range infos[i].parts {
-			t := k % s.parallelism
+			t := k % srcP[i]
 			if o.in.byPartition {
-				t = operatorIndex(int(p), maxP, s.parallelism)
+				t = keygroup.OperatorIndex(int(p), maxP, srcP[i])
 			}
-			assign[t] = append(assign[t], Position{Partition: p, Offset: infos[i].pos[p]})
+			assign[t] = append(assign[t], connector.Position{Partition: p, Offset: infos[i].pos[p]})
 		}
-		srcTasks := make([]*sourceTask[T], s.parallelism)
-		for t := 0; t < s.parallelism; t++ {
+		srcTasks := make([]*sourceTask[T], srcP[i])
+		for t := 0; t < srcP[i]; t++ {
 			task := r.addTask(fmt.Sprintf("%s[%d]", s.name, t))
-			from := make([]int, o.parallelism)
+			from := make([]int, opP)
 			for d := range from {
 				from[d] = u
 			}
-			out := newOutbox(r.stop, opIn, from, cfg.BatchSize)
+			out := channel.NewOutbox(r.stop, opIn, from, cfg.BatchSize)
 			reader, err := s.src.Reader(ctx)
 			if err != nil {
 				return fmt.Errorf("keyed: source %q: %w", s.name, err)
@@ -267,12 +298,12 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, out: out, trig: trig, positions: assign[t], extract: s.extract,
 				watermarks: s.watermarks, lateness: s.lateness.Milliseconds(), newest: map[int32]int64{},
 				idleness: s.idleness, heard: map[int32]time.Time{}, asked: map[int32]time.Time{}, behind: map[int32]bool{},
-				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: o.parallelism, epoch: epoch, name: s.name, instance: t,
+				byPartition: o.in.byPartition, key: o.in.key, maxP: maxP, p: opP, epoch: epoch, name: s.name, instance: t,
 				restored: !rs.fresh && !rs.failover}
-			if d, ok := j.sink.(*sinkOf[O]).sink.(DeadLetterSink); ok && d.TakesDeadLetters() {
+			if d, ok := j.sink.(*sinkOf[O]).sink.(connector.DeadLetterSink); ok && d.TakesDeadLetters() {
 				st.dead = d
 			}
-			st.adds = make(chan []Position, 1)
+			st.adds = make(chan []connector.Position, 1)
 			srcTasks[t] = st
 			r.goTask(rctx, task, st.run)
 			u++
@@ -283,12 +314,12 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 			go d.run(rctx, cfg.PartitionDisc)
 		}
 	}
-	for d := 0; d < o.parallelism; d++ {
+	for d := 0; d < opP; d++ {
 		task := r.addTask(fmt.Sprintf("%s[%d]", o.name, d))
-		rng := rangeFor(d, maxP, o.parallelism)
+		rng := keygroup.RangeFor(d, maxP, opP)
 		var bopts []backendOpt
 		if !o.in.byPartition {
-			bopts = append(bopts, keyGroupFunc(func(key []byte) int { return keyGroupOf(key, maxP) }))
+			bopts = append(bopts, keyGroupFunc(func(key []byte) int { return keygroup.Of(key, maxP) }))
 		}
 		b, err := newBackend(o.name, maxP, rng, bopts...)
 		if err != nil {
@@ -309,7 +340,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 				return fmt.Errorf("keyed: operator %q task %d: %w", o.name, d, err)
 			}
 		} else if !rs.fresh {
-			if err := b.Restore(rs.meta, rs.files); err != nil {
+			if err := b.restore(rs.meta, rs.files); err != nil {
 				return fmt.Errorf("keyed: operator %q task %d: restore %s: %w", o.name, d, rs.meta.Ref(), err)
 			}
 		}
@@ -319,7 +350,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 		}
 		cancels := make(chan uint64, 16)
 		r.cancels = append(r.cancels, cancels)
-		out := newOutbox(r.stop, []*inbox[O]{sinkIn}, []int{d}, cfg.BatchSize)
+		out := channel.NewOutbox(r.stop, []*channel.Inbox[O]{sinkIn}, []int{d}, cfg.BatchSize)
 		if tm != nil {
 			tm.rebuild()
 		}
@@ -328,7 +359,7 @@ func (o *opOf[T, O]) build(rctx context.Context, r *run, rs *restoreState) error
 	}
 	{
 		task := r.addTask(fmt.Sprintf("%s[0]", j.sink.(*sinkOf[O]).name))
-		al, err := align.New(cfg.Mode, o.parallelism)
+		al, err := align.New(cfg.Mode, opP)
 		if err != nil {
 			return err
 		}
@@ -350,20 +381,20 @@ type sourceTask[T any] struct {
 	r           *run
 	task        int
 	topic       string
-	reader      Reader[T]
-	out         *outbox[T]
+	reader      connector.Reader[T]
+	out         *channel.Outbox[T]
 	trig        chan trigger
-	positions   []Position
+	positions   []connector.Position
 	byPartition bool
 	key         func(T) []byte
 	maxP, p     int
 	epoch       uint64
-	dead        DeadLetterSink  // nil when the sink takes no dead letters
-	adds        chan []Position // discovered partitions for this task
-	name        string          // the source's name
-	instance    int             // this task's index among the source's
-	restored    bool            // its positions come from a restored checkpoint
-	read        int64           // records read this run
+	dead        connector.DeadLetterSink  // nil when the sink takes no dead letters
+	adds        chan []connector.Position // discovered partitions for this task
+	name        string                    // the source's name
+	instance    int                       // this task's index among the source's
+	restored    bool                      // its positions come from a restored checkpoint
+	read        int64                     // records read this run
 	extract     func(v T, recordTime time.Time) time.Time
 	// Watermarks (Stream.Watermarks): the newest time seen per partition.
 	watermarks bool
@@ -393,7 +424,7 @@ func (s *sourceTask[T]) idle(ctx context.Context, p int32, now time.Time) bool {
 	if now.Sub(heard) < s.idleness {
 		return false
 	}
-	br, ok := s.reader.(BacklogReader)
+	br, ok := s.reader.(connector.BacklogReader)
 	if !ok {
 		return true
 	}
@@ -421,9 +452,9 @@ func (s *sourceTask[T]) idle(ctx context.Context, p int32, now time.Time) bool {
 // partition is: the task then holds nothing back downstream.
 func (s *sourceTask[T]) watermark(ctx context.Context) (wm int64, idle bool) {
 	if len(s.positions) == 0 {
-		return endOfTime, false
+		return channel.EndOfTime, false
 	}
-	wm, idle = endOfTime, true
+	wm, idle = channel.EndOfTime, true
 	now := time.Now()
 	for _, p := range s.positions {
 		if s.idle(ctx, p.Partition, now) {
@@ -432,12 +463,12 @@ func (s *sourceTask[T]) watermark(ctx context.Context) (wm int64, idle bool) {
 		idle = false
 		t, ok := s.newest[p.Partition]
 		if !ok {
-			return noTime, false
+			return channel.NoTime, false
 		}
 		wm = min(wm, t-s.lateness)
 	}
 	if idle {
-		return noTime, true
+		return channel.NoTime, true
 	}
 	return wm, false
 }
@@ -499,7 +530,7 @@ func (d *discoverer[T]) once(rctx context.Context) error {
 		return fmt.Errorf("topic %s grew from %d to %d partitions: in partition mode a key group is a partition and the job cannot follow; run it under a new name, or key it with KeyBy", d.src.topic(), len(d.known), len(parts))
 	}
 	startFn := d.src.src.Start
-	if ns, ok := d.src.src.(NewPartitionStarter); ok {
+	if ns, ok := d.src.src.(connector.NewPartitionStarter); ok {
 		startFn = ns.StartNew
 	}
 	start, err := startFn(ctx, fresh)
@@ -513,11 +544,11 @@ func (d *discoverer[T]) once(rctx context.Context) error {
 	}
 	// The same rule as at start: partition k of the sorted list goes to
 	// task k % parallelism.
-	per := make([][]Position, len(d.tasks))
+	per := make([][]connector.Position, len(d.tasks))
 	for k, p := range parts {
 		if !known[p] {
 			t := k % len(d.tasks)
-			per[t] = append(per[t], Position{Partition: p, Offset: at[p]})
+			per[t] = append(per[t], connector.Position{Partition: p, Offset: at[p]})
 		}
 	}
 	for t, ps := range per {
@@ -537,7 +568,7 @@ func (d *discoverer[T]) once(rctx context.Context) error {
 
 // add assigns discovered partitions to this task's reader, together with
 // its current ones at their current offsets; the next barrier records them.
-func (s *sourceTask[T]) add(ctx context.Context, pos map[int32]int64, ps []Position) error {
+func (s *sourceTask[T]) add(ctx context.Context, pos map[int32]int64, ps []connector.Position) error {
 	for _, p := range ps {
 		if _, dup := pos[p.Partition]; dup {
 			continue
@@ -545,9 +576,9 @@ func (s *sourceTask[T]) add(ctx context.Context, pos map[int32]int64, ps []Posit
 		s.positions = append(s.positions, p)
 		pos[p.Partition] = p.Offset
 	}
-	all := make([]Position, len(s.positions))
+	all := make([]connector.Position, len(s.positions))
 	for i, p := range s.positions {
-		all[i] = Position{Partition: p.Partition, Offset: pos[p.Partition]}
+		all[i] = connector.Position{Partition: p.Partition, Offset: pos[p.Partition]}
 	}
 	if err := s.reader.Assign(ctx, all); err != nil {
 		return fmt.Errorf("adding partitions %v: %w", ps, err)
@@ -587,7 +618,7 @@ func (s *sourceTask[T]) offsetsAt(pos map[int32]int64) []string {
 
 // deadLetter hands an undecodable record to the sink's dead letters under
 // epoch, or fails the job naming it when the sink takes none.
-func (s *sourceTask[T]) deadLetter(ctx context.Context, epoch uint64, b *BadRecord) error {
+func (s *sourceTask[T]) deadLetter(ctx context.Context, epoch uint64, b *connector.BadRecord) error {
 	if s.dead == nil {
 		return fmt.Errorf("a record cannot be processed and the job's sink takes no dead letters (a dead-letter topic would take it): %w", b.Err)
 	}
@@ -650,7 +681,7 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := s.out.broadcast(t.id); err != nil {
+			if err := s.out.Broadcast(t.id); err != nil {
 				return err
 			}
 			s.r.ack(ack{task: s.task, id: t.id, offsets: offs, files: files})
@@ -659,7 +690,7 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 			continue
 		}
 		wait := timeout
-		if !s.out.pending() {
+		if !s.out.Pending() {
 			wait = idle
 		}
 		recs, done, err := s.reader.Poll(ctx, batch, wait)
@@ -692,15 +723,15 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 				key, kg = rec.Key, int(rec.Partition)
 			} else {
 				key = s.key(rec.Value)
-				kg = keyGroupOf(key, s.maxP)
+				kg = keygroup.Of(key, s.maxP)
 			}
-			d = operatorIndex(kg, s.maxP, s.p)
-			ms := timeMillis(ts)
-			if err := s.out.add(d, element[T]{v: rec.Value, key: key, kg: int32(kg), ts: ms}); err != nil {
+			d = keygroup.OperatorIndex(kg, s.maxP, s.p)
+			ms := channel.TimeMillis(ts)
+			if err := s.out.Add(d, channel.Element[T]{V: rec.Value, Key: key, KG: int32(kg), TS: ms}); err != nil {
 				return err
 			}
 			pos[rec.Partition] = rec.Offset + 1
-			if s.watermarks && ms != noTime {
+			if s.watermarks && ms != channel.NoTime {
 				if t, ok := s.newest[rec.Partition]; !ok || ms > t {
 					s.newest[rec.Partition] = ms
 				}
@@ -711,19 +742,19 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 		}
 		if s.watermarks {
 			wm, idle := s.watermark(ctx)
-			s.out.advance(wm)
-			s.out.setIdle(idle)
+			s.out.Advance(wm)
+			s.out.SetIdle(idle)
 		}
-		if err := s.out.flushDue(timeout); err != nil {
+		if err := s.out.FlushDue(timeout); err != nil {
 			return err
 		}
 		if done && !exhausted {
 			exhausted = true
 			s.r.ended(s.read, s.restored, s.offsetsAt(pos))
 			if s.watermarks {
-				s.out.advance(endOfTime) // a bounded input's end: every time has passed
+				s.out.Advance(channel.EndOfTime) // a bounded input's end: every time has passed
 			}
-			if err := s.out.flushAll(); err != nil {
+			if err := s.out.FlushAll(); err != nil {
 				return err
 			}
 			select {
@@ -739,12 +770,12 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 type opTask[T, O any] struct {
 	r       *run
 	task    int
-	in      *inbox[T]
+	in      *channel.Inbox[T]
 	al      *align.Aligner
 	cancels chan uint64
 	op      Operator[T, O]
 	b       *Backend
-	out     *outbox[O]
+	out     *channel.Outbox[O]
 	col     *Collector[O]
 	// restoredWm is the restored checkpoint's watermark (noTime if none):
 	// the task's starts there.
@@ -754,7 +785,7 @@ type opTask[T, O any] struct {
 
 // fireTimers fires the task's timers on clock kind that are due at now.
 func (t *opTask[T, O]) fireTimers(kind TimerKind, now int64) error {
-	if t.timers == nil || now == noTime {
+	if t.timers == nil || now == channel.NoTime {
 		return nil
 	}
 	top := t.op.(TimerOperator[T, O])
@@ -773,12 +804,12 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 	t.col = col
 	// The watermark of each input (upstream task): the task's is their
 	// minimum, and never goes backwards.
-	inWm := make([]int64, len(t.in.credits))
-	inIdle := make([]bool, len(t.in.credits))
+	inWm := make([]int64, t.in.Upstreams())
+	inIdle := make([]bool, t.in.Upstreams())
 	for u := range inWm {
-		inWm[u] = noTime
+		inWm[u] = channel.NoTime
 	}
-	stash := newStash[T](len(t.in.credits))
+	stash := channel.NewStash[T](t.in.Upstreams())
 	timeout := t.r.cfg.BufferTimeout
 	tick := time.NewTicker(timeout)
 	defer tick.Stop()
@@ -787,9 +818,9 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 	// idleWait for why an idle task should not wake every BufferTimeout).
 	ticking := true
 	for {
-		m, got := stash.pop(t.al)
+		m, got := stash.Pop(t.al)
 		if !got {
-			if want := t.timers != nil || t.out.pending(); want != ticking {
+			if want := t.timers != nil || t.out.Pending(); want != ticking {
 				if want {
 					tick.Reset(timeout)
 				} else {
@@ -798,8 +829,8 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 				ticking = want
 			}
 			select {
-			case m = <-t.in.ch:
-				if stash.keep(t.al, m) {
+			case m = <-t.in.C:
+				if stash.Keep(t.al, m) {
 					continue
 				}
 			case <-tick.C:
@@ -809,7 +840,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 				if err := t.fireTimers(ProcessingTime, time.Now().UnixMilli()); err != nil {
 					return err
 				}
-				if err := t.out.flushDue(timeout); err != nil {
+				if err := t.out.FlushDue(timeout); err != nil {
 					return err
 				}
 				continue
@@ -822,19 +853,19 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 				return nil
 			}
 		}
-		for i := range m.elems {
-			e := &m.elems[i]
-			t.b.SetCurrentKey(e.key, int(e.kg))
-			col.key, col.ts = e.key, e.ts
-			if err := t.op.Process(e.key, e.v, col); err != nil {
-				return fmt.Errorf("key %q: %w", e.key, err)
+		for i := range m.Elems {
+			e := &m.Elems[i]
+			t.b.setCurrentKey(e.Key, int(e.KG))
+			col.key, col.ts = e.Key, e.TS
+			if err := t.op.Process(e.Key, e.V, col); err != nil {
+				return fmt.Errorf("key %q: %w", e.Key, err)
 			}
 			if col.err != nil {
 				return col.err
 			}
 		}
-		if m.wm > inWm[m.from] || m.idle != inIdle[m.from] {
-			inWm[m.from], inIdle[m.from] = max(inWm[m.from], m.wm), m.idle
+		if m.WM > inWm[m.From] || m.Idle != inIdle[m.From] {
+			inWm[m.From], inIdle[m.From] = max(inWm[m.From], m.WM), m.Idle
 			if wm := max(col.wm, activeMin(inWm, inIdle)); wm > col.wm {
 				col.wm = wm
 				if err := t.fireTimers(EventTime, wm); err != nil {
@@ -843,14 +874,14 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 			}
 		}
 		var effs []align.Effect
-		if m.barrier > 0 {
-			effs = t.al.Barrier(m.from, m.barrier, time.Now())
+		if m.Barrier > 0 {
+			effs = t.al.Barrier(m.From, m.Barrier, time.Now())
 		}
-		t.in.done(m.from)
+		t.in.Done(m.From)
 		if err := t.apply(ctx, effs); err != nil {
 			return err
 		}
-		if err := t.out.flushDue(timeout); err != nil {
+		if err := t.out.FlushDue(timeout); err != nil {
 			return err
 		}
 	}
@@ -861,11 +892,11 @@ func (t *opTask[T, O]) apply(ctx context.Context, effs []align.Effect) error {
 		switch e.Kind {
 		case align.Snapshot:
 			t.r.align.add(e.Alignment)
-			if err := t.out.broadcast(e.ID); err != nil {
+			if err := t.out.Broadcast(e.ID); err != nil {
 				return err
 			}
-			snap := t.b.Snapshot()
-			refs := t.b.OperatorRefs()
+			snap := t.b.takeSnapshot()
+			refs := t.b.operatorRefs()
 			wm := t.col.wm
 			t.r.bg.Add(1)
 			go func(id uint64) {
@@ -903,22 +934,22 @@ func (t *opTask[T, O]) writeSnapshot(ctx context.Context, snap *snapshot, id uin
 type sinkTask[O any] struct {
 	r       *run
 	task    int
-	in      *inbox[O]
+	in      *channel.Inbox[O]
 	al      *align.Aligner
 	cancels chan uint64
-	sink    Sink[O]
+	sink    connector.Sink[O]
 	epoch   uint64
 	name    string
 }
 
 func (t *sinkTask[O]) run(ctx context.Context) error {
-	stash := newStash[O](len(t.in.credits))
+	stash := channel.NewStash[O](t.in.Upstreams())
 	for {
-		m, got := stash.pop(t.al)
+		m, got := stash.Pop(t.al)
 		if !got {
 			select {
-			case m = <-t.in.ch:
-				if stash.keep(t.al, m) {
+			case m = <-t.in.C:
+				if stash.Keep(t.al, m) {
 					continue
 				}
 			case id := <-t.cancels:
@@ -928,16 +959,16 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 				return nil
 			}
 		}
-		for i := range m.elems {
-			if err := t.sink.Write(ctx, t.epoch, m.elems[i].v); err != nil {
+		for i := range m.Elems {
+			if err := t.sink.Write(ctx, t.epoch, m.Elems[i].V); err != nil {
 				return err
 			}
 		}
 		var effs []align.Effect
-		if m.barrier > 0 {
-			effs = t.al.Barrier(m.from, m.barrier, time.Now())
+		if m.Barrier > 0 {
+			effs = t.al.Barrier(m.From, m.Barrier, time.Now())
 		}
-		t.in.done(m.from)
+		t.in.Done(m.From)
 		for _, e := range effs {
 			switch e.Kind {
 			case align.Snapshot:
@@ -955,36 +986,6 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 	}
 }
 
-// stash holds, per input, the messages that arrived while the input was
-// blocked for alignment, in order. Their credits are returned only when
-// they are processed, so a blocked input's upstream stops after Credits
-// messages.
-type stash[T any] [][]message[T]
-
-func newStash[T any](inputs int) stash[T] { return make(stash[T], inputs) }
-
-// pop returns the oldest stashed message of an input no longer blocked.
-func (s stash[T]) pop(al *align.Aligner) (message[T], bool) {
-	for u := range s {
-		if len(s[u]) > 0 && !al.Blocked(u) {
-			m := s[u][0]
-			s[u] = s[u][1:]
-			return m, true
-		}
-	}
-	return message[T]{}, false
-}
-
-// keep stashes m if its input is blocked and reports whether it did. (An
-// unblocked input's stash is always empty here: pop drains it first.)
-func (s stash[T]) keep(al *align.Aligner, m message[T]) bool {
-	if !al.Blocked(m.from) {
-		return false
-	}
-	s[m.from] = append(s[m.from], m)
-	return true
-}
-
 // opStateName is the operator part of the name of an operator-state file:
 // the source's or sink's name, then ".operator-state"; the key-group field
 // of the name is the instance index.
@@ -994,7 +995,7 @@ func opStateName(name string) string { return name + ".operator-state" }
 // checkpoint id as an Avro file (one entry per element, keyed by its
 // index), and returns its reference.
 func (r *run) writeOpState(ctx context.Context, v any, name string, instance int, id uint64) ([]checkpoint.FileRef, error) {
-	st, ok := v.(OperatorState)
+	st, ok := v.(connector.OperatorState)
 	if !ok {
 		return nil, nil
 	}
@@ -1041,7 +1042,7 @@ func checkOpStateNames(j *Job, rs *restoreState) error {
 // restoreOpState gives v, if it keeps operator state and a checkpoint is
 // restored, the elements of every instance's snapshot in instance order.
 func restoreOpState(rs *restoreState, v any, name string) error {
-	st, ok := v.(OperatorState)
+	st, ok := v.(connector.OperatorState)
 	if !ok || rs.fresh {
 		return nil
 	}
@@ -1073,14 +1074,14 @@ func restoreOpState(rs *restoreState, v any, name string) error {
 // activeMin is the oldest watermark of the inputs that are not idle, and
 // noTime when every input is idle (nothing to go by).
 func activeMin(wms []int64, idle []bool) int64 {
-	m, any := int64(endOfTime), false
+	m, any := int64(channel.EndOfTime), false
 	for u, wm := range wms {
 		if !idle[u] {
 			m, any = min(m, wm), true
 		}
 	}
 	if !any {
-		return noTime
+		return channel.NoTime
 	}
 	return m
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -26,30 +27,30 @@ import (
 type posSource struct {
 	*keyed.MemorySource[event]
 	mu        sync.Mutex
-	restores  [][]keyed.Position // what each RestoreState received, decoded
-	committed func() int         // results committed (one per event read)
+	restores  [][]connector.Position // what each RestoreState received, decoded
+	committed func() int             // results committed (one per event read)
 	mismatch  []string
 }
 
-func (s *posSource) Reader(ctx context.Context) (keyed.Reader[event], error) {
+func (s *posSource) Reader(ctx context.Context) (connector.Reader[event], error) {
 	r, err := s.MemorySource.Reader(ctx)
 	return &posReader{Reader: r, s: s, pos: map[int32]int64{}}, err
 }
 
 type posReader struct {
-	keyed.Reader[event]
+	connector.Reader[event]
 	s   *posSource
 	pos map[int32]int64
 }
 
-func (r *posReader) Assign(ctx context.Context, ps []keyed.Position) error {
+func (r *posReader) Assign(ctx context.Context, ps []connector.Position) error {
 	for _, p := range ps {
 		r.pos[p.Partition] = p.Offset
 	}
 	return r.Reader.Assign(ctx, ps)
 }
 
-func (r *posReader) Poll(ctx context.Context, max int, wait time.Duration) ([]keyed.SourceRecord[event], bool, error) {
+func (r *posReader) Poll(ctx context.Context, max int, wait time.Duration) ([]connector.SourceRecord[event], bool, error) {
 	recs, done, err := r.Reader.Poll(ctx, max, wait)
 	for _, rec := range recs {
 		r.pos[rec.Partition] = rec.Offset + 1
@@ -66,12 +67,12 @@ func (r *posReader) SnapshotState(uint64) ([][]byte, error) {
 }
 
 func (r *posReader) RestoreState(elems [][]byte) error {
-	var ps []keyed.Position
+	var ps []connector.Position
 	for _, e := range elems {
 		if len(e) != 12 {
 			return fmt.Errorf("element of %d bytes", len(e))
 		}
-		ps = append(ps, keyed.Position{Partition: int32(binary.BigEndian.Uint32(e)), Offset: int64(binary.BigEndian.Uint64(e[4:]))})
+		ps = append(ps, connector.Position{Partition: int32(binary.BigEndian.Uint32(e)), Offset: int64(binary.BigEndian.Uint64(e[4:]))})
 	}
 	var sum int64
 	for _, p := range ps {
@@ -141,9 +142,9 @@ func TestOperatorState(t *testing.T) {
 	}
 	for _, r := range runs {
 		j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"), keyed.CheckpointInterval(5*time.Millisecond))
-		s := keyed.FromSource(j, "events", r.p, keyed.Source[event](src))
+		s := keyed.FromSource(j, "events", r.p, connector.Source[event](src))
 		k := keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
-		keyed.ToSink(keyed.Process(k, "count", r.p, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](sink))
+		keyed.ToSink(keyed.Process(k, "count", r.p, func() keyed.Operator[event, result] { return &counter{} }), "results", connector.Sink[result](sink))
 		require.NoError(t, j.Validate())
 		if r.hook != nil {
 			require.ErrorIs(t, j.Run(failpoint.WithHook(ctx, r.hook)), failpoint.ErrCrashed)
@@ -174,7 +175,7 @@ func TestOperatorState(t *testing.T) {
 // files, so a job that gives two of them one name is refused.
 func TestDistinctNames(t *testing.T) {
 	j := keyed.NewJob("users", keyed.Dir("/c"))
-	s := keyed.FromSource(j, "count", 1, keyed.Source[event](keyed.NewMemorySource[event]("events", 1, true)))
-	keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](keyed.NewMemorySink[result]()))
+	s := keyed.FromSource(j, "count", 1, connector.Source[event](keyed.NewMemorySource[event]("events", 1, true)))
+	keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", connector.Sink[result](keyed.NewMemorySink[result]()))
 	require.ErrorContains(t, j.Validate(), `two parts of the job are named "count"`)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/lifecycle"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -104,7 +105,7 @@ const EnvStateDir = "KORD_STATE_DIR"
 // The directory belongs to the job's name, not to a cluster: a job run
 // with the same name against another cluster, or after its input topic was
 // deleted and created again, finds the old checkpoints here. Each
-// checkpoint records the cluster id and the topic ids it read (Identified
+// checkpoint records the cluster id and the topic ids it read (connector.Identified
 // sources), and such a restore is refused with checkpoint.ErrProvenance
 // rather than read the new topic from the old offsets; see Failover.
 func DefaultDir(name string) string {
@@ -188,7 +189,7 @@ func TransactionMaxTimeout(d time.Duration) Opt {
 // default transaction.max.timeout.ms (a longer chain ends in an abort and
 // a replay, never in loss). Flink's 1 h default against the broker's
 // 15 min maximum is the classic failure this avoids. The job hands it to
-// its sink (SinkInfo.TransactionTimeout) and ages other runs' checkpoints
+// its sink (connector.SinkInfo.TransactionTimeout) and ages other runs' checkpoints
 // by it (sweepAge). c has its defaults (withDefaults).
 func (c config) transactionTimeout() time.Duration {
 	k := c.Checkpoint
@@ -203,7 +204,7 @@ func (c config) transactionTimeout() time.Duration {
 // ByPartition job takes it from the partition count: leave it unset.
 func MaxParallelism(n int) Opt {
 	return func(c *config) {
-		if err := validateParallelism(1, n); err != nil {
+		if err := keygroup.ValidateParallelism(1, n); err != nil {
 			c.errs = append(c.errs, fmt.Errorf("keyed: MaxParallelism: %w", err))
 		}
 		c.MaxParallelism = n

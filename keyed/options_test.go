@@ -14,6 +14,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/vfs"
 )
@@ -37,7 +38,7 @@ func TestProcessFuncAndValue(t *testing.T) {
 	sink := keyed.NewMemorySink[result]()
 	run := func() error {
 		j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"))
-		k := keyed.KeyByString(func(e event) string { return e.UUID }, keyed.FromSource(j, "events", 2, keyed.Source[event](src)))
+		k := keyed.KeyByString(func(e event) string { return e.UUID }, keyed.FromSource(j, "events", 2, connector.Source[event](src)))
 		out := keyed.ProcessValue(k, "count", 2, keyed.Int64(), func(key string, e event, n *keyed.ValueState[int64], out *keyed.Collector[result]) error {
 			if key != e.UUID {
 				return fmt.Errorf("key %q for an event of %s", key, e.UUID)
@@ -50,7 +51,7 @@ func TestProcessFuncAndValue(t *testing.T) {
 			out.Emit(result{UUID: key, Seq: e.Seq, Count: c + 1})
 			return nil
 		})
-		keyed.ToSink(out, "results", keyed.Sink[result](sink))
+		keyed.ToSink(out, "results", connector.Sink[result](sink))
 		return j.Run(context.Background())
 	}
 	add(500)
@@ -62,14 +63,14 @@ func TestProcessFuncAndValue(t *testing.T) {
 	src2, want := input(22, 4, 50, 1_000)
 	sink = keyed.NewMemorySink[result]()
 	j := keyed.NewJob("users", keyed.FS(vfs.NewMem()), keyed.Dir("/c"))
-	k := keyed.KeyByString(func(e event) string { return e.UUID }, keyed.FromSource(j, "events", 1, keyed.Source[event](src2)))
+	k := keyed.KeyByString(func(e event) string { return e.UUID }, keyed.FromSource(j, "events", 1, connector.Source[event](src2)))
 	keyed.ToSink(keyed.ProcessFunc(k, "echo", 2, func(key string, e event, out *keyed.Collector[result]) error {
 		if key != e.UUID {
 			return fmt.Errorf("key %q for an event of %s", key, e.UUID)
 		}
 		out.Emit(result{UUID: key, Seq: e.Seq, Count: e.Seq + 1})
 		return nil
-	}), "results", keyed.Sink[result](sink))
+	}), "results", connector.Sink[result](sink))
 	require.NoError(t, j.Run(context.Background()))
 	checkOutput(t, sink.Committed(), want)
 }
@@ -91,8 +92,8 @@ func TestRunClosesSink(t *testing.T) {
 	sink := &closingSink{MemorySink: keyed.NewMemorySink[result]()}
 	build := func() *keyed.Job {
 		j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"), keyed.CheckpointInterval(time.Millisecond))
-		s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
-		keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](sink))
+		s := keyed.FromSource(j, "events", 1, connector.Source[event](src))
+		keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", connector.Sink[result](sink))
 		return j
 	}
 	require.ErrorIs(t, build().Run(failpoint.WithHook(context.Background(), crashAt(failpoint.AfterCommit, 1))), failpoint.ErrCrashed)
@@ -110,9 +111,9 @@ func TestRenamedOperatorStateRefused(t *testing.T) {
 	fs := vfs.NewMem()
 	run := func(sinkName string) error {
 		j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"))
-		s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
+		s := keyed.FromSource(j, "events", 1, connector.Source[event](src))
 		sink := &countSink{MemorySink: keyed.NewMemorySink[result]()}
-		keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), sinkName, keyed.Sink[result](sink))
+		keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), sinkName, connector.Sink[result](sink))
 		return j.Run(context.Background())
 	}
 	require.NoError(t, run("results"))
@@ -146,8 +147,8 @@ func TestForget(t *testing.T) {
 
 	// A sink that cannot forget is refused.
 	j := keyed.NewJob("users", keyed.Dir(t.TempDir()))
-	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
-	keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", struct{ keyed.Sink[result] }{keyed.NewMemorySink[result]()})
+	s := keyed.FromSource(j, "events", 1, connector.Source[event](src))
+	keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", struct{ connector.Sink[result] }{keyed.NewMemorySink[result]()})
 	require.ErrorContains(t, j.Forget(context.Background()), "cannot forget")
 }
 
@@ -190,8 +191,8 @@ func TestStuckSinkFailsRun(t *testing.T) {
 	sink := &stuckSink{MemorySink: keyed.NewMemorySink[result]()}
 	j := keyed.NewJob("users", keyed.FS(vfs.NewMem()), keyed.Dir("/c"), keyed.CheckpointInterval(10*time.Millisecond),
 		keyed.CheckpointTimeout(100*time.Millisecond), keyed.TolerableFailures(3), keyed.Credits(4))
-	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
-	keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", keyed.Sink[result](sink))
+	s := keyed.FromSource(j, "events", 1, connector.Source[event](src))
+	keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", connector.Sink[result](sink))
 	done := make(chan error, 1)
 	go func() { done <- j.Run(context.Background()) }()
 	select {

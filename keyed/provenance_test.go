@@ -12,6 +12,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/vfs"
 )
@@ -27,10 +28,10 @@ func (s identified) Provenance(context.Context) (checkpoint.SourceRef, error) { 
 
 // provenanceJob is the counting job over src (a *MemorySource or an
 // identified one), keyed by partition.
-func provenanceJob(t *testing.T, fs vfs.FS, src keyed.Source[event], sink *keyed.MemorySink[result], opts ...keyed.Opt) *keyed.Job {
+func provenanceJob(t *testing.T, fs vfs.FS, src connector.Source[event], sink *keyed.MemorySink[result], opts ...keyed.Opt) *keyed.Job {
 	j := keyed.NewJob("users", append([]keyed.Opt{keyed.FS(fs), keyed.Dir("/ckpt"), keyed.CheckpointInterval(20 * time.Millisecond)}, opts...)...)
 	out := keyed.Process(keyed.ByPartition(keyed.FromSource(j, "events", 2, src)), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
-	keyed.ToSink(out, "results", keyed.Sink[result](sink))
+	keyed.ToSink(out, "results", connector.Sink[result](sink))
 	require.NoError(t, j.Validate())
 	return j
 }

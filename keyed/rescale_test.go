@@ -17,6 +17,7 @@ import (
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/rig/testjob"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/vfs"
 )
@@ -98,9 +99,9 @@ func TestOperatorStateMismatchRefused(t *testing.T) {
 	require.NoError(t, newJob(t, []keyed.Opt{keyed.FS(fs), keyed.Dir("/c")}, src, sink, false, 1, 1).Run(context.Background()))
 
 	j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"))
-	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
+	s := keyed.FromSource(j, "events", 1, connector.Source[event](src))
 	out := keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 1, func() keyed.Operator[event, result] { return &stringCounter{} })
-	keyed.ToSink(out, "results", keyed.Sink[result](sink))
+	keyed.ToSink(out, "results", connector.Sink[result](sink))
 	err := j.Run(context.Background())
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "count")
@@ -134,7 +135,7 @@ func TestAtLeastOnce(t *testing.T) {
 				ctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(3)))
 			}
 			j := keyed.NewJob("users", cfg...)
-			s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
+			s := keyed.FromSource(j, "events", 2, connector.Source[event](src))
 			// Incarnations alternate KeyBy and KeyByString: both must put
 			// every key in the same key group, or a restore loses counts.
 			newOp := func() keyed.Operator[event, result] { return &tolerantCounter{} }
@@ -144,7 +145,7 @@ func TestAtLeastOnce(t *testing.T) {
 			} else {
 				out = keyed.Process(keyed.KeyByString(func(e event) string { return e.UUID }, s), "count", 1+r.IntN(3), newOp)
 			}
-			keyed.ToSink(out, "results", keyed.Sink[result](sink))
+			keyed.ToSink(out, "results", connector.Sink[result](sink))
 			err := j.Run(ctx)
 			if errors.Is(err, failpoint.ErrCrashed) {
 				mem = mem.CrashClone()
@@ -161,8 +162,8 @@ func TestAtLeastOnce(t *testing.T) {
 	sink := keyed.NewMemorySink[result]()
 	dir := t.TempDir()
 	j := keyed.NewJob("users", keyed.Dir(dir), keyed.AtLeastOnce(), keyed.CheckpointInterval(time.Millisecond))
-	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
-	keyed.ToSink(keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 2, func() keyed.Operator[event, result] { return &tolerantCounter{} }), "results", keyed.Sink[result](sink))
+	s := keyed.FromSource(j, "events", 1, connector.Source[event](src))
+	keyed.ToSink(keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 2, func() keyed.Operator[event, result] { return &tolerantCounter{} }), "results", connector.Sink[result](sink))
 	require.NoError(t, j.Run(context.Background()))
 	rec, err := sink.Recorded(context.Background())
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/retain"
+	"github.com/kordproject/kord/keyed/connector"
 )
 
 // A job on several processes (Membership). Each process runs over the
@@ -47,7 +48,7 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 			own[topic][p] = true
 		}
 	}
-	byRef := map[checkpoint.Ref][]PartitionRecord{}
+	byRef := map[checkpoint.Ref][]connector.PartitionRecord{}
 	if rec != nil {
 		for _, pr := range rec.Parts {
 			if own[pr.Topic][pr.Partition] {
@@ -129,11 +130,11 @@ func (o *opOf[T, O]) checkScaled(j *Job) error {
 		return fmt.Errorf("keyed: job %s: on several processes the key group must be the partition (ByPartition): to key by a field, put a repartition stage before the job (kafkaio.NewRepartition), which exchanges records between processes through a repartition topic", j.name)
 	}
 	for _, s := range o.in.srcs {
-		if _, ok := s.src.(OperatorState); ok {
+		if _, ok := s.src.(connector.OperatorState); ok {
 			return fmt.Errorf("keyed: job %s: source %q keeps operator state, which does not follow partitions across processes", j.name, s.name)
 		}
 	}
-	if _, ok := j.sink.sinkValue().(OperatorState); ok {
+	if _, ok := j.sink.sinkValue().(connector.OperatorState); ok {
 		return fmt.Errorf("keyed: job %s: sink %q keeps operator state, which does not follow partitions across processes", j.name, j.sink.sinkName())
 	}
 	return nil
@@ -228,7 +229,7 @@ var testSweepAge = func() *atomic.Int64 { var a atomic.Int64; a.Store(-1); retur
 // on. It deletes their checkpoints that no partition's record in rec names
 // and that are older than sweepAge (retain.Others); rec must have
 // been read just before. This run's checkpoints are retainRun's.
-func (r *run) sweep(ctx context.Context, rec *Recorded) {
+func (r *run) sweep(ctx context.Context, rec *connector.Recorded) {
 	var named []checkpoint.Ref
 	if rec != nil {
 		for _, p := range rec.Parts {

@@ -11,6 +11,8 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/statefile"
+	"github.com/kordproject/kord/keyed/internal/cow"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 // snapshot is the keyed state of a Backend at one instant, taken by
@@ -20,8 +22,8 @@ import (
 type snapshot struct {
 	operator string
 	maxP     int
-	r        keyGroupRange
-	infos    []StateInfo
+	r        keygroup.Range
+	infos    []stateInfo
 	states   []frozenState // nil once released
 
 	b        *Backend
@@ -59,7 +61,7 @@ func (b *Backend) giveEncoders(es []*encoder) {
 
 // frozenState is one state's tables at the snapshot.
 type frozenState interface {
-	info() StateInfo
+	info() stateInfo
 	numGroups() int
 	groupLen(g int) int
 	// entries returns group g's entries, built in w's buffers (valid until
@@ -68,18 +70,18 @@ type frozenState interface {
 }
 
 type frozen[T any] struct {
-	inf    StateInfo
+	inf    stateInfo
 	start  int
-	groups []*table[T]
+	groups []*cow.Table[T]
 	enc    encodeFunc[T]
 }
 
-func (f *frozen[T]) info() StateInfo { return f.inf }
+func (f *frozen[T]) info() stateInfo { return f.inf }
 func (f *frozen[T]) numGroups() int  { return len(f.groups) }
 
 func (f *frozen[T]) groupLen(g int) int {
 	if t := f.groups[g]; t != nil {
-		return len(t.idx)
+		return len(t.Idx)
 	}
 	return 0
 }
@@ -93,7 +95,7 @@ type workspace struct {
 
 func (f *frozen[T]) entries(g int, w *workspace) ([]statefile.Entry, error) {
 	t := f.groups[g]
-	n := len(t.idx)
+	n := len(t.Idx)
 	// Keys and values go into one buffer; entries slice it once it has
 	// stopped growing.
 	buf, offs, scratch := w.buf[:0], w.offs[:0], w.scratch
@@ -101,8 +103,8 @@ func (f *frozen[T]) entries(g int, w *workspace) ([]statefile.Entry, error) {
 	// By slot, not by map iteration: keys and values are read in the order
 	// they were added, which is mostly their order in memory, instead of
 	// at random (a cache miss per key on large states).
-	use := t.inUse()
-	for i, k := range t.keys {
+	use := t.InUse()
+	for i, k := range t.Keys {
 		if use != nil && !use[i] {
 			continue
 		}
@@ -110,7 +112,7 @@ func (f *frozen[T]) entries(g int, w *workspace) ([]statefile.Entry, error) {
 		offs = append(offs, len(buf))
 		buf = append(buf, k...)
 		offs = append(offs, len(buf))
-		if buf, scratch, err = f.enc(buf, scratch, t.vals[i]); err != nil {
+		if buf, scratch, err = f.enc(buf, scratch, t.Vals[i]); err != nil {
 			if err == errExpired {
 				// A TTL state's entry that expired: left out.
 				buf, offs = buf[:start], offs[:len(offs)-2]
@@ -130,15 +132,15 @@ func (f *frozen[T]) entries(g int, w *workspace) ([]statefile.Entry, error) {
 	return entries, nil
 }
 
-// Snapshot freezes every state's tables and returns them. It is
+// takeSnapshot freezes every state's tables and returns them. It is
 // O(states × key groups), allocates one slice of table pointers per state,
 // and copies no keys or values: the first write to each key group after it
 // copies that group's table (copy-on-write), until the snapshot is
 // released.
-func (b *Backend) Snapshot() *snapshot {
+func (b *Backend) takeSnapshot() *snapshot {
 	b.epoch++
 	b.pending.Add(1)
-	s := &snapshot{operator: b.operator, maxP: b.maxP, r: b.r, b: b, infos: b.States(), states: make([]frozenState, len(b.states))}
+	s := &snapshot{operator: b.operator, maxP: b.maxP, r: b.r, b: b, infos: b.stateInfos(), states: make([]frozenState, len(b.states))}
 	for i, st := range b.states {
 		s.states[i] = st.freeze()
 	}
@@ -268,7 +270,7 @@ func forEach(n, parallel int, fn func(w *workspace, i int)) {
 	wg.Wait()
 }
 
-// Restore loads the keyed state of checkpoint m, whose state files are
+// restore loads the keyed state of checkpoint m, whose state files are
 // files (name to contents, as checkpoint.ReadCheckpoint returns them, sizes
 // and checksums verified), into this empty backend: the key groups of the
 // backend's range in the files of this operator. The checkpoint may
@@ -284,7 +286,7 @@ func forEach(n, parallel int, fn func(w *workspace, i int)) {
 // too is a *checkpoint.CorruptError with the file's name as Path; key
 // groups outside the range are not decoded. On error the backend is left
 // empty.
-func (b *Backend) Restore(m *checkpoint.Metadata, files map[string][]byte) error {
+func (b *Backend) restore(m *checkpoint.Metadata, files map[string][]byte) error {
 	if err := b.canRestore(); err != nil {
 		return err
 	}

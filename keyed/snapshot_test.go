@@ -15,6 +15,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/statefile"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -48,7 +49,7 @@ func decodeFiles(t testing.TB, op string, maxP int, files map[string][]byte) *mo
 		}
 		for j, e := range entries {
 			k := string(e.Key)
-			require.Equal(t, entryKG[j], keyGroupOf(e.Key, maxP), "key %s in file %s", k, name)
+			require.Equal(t, entryKG[j], keygroup.Of(e.Key, maxP), "key %s in file %s", k, name)
 			switch st {
 			case "count":
 				v, err := Int64().Decode(e.Value)
@@ -83,7 +84,7 @@ func requireModel(t testing.TB, want, got *model) {
 func TestSnapshotCopyOnWrite(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	keys := testKeys(2000)
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	s := registerStateSet(t, b)
 	md := newModel()
 	for range 20_000 {
@@ -98,7 +99,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 	var want []*model
 	results := make([]result, 3)
 	for i := range results {
-		snap := b.Snapshot()
+		snap := b.takeSnapshot()
 		require.Equal(t, len(md.v)+len(md.l)+len(md.m), snap.Len())
 		snaps = append(snaps, snap)
 		want = append(want, md.clone())
@@ -131,7 +132,7 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 // group's table only on the first write to it, not on reads, and not at all
 // once released.
 func TestCopyOnWriteGranularity(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	v, err := Value(b, "v", Int64())
 	require.NoError(t, err)
 	m, err := Map(b, "m", String(), Int64())
@@ -140,10 +141,10 @@ func TestCopyOnWriteGranularity(t *testing.T) {
 	setKey(b, k1)
 	v.Set(1)
 	m.Put("x", 1)
-	g := keyGroupOf([]byte(k1), testMaxP)
+	g := keygroup.Of([]byte(k1), testMaxP)
 	t0, m0 := v.s.groups[g], m.s.groups[g]
 
-	snap := b.Snapshot()
+	snap := b.takeSnapshot()
 	v.Get()
 	m.Get("x")
 	require.Same(t, t0, v.s.groups[g], "reads do not copy")
@@ -157,7 +158,7 @@ func TestCopyOnWriteGranularity(t *testing.T) {
 	require.Same(t, m0, m.s.groups[g], "other states are copied on their own writes")
 	m.Put("x", 2)
 	require.NotSame(t, m0, m.s.groups[g])
-	require.Equal(t, int64(1), m0.vals[m0.idx[k1]]["x"], "the snapshot's inner map is not written")
+	require.Equal(t, int64(1), m0.Vals[m0.Idx[k1]]["x"], "the snapshot's inner map is not written")
 
 	files, err := snap.Encode(testRun, 1, 1)
 	require.NoError(t, err)
@@ -167,7 +168,7 @@ func TestCopyOnWriteGranularity(t *testing.T) {
 
 	// Every snapshot released: the table taken at the snapshot is written
 	// in place.
-	snap2 := b.Snapshot()
+	snap2 := b.takeSnapshot()
 	snap2.Release()
 	t2 := v.s.groups[g]
 	v.Set(4)
@@ -203,7 +204,7 @@ func checkpointOf(t testing.TB, id uint64, backends ...*Backend) (*checkpoint.Me
 	all := map[string][]byte{}
 	var refs []checkpoint.OperatorRef
 	for _, b := range backends {
-		snap := b.Snapshot()
+		snap := b.takeSnapshot()
 		files, err := snap.Encode(testRun, id, 0)
 		require.NoError(t, err)
 		defer snap.Release() // the files' memory is the snapshot's until then
@@ -230,7 +231,7 @@ func instances(t testing.TB, op string, p int) ([]*Backend, []stateSet) {
 	bs := make([]*Backend, p)
 	ss := make([]stateSet, p)
 	for i := range p {
-		bs[i] = newTestBackend(t, op, rangeFor(i, testMaxP, p))
+		bs[i] = newTestBackend(t, op, keygroup.RangeFor(i, testMaxP, p))
 		ss[i] = registerStateSet(t, bs[i])
 	}
 	return bs, ss
@@ -238,7 +239,7 @@ func instances(t testing.TB, op string, p int) ([]*Backend, []stateSet) {
 
 // owner returns the instance of p that owns key.
 func owner(key string, p int) int {
-	return operatorIndex(keyGroupOf([]byte(key), testMaxP), testMaxP, p)
+	return keygroup.OperatorIndex(keygroup.Of([]byte(key), testMaxP), testMaxP, p)
 }
 
 // TestRescale snapshots 2 instances, restores into 3, processes more,
@@ -258,7 +259,7 @@ func TestRescale(t *testing.T) {
 	restore := func(p int, m *checkpoint.Metadata, files map[string][]byte) ([]*Backend, []stateSet) {
 		bs, ss := instances(t, "op", p)
 		for _, b := range bs {
-			require.NoError(t, b.Restore(m, files))
+			require.NoError(t, b.restore(m, files))
 		}
 		for i, b := range bs {
 			check(t, b, ss[i], md, keys)
@@ -268,7 +269,7 @@ func TestRescale(t *testing.T) {
 
 	bs2, ss2 := instances(t, "op", 2)
 	// Another operator's state in the same checkpoint is left alone.
-	other := newTestBackend(t, "other", fullRange(testMaxP))
+	other := newTestBackend(t, "other", keygroup.Full(testMaxP))
 	ov, err := Value(other, "count", String())
 	require.NoError(t, err)
 	setKey(other, "x")
@@ -287,7 +288,7 @@ func TestRescale(t *testing.T) {
 
 func mustEncode(t testing.TB, b *Backend) map[string][]byte {
 	t.Helper()
-	snap := b.Snapshot()
+	snap := b.takeSnapshot()
 	defer snap.Release()
 	files, err := snap.Encode(testRun, 7, 0)
 	require.NoError(t, err)
@@ -302,7 +303,7 @@ func TestRestorePartitioned(t *testing.T) {
 	vs := make([]*ValueState[int64], 2)
 	for i := range src {
 		var err error
-		src[i], err = newBackend("count", partitions, rangeFor(i, partitions, 2))
+		src[i], err = newBackend("count", partitions, keygroup.RangeFor(i, partitions, 2))
 		require.NoError(t, err)
 		vs[i], err = Value(src[i], "n", Int64())
 		require.NoError(t, err)
@@ -310,23 +311,23 @@ func TestRestorePartitioned(t *testing.T) {
 	want := map[int]map[string]int64{}
 	for p := range partitions {
 		want[p] = map[string]int64{}
-		i := operatorIndex(p, partitions, 2)
+		i := keygroup.OperatorIndex(p, partitions, 2)
 		for k := range 10 {
 			key := fmt.Sprintf("p%d-k%d", p, k)
-			src[i].SetCurrentKey([]byte(key), partitionKeyGroup(int32(p)))
+			src[i].setCurrentKey([]byte(key), keygroup.OfPartition(int32(p)))
 			vs[i].Set(int64(p*100 + k))
 			want[p][key] = int64(p*100 + k)
 		}
 	}
 	m, files := checkpointOf(t, 1, src...)
-	dst, err := newBackend("count", partitions, fullRange(partitions))
+	dst, err := newBackend("count", partitions, keygroup.Full(partitions))
 	require.NoError(t, err)
 	v, err := Value(dst, "n", Int64())
 	require.NoError(t, err)
-	require.NoError(t, dst.Restore(m, files))
+	require.NoError(t, dst.restore(m, files))
 	for p, kv := range want {
 		for key, n := range kv {
-			dst.SetCurrentKey([]byte(key), p)
+			dst.setCurrentKey([]byte(key), p)
 			got, ok := v.Get()
 			require.True(t, ok)
 			require.Equal(t, n, got)
@@ -334,17 +335,17 @@ func TestRestorePartitioned(t *testing.T) {
 	}
 	// With the keyBy key-group function the same files are refused: their
 	// keys are not in the key groups the hash gives.
-	hashed, err := newBackend("count", partitions, fullRange(partitions), keyGroupFunc(func(k []byte) int { return keyGroupOf(k, partitions) }))
+	hashed, err := newBackend("count", partitions, keygroup.Full(partitions), keyGroupFunc(func(k []byte) int { return keygroup.Of(k, partitions) }))
 	require.NoError(t, err)
 	_, err = Value(hashed, "n", Int64())
 	require.NoError(t, err)
 	var ce *checkpoint.CorruptError
-	require.ErrorAs(t, hashed.Restore(m, files), &ce)
+	require.ErrorAs(t, hashed.restore(m, files), &ce)
 	require.Contains(t, ce.Reason, "belongs to key group")
 }
 
 func TestRestoreRefusals(t *testing.T) {
-	src := newTestBackend(t, "op", fullRange(testMaxP))
+	src := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	s := registerStateSet(t, src)
 	setKey(src, "k")
 	s.v.Set(1)
@@ -353,7 +354,7 @@ func TestRestoreRefusals(t *testing.T) {
 	m, files := checkpointOf(t, 1, src)
 
 	fresh := func(reg func(b *Backend)) *Backend {
-		b := newTestBackend(t, "op", fullRange(testMaxP))
+		b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 		reg(b)
 		return b
 	}
@@ -364,7 +365,7 @@ func TestRestoreRefusals(t *testing.T) {
 		_, err := Value(b, "count", JSON[int64]())
 		require.NoError(t, err)
 	})
-	err := b.Restore(m, files)
+	err := b.restore(m, files)
 	require.ErrorAs(t, err, &me)
 	require.Equal(t, MismatchError{Operator: "op", State: "count", Field: "fingerprint", Want: "json:int64", Found: "int64-be"}, *me)
 	require.EqualError(t, err, `keyed: operator "op" state "count": the checkpoint's fingerprint is "int64-be", this code's is "json:int64"`)
@@ -374,7 +375,7 @@ func TestRestoreRefusals(t *testing.T) {
 		_, err := List(b, "count", Int64())
 		require.NoError(t, err)
 	})
-	require.ErrorAs(t, b.Restore(m, files), &me)
+	require.ErrorAs(t, b.restore(m, files), &me)
 	require.Equal(t, "type", me.Field)
 	require.Equal(t, "keyed.list", me.Want)
 	require.Equal(t, "keyed.value", me.Found)
@@ -384,7 +385,7 @@ func TestRestoreRefusals(t *testing.T) {
 		_, err := Value(b, "count", Int64())
 		require.NoError(t, err)
 	})
-	err = b.Restore(m, files)
+	err = b.restore(m, files)
 	require.ErrorAs(t, err, &me)
 	require.Equal(t, "state", me.Field)
 	require.ErrorContains(t, err, "not registered")
@@ -393,24 +394,24 @@ func TestRestoreRefusals(t *testing.T) {
 	b = fresh(func(b *Backend) { registerStateSet(t, b) })
 	noRefs := *m
 	noRefs.Operators = nil
-	require.ErrorAs(t, b.Restore(&noRefs, files), &me)
+	require.ErrorAs(t, b.restore(&noRefs, files), &me)
 	require.Equal(t, "record", me.Field)
 
 	// Another max parallelism.
-	b, err = newBackend("op", 64, fullRange(64))
+	b, err = newBackend("op", 64, keygroup.Full(64))
 	require.NoError(t, err)
 	registerStateSet(t, b)
-	require.ErrorContains(t, b.Restore(m, files), "max parallelism 128, this backend 64")
+	require.ErrorContains(t, b.restore(m, files), "max parallelism 128, this backend 64")
 
 	// A new state (registered, not in the checkpoint) starts empty.
 	b = fresh(func(b *Backend) { registerStateSet(t, b) })
 	nv, err := Value(b, "added", Int64())
 	require.NoError(t, err)
-	require.NoError(t, b.Restore(m, files))
+	require.NoError(t, b.restore(m, files))
 	setKey(b, "k")
 	_, ok := nv.Get()
 	require.False(t, ok)
-	require.ErrorContains(t, b.Restore(m, files), "twice")
+	require.ErrorContains(t, b.restore(m, files), "twice")
 	_, err = Value(b, "late", Int64())
 	require.ErrorContains(t, err, "after Restore")
 
@@ -420,7 +421,7 @@ func TestRestoreRefusals(t *testing.T) {
 		setKey(b, "z")
 		ss.v.Set(1)
 	})
-	require.ErrorContains(t, b.Restore(m, files), "has state")
+	require.ErrorContains(t, b.restore(m, files), "has state")
 }
 
 // TestRestoreCorruptFiles checks that a state file that does not decode,
@@ -435,14 +436,14 @@ func TestRestoreCorruptFiles(t *testing.T) {
 		k := fmt.Sprintf("key-%d", i)
 		switch {
 		case k1 == "":
-			if keyGroupOf([]byte(k), testMaxP) < 63 { // one varint byte for it and the next
+			if keygroup.Of([]byte(k), testMaxP) < 63 { // one varint byte for it and the next
 				k1 = k
 			}
-		case keyGroupOf([]byte(k), testMaxP) == keyGroupOf([]byte(k1), testMaxP)+1:
+		case keygroup.Of([]byte(k), testMaxP) == keygroup.Of([]byte(k1), testMaxP)+1:
 			k2 = k
 		}
 	}
-	kg1 := keyGroupOf([]byte(k1), testMaxP)
+	kg1 := keygroup.Of([]byte(k1), testMaxP)
 	other := (kg1 + 1) % testMaxP
 	v8 := make([]byte, 8)
 	good := encodeEntries(t, kg1, statefile.Entry{Key: []byte(k1), Value: v8})
@@ -462,13 +463,13 @@ func TestRestoreCorruptFiles(t *testing.T) {
 		{"key group in two files", layout.StateFileName(testRun, 1, "op.count", 2), encodeEntries(t, other, statefile.Entry{Key: []byte(k2), Value: v8}), "is also in " + otherName},
 	} {
 		t.Run(c.what, func(t *testing.T) {
-			b := newTestBackend(t, "op", fullRange(testMaxP))
+			b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 			v, err := Value(b, "count", Int64())
 			require.NoError(t, err)
-			m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.OperatorRefs()}
+			m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.operatorRefs()}
 			// A good file next to the bad one: the backend must not keep it.
 			files := map[string][]byte{c.file: c.data, otherName: encodeEntries(t, other, statefile.Entry{Key: []byte(k2), Value: v8})}
-			err = b.Restore(m, files)
+			err = b.restore(m, files)
 			var ce *checkpoint.CorruptError
 			require.ErrorAs(t, err, &ce)
 			require.Equal(t, c.file, ce.Path)
@@ -481,22 +482,22 @@ func TestRestoreCorruptFiles(t *testing.T) {
 	}
 	// The key groups of a file outside the range are not decoded, however
 	// bad: kg1's records claim another key group.
-	b := newTestBackend(t, "op", keyGroupRange{Start: other, End: other})
+	b := newTestBackend(t, "op", keygroup.Range{Start: other, End: other})
 	_, err := Value(b, "count", Int64())
 	require.NoError(t, err)
-	m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.OperatorRefs()}
+	m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.operatorRefs()}
 	bad := bytes.Clone(good)
 	i := bytes.LastIndex(bad, []byte(k1)) - 2 // the record: key group, key length, key
 	require.Equal(t, byte(2*kg1), bad[i])
 	bad[i] += 2
 	_, _, err = statefile.DecodeKeyGroups(name, bad)
 	require.ErrorContains(t, err, "record of key group")
-	require.NoError(t, b.Restore(m, map[string][]byte{name: bad}))
+	require.NoError(t, b.restore(m, map[string][]byte{name: bad}))
 	// A name that is not a state file of this checkpoint is an error.
-	b = newTestBackend(t, "op", fullRange(testMaxP))
-	require.Error(t, b.Restore(m, map[string][]byte{"ckpt-abc123-00000000000000000001.meta": nil}))
-	b = newTestBackend(t, "op", fullRange(testMaxP))
-	require.Error(t, b.Restore(m, map[string][]byte{layout.StateFileName(testRun, 2, "op.count", 0): good}))
+	b = newTestBackend(t, "op", keygroup.Full(testMaxP))
+	require.Error(t, b.restore(m, map[string][]byte{"ckpt-abc123-00000000000000000001.meta": nil}))
+	b = newTestBackend(t, "op", keygroup.Full(testMaxP))
+	require.Error(t, b.restore(m, map[string][]byte{layout.StateFileName(testRun, 2, "op.count", 0): good}))
 }
 
 // encodeEntries makes a key-group range file holding entries in key group
@@ -509,12 +510,12 @@ func encodeEntries(t testing.TB, kg int, entries ...statefile.Entry) []byte {
 }
 
 func TestEncodeErrors(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	v, err := Value(b, "v", failingCodec{})
 	require.NoError(t, err)
 	setKey(b, "k")
 	v.Set(1)
-	snap := b.Snapshot()
+	snap := b.takeSnapshot()
 	defer snap.Release()
 	_, err = snap.Encode(testRun, 1, 1)
 	require.ErrorContains(t, err, `operator "op" state "v"`)
@@ -534,15 +535,15 @@ func (failingCodec) Fingerprint() string                      { return "failing"
 // fillCounters makes a backend with a ValueState[int64] of n uuid keys.
 func fillCounters(tb testing.TB, n int) (*Backend, [][]byte, []int) {
 	r := rand.New(rand.NewPCG(11, 12))
-	b := newTestBackend(tb, "op", fullRange(testMaxP))
+	b := newTestBackend(tb, "op", keygroup.Full(testMaxP))
 	v, err := Value(b, "count", Int64())
 	require.NoError(tb, err)
 	keys := make([][]byte, n)
 	kgs := make([]int, n)
 	for i := range keys {
 		keys[i] = []byte(fakeUUID(r))
-		kgs[i] = keyGroupOf(keys[i], testMaxP)
-		b.SetCurrentKey(keys[i], kgs[i])
+		kgs[i] = keygroup.Of(keys[i], testMaxP)
+		b.setCurrentKey(keys[i], kgs[i])
 		v.Set(int64(i))
 	}
 	return b, keys, kgs
@@ -559,7 +560,7 @@ func BenchmarkValueStateGetSet(b *testing.B) {
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				be.SetCurrentKey(keys[i], kgs[i])
+				be.setCurrentKey(keys[i], kgs[i])
 				n, _ := v.Get()
 				v.Set(n + 1)
 				if i++; i == len(keys) {
@@ -577,7 +578,7 @@ func BenchmarkSnapshot(b *testing.B) {
 	be, _, _ := fillCounters(b, 1_000_000)
 	b.ReportAllocs()
 	for b.Loop() {
-		be.Snapshot().Release()
+		be.takeSnapshot().Release()
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "stall-µs")
 }
@@ -595,9 +596,9 @@ func BenchmarkCopyOnWrite(b *testing.B) {
 	}
 	vs := &ValueState[int64]{s: v}
 	for b.Loop() {
-		snap := be.Snapshot()
+		snap := be.takeSnapshot()
 		for _, i := range first {
-			be.SetCurrentKey(keys[i], kgs[i])
+			be.setCurrentKey(keys[i], kgs[i])
 			vs.Set(1)
 		}
 		snap.Release()
@@ -609,7 +610,7 @@ func BenchmarkCopyOnWrite(b *testing.B) {
 // uuid keys) on GOMAXPROCS goroutines.
 func BenchmarkEncode(b *testing.B) {
 	be, _, _ := fillCounters(b, 1_000_000)
-	snap := be.Snapshot()
+	snap := be.takeSnapshot()
 	defer snap.Release()
 	var size int
 	b.ReportAllocs()
@@ -631,21 +632,21 @@ func BenchmarkEncode(b *testing.B) {
 // backend.
 func BenchmarkRestore(b *testing.B) {
 	be, _, _ := fillCounters(b, 1_000_000)
-	snap := be.Snapshot()
+	snap := be.takeSnapshot()
 	files, err := snap.Encode(testRun, 1, 0)
 	require.NoError(b, err)
 	snap.Release()
-	m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: be.OperatorRefs()}
+	m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: be.operatorRefs()}
 	size := 0
 	for _, f := range files {
 		size += len(f)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		nb := newTestBackend(b, "op", fullRange(testMaxP))
+		nb := newTestBackend(b, "op", keygroup.Full(testMaxP))
 		_, err := Value(nb, "count", Int64())
 		require.NoError(b, err)
-		require.NoError(b, nb.Restore(m, files))
+		require.NoError(b, nb.restore(m, files))
 	}
 	sec := b.Elapsed().Seconds() / float64(b.N)
 	b.ReportMetric(sec*1e3, "ms/restore")
@@ -664,15 +665,15 @@ func TestEncodeReusesMemory(t *testing.T) {
 		}
 		return nil
 	}
-	s1 := b.Snapshot()
+	s1 := b.takeSnapshot()
 	f1 := only(mustEncodeSnap(t, s1))
 	want := bytes.Clone(f1)
-	s2 := b.Snapshot()
+	s2 := b.takeSnapshot()
 	f2 := only(mustEncodeSnap(t, s2))
 	require.NotSame(t, &f1[0], &f2[0], "s1 is not released: its memory is its own")
 	require.Equal(t, want[len(want)-100:], f1[len(f1)-100:], "s1's file unchanged by s2's encoding")
 	s1.Release()
-	s3 := b.Snapshot()
+	s3 := b.takeSnapshot()
 	f3 := only(mustEncodeSnap(t, s3))
 	require.Same(t, &f1[0], &f3[0], "s3 reuses released s1's memory")
 	_, _, err := statefile.DecodeKeyGroups("f3", f3)

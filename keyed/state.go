@@ -12,51 +12,53 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/statefile"
+	"github.com/kordproject/kord/keyed/internal/cow"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
-// Kind is the kind of a keyed state.
-type Kind int
+// stateKind is the kind of a keyed state.
+type stateKind int
 
 // Kinds of keyed state.
 const (
-	KindValue Kind = iota + 1 // ValueState
-	KindList                  // ListState
-	KindMap                   // MapState
+	kindValue stateKind = iota + 1 // ValueState
+	kindList                       // ListState
+	kindMap                        // MapState
 )
 
-func (k Kind) String() string {
+func (k stateKind) String() string {
 	switch k {
-	case KindValue:
+	case kindValue:
 		return "value"
-	case KindList:
+	case kindList:
 		return "list"
-	case KindMap:
+	case kindMap:
 		return "map"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
 
 // refType is the checkpoint.OperatorRef.Type of a state of kind k.
-func (k Kind) refType() string { return "keyed." + k.String() }
+func (k stateKind) refType() string { return "keyed." + k.String() }
 
-// StateInfo identifies a registered state: what the engine records in
+// stateInfo identifies a registered state: what the engine records in
 // checkpoint metadata (Ref) and what Restore checks.
-type StateInfo struct {
+type stateInfo struct {
 	Operator    string
 	Name        string
-	Kind        Kind
+	Kind        stateKind
 	Fingerprint string // the codec's; for a map, "key=<key codec's>;value=<value codec's>"
 }
 
 // FileOperator is "<operator>.<state>": the operator slot of the state's
 // file name (internal/layout) and the Name of its checkpoint.OperatorRef.
 // Operator and state names have no '.', so it splits back unambiguously.
-func (i StateInfo) FileOperator() string { return i.Operator + "." + i.Name }
+func (i stateInfo) FileOperator() string { return i.Operator + "." + i.Name }
 
 // Ref is the state's entry in checkpoint.Metadata.Operators: Name
 // FileOperator(), Type "keyed.value", "keyed.list" or "keyed.map", and the
 // fingerprint.
-func (i StateInfo) Ref() checkpoint.OperatorRef {
+func (i stateInfo) Ref() checkpoint.OperatorRef {
 	return checkpoint.OperatorRef{Name: i.FileOperator(), Type: i.Kind.refType(), SchemaFingerprint: i.Fingerprint}
 }
 
@@ -117,8 +119,9 @@ func keyGroupFunc(f func(key []byte) int) backendOpt {
 }
 
 // Backend holds every keyed state of one operator instance for its
-// key-group range. It is used by one goroutine (the operator's); a Snapshot
-// it returns may be encoded on others.
+// key-group range: an Operator declares its states on it in Open. It is
+// used by one goroutine (the operator's); the runtime encodes its
+// snapshots on others.
 //
 // Values are held as Go values and shared with snapshots: a value is
 // copied on write only as a whole (ValueState.Set, ListState.Add or Update,
@@ -128,22 +131,22 @@ func keyGroupFunc(f func(key []byte) int) backendOpt {
 type Backend struct {
 	operator   string
 	maxP       int
-	r          keyGroupRange
+	r          keygroup.Range
 	keyGroupOf func(key []byte) int
 
 	states []state
 	byName map[string]state
 
 	curKey []byte
-	cur    int    // current key group - r.Start; -1 before the first SetCurrentKey
-	gen    uint64 // counts SetCurrentKey calls: a state's cached slot is valid while it is unchanged
+	cur    int    // current key group - r.Start; -1 before the first setCurrentKey
+	gen    uint64 // counts setCurrentKey calls: a state's cached slot is valid while it is unchanged
 
 	epoch    uint64       // number of snapshots taken
 	pending  atomic.Int64 // snapshots not yet released
 	restored bool
 
 	encMu   sync.Mutex
-	encFree []*encoder // kept between snapshots; see Snapshot.Encode
+	encFree []*encoder // kept between snapshots; see snapshot.Encode
 
 	clock func() int64 // TTL states' processing time (Unix ms); nil: the wall clock
 }
@@ -151,11 +154,11 @@ type Backend struct {
 // newBackend returns an empty backend for instance r of operator, out of
 // maxParallelism key groups. operator is 1 or more characters of
 // [a-zA-Z0-9_-].
-func newBackend(operator string, maxParallelism int, r keyGroupRange, opts ...backendOpt) (*Backend, error) {
+func newBackend(operator string, maxParallelism int, r keygroup.Range, opts ...backendOpt) (*Backend, error) {
 	if err := validateName("operator", operator); err != nil {
 		return nil, err
 	}
-	if err := validateRange(r, maxParallelism); err != nil {
+	if err := keygroup.ValidateRange(r, maxParallelism); err != nil {
 		return nil, fmt.Errorf("keyed: operator %q: %w", operator, err)
 	}
 	b := &Backend{operator: operator, maxP: maxParallelism, r: r, byName: map[string]state{}, cur: -1}
@@ -171,22 +174,22 @@ func (b *Backend) Operator() string { return b.operator }
 // MaxParallelism returns the number of key groups.
 func (b *Backend) MaxParallelism() int { return b.maxP }
 
-// Range returns the key groups this backend owns.
-func (b *Backend) Range() keyGroupRange { return b.r }
+// keyRange returns the key groups this backend owns.
+func (b *Backend) keyRange() keygroup.Range { return b.r }
 
-// States describes the registered states in registration order.
-func (b *Backend) States() []StateInfo {
-	out := make([]StateInfo, len(b.states))
+// stateInfos describes the registered states in registration order.
+func (b *Backend) stateInfos() []stateInfo {
+	out := make([]stateInfo, len(b.states))
 	for i, s := range b.states {
 		out[i] = s.info()
 	}
 	return out
 }
 
-// OperatorRefs returns the registered states' entries for
+// operatorRefs returns the registered states' entries for
 // checkpoint.Metadata.Operators. Every instance of an operator returns the
 // same refs; the engine records them once.
-func (b *Backend) OperatorRefs() []checkpoint.OperatorRef {
+func (b *Backend) operatorRefs() []checkpoint.OperatorRef {
 	out := make([]checkpoint.OperatorRef, len(b.states))
 	for i, s := range b.states {
 		out[i] = s.info().Ref()
@@ -194,10 +197,10 @@ func (b *Backend) OperatorRefs() []checkpoint.OperatorRef {
 	return out
 }
 
-// Check reports whether keyGroup is in the backend's range and, when a key
+// check reports whether keyGroup is in the backend's range and, when a key
 // group function is set (KeyGroupFunc), whether it is key's key group. The
-// engine calls it where it validates its routing (SetCurrentKey does not).
-func (b *Backend) Check(key []byte, keyGroup int) error {
+// engine calls it where it validates its routing (setCurrentKey does not).
+func (b *Backend) check(key []byte, keyGroup int) error {
 	if !b.r.Contains(keyGroup) {
 		return fmt.Errorf("keyed: operator %q: key group %d is outside this instance's range %s", b.operator, keyGroup, b.r)
 	}
@@ -209,12 +212,12 @@ func (b *Backend) Check(key []byte, keyGroup int) error {
 	return nil
 }
 
-// SetCurrentKey makes key, in keyGroup, the key that state reads and
+// setCurrentKey makes key, in keyGroup, the key that state reads and
 // writes until the next call. key is retained, not copied, until then: the
 // caller must not modify it meanwhile (a new key is copied when first
 // stored). It is the hot path and checks only that keyGroup is in range: it
-// panics otherwise, since the engine's routing is then wrong (see Check).
-func (b *Backend) SetCurrentKey(key []byte, keyGroup int) {
+// panics otherwise, since the engine's routing is then wrong (see check).
+func (b *Backend) setCurrentKey(key []byte, keyGroup int) {
 	i := keyGroup - b.r.Start
 	if uint(i) >= uint(b.r.End-b.r.Start+1) {
 		panic(fmt.Sprintf("keyed: operator %q: SetCurrentKey with key group %d outside this instance's range %s", b.operator, keyGroup, b.r))
@@ -223,9 +226,9 @@ func (b *Backend) SetCurrentKey(key []byte, keyGroup int) {
 	b.gen++
 }
 
-// CurrentKey returns the current key and its key group (-1 before the first
-// SetCurrentKey).
-func (b *Backend) CurrentKey() ([]byte, int) {
+// currentKey returns the current key and its key group (-1 before the first
+// setCurrentKey).
+func (b *Backend) currentKey() ([]byte, int) {
 	if b.cur < 0 {
 		return nil, -1
 	}
@@ -234,7 +237,7 @@ func (b *Backend) CurrentKey() ([]byte, int) {
 
 // state is what the backend needs of every registered state.
 type state interface {
-	info() StateInfo
+	info() stateInfo
 	freeze() frozenState
 	empty() bool
 	reset()
@@ -243,7 +246,7 @@ type state interface {
 	restoreGroup(g int, file string, entries []statefile.Entry) error
 }
 
-func register[T any](b *Backend, name string, kind Kind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
+func register[T any](b *Backend, name string, kind stateKind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
 	if strings.HasPrefix(name, "__") {
 		return nil, fmt.Errorf("keyed: operator %q state %q: names starting with __ are kord's (its timers)", b.operator, name)
 	}
@@ -252,7 +255,7 @@ func register[T any](b *Backend, name string, kind Kind, fp string, enc encodeFu
 
 // registerState is register without the user's limits: kord's own states
 // (timers) too.
-func registerState[T any](b *Backend, name string, kind Kind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
+func registerState[T any](b *Backend, name string, kind stateKind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
 	if err := validateName("state", name); err != nil {
 		return nil, fmt.Errorf("keyed: operator %q: %w", b.operator, err)
 	}
@@ -267,109 +270,14 @@ func registerState[T any](b *Backend, name string, kind Kind, fp string, enc enc
 	}
 	s := &store[T]{
 		b:      b,
-		inf:    StateInfo{Operator: b.operator, Name: name, Kind: kind, Fingerprint: fp},
-		groups: make([]*table[T], b.r.Len()),
+		inf:    stateInfo{Operator: b.operator, Name: name, Kind: kind, Fingerprint: fp},
+		groups: make([]*cow.Table[T], b.r.Len()),
 		enc:    enc,
 		dec:    dec,
 	}
 	b.states = append(b.states, s)
 	b.byName[name] = s
 	return s, nil
-}
-
-// table is one state's keys and values in one key group. idx maps a key to
-// its slot in vals; deleted slots are reused through free. The indirection
-// lets an existing key be updated without allocating (m[string(key)] = v
-// allocates the key string on every assignment; a lookup does not).
-//
-// A table is immutable once a snapshot holds it and epoch < Backend.epoch:
-// a write then clones it first (copy-on-write), unless every snapshot has
-// been released.
-type table[T any] struct {
-	idx   map[string]uint32
-	vals  []T
-	keys  []string // keys[i] is slot i's key while slot i is in use
-	free  []uint32
-	epoch uint64 // Backend.epoch when this table was made
-
-	// For MapState: whether vals[i]'s inner map belongs to this table
-	// (ownAll, or bit i of owned) or is still shared with the table it was
-	// cloned from.
-	ownAll bool
-	owned  []uint64
-
-	// shared: idx, keys and free are still those of the table this one was
-	// cloned from (and that a snapshot holds); own copies them before a
-	// key is added or removed.
-	shared bool
-}
-
-// clone copies t for writing while a snapshot holds t. Only the values are
-// copied: the index is shared until a key is added or removed (see own),
-// so that updating existing keys, the common case, costs one copy of vals
-// per key group and checkpoint rather than a map rebuild.
-func (t *table[T]) clone(epoch uint64) *table[T] {
-	return &table[T]{idx: t.idx, vals: slices.Clone(t.vals), keys: t.keys, free: t.free, epoch: epoch, shared: true}
-}
-
-// own gives t its own idx, keys and free before they change.
-func (t *table[T]) own() {
-	if t.shared {
-		t.idx, t.keys, t.free, t.shared = maps.Clone(t.idx), slices.Clone(t.keys), slices.Clone(t.free), false
-	}
-}
-
-func (t *table[T]) insert(key []byte, v T) uint32 {
-	t.own()
-	k := string(key)
-	i := t.slot(k, v)
-	t.idx[k] = i
-	return i
-}
-
-// slot stores key and v in a free slot and returns it.
-func (t *table[T]) slot(key string, v T) uint32 {
-	var i uint32
-	if n := len(t.free); n > 0 {
-		i = t.free[n-1]
-		t.free = t.free[:n-1]
-		t.vals[i], t.keys[i] = v, key
-	} else {
-		i = uint32(len(t.vals))
-		t.vals = append(t.vals, v)
-		t.keys = append(t.keys, key)
-	}
-	return i
-}
-
-// inUse reports, for each slot, whether it holds a key: all but the free
-// ones. nil means all.
-func (t *table[T]) inUse() []bool {
-	if len(t.free) == 0 {
-		return nil
-	}
-	use := make([]bool, len(t.vals))
-	for i := range use {
-		use[i] = true
-	}
-	for _, i := range t.free {
-		use[i] = false
-	}
-	return use
-}
-
-func (t *table[T]) isOwned(i uint32) bool {
-	return t.ownAll || int(i/64) < len(t.owned) && t.owned[i/64]&(1<<(i%64)) != 0
-}
-
-func (t *table[T]) setOwned(i uint32) {
-	if t.ownAll {
-		return
-	}
-	for int(i/64) >= len(t.owned) {
-		t.owned = append(t.owned, 0)
-	}
-	t.owned[i/64] |= 1 << (i % 64)
 }
 
 // encodeFunc appends v's snapshot encoding to dst; scratch is a buffer it
@@ -380,8 +288,8 @@ type encodeFunc[T any] func(dst, scratch []byte, v T) (out, scratchOut []byte, e
 // a table per key group of the range, and copy-on-write.
 type store[T any] struct {
 	b      *Backend
-	inf    StateInfo
-	groups []*table[T] // index: key group - r.Start; nil: no entries yet
+	inf    stateInfo
+	groups []*cow.Table[T] // index: key group - r.Start; nil: no entries yet
 	enc    encodeFunc[T]
 	dec    func([]byte) (T, error)
 	// encAt, for a TTL state, makes the encoder of a snapshot taken at
@@ -397,7 +305,7 @@ type store[T any] struct {
 	hit  bool
 }
 
-func (s *store[T]) info() StateInfo { return s.inf }
+func (s *store[T]) info() stateInfo { return s.inf }
 
 // each calls fn for every key of the state with its key group and value.
 func (s *store[T]) each(fn func(kg int, key string, v T)) {
@@ -405,8 +313,8 @@ func (s *store[T]) each(fn func(kg int, key string, v T)) {
 		if t == nil {
 			continue
 		}
-		for key, i := range t.idx {
-			fn(g+s.b.r.Start, key, t.vals[i])
+		for key, i := range t.Idx {
+			fn(g+s.b.r.Start, key, t.Vals[i])
 		}
 	}
 }
@@ -416,7 +324,7 @@ func (s *store[T]) noKey() {
 }
 
 // lookup returns the current key's table and slot, if it has one.
-func (s *store[T]) lookup() (*table[T], uint32, bool) {
+func (s *store[T]) lookup() (*cow.Table[T], uint32, bool) {
 	b := s.b
 	if b.cur < 0 {
 		s.noKey()
@@ -428,7 +336,7 @@ func (s *store[T]) lookup() (*table[T], uint32, bool) {
 	var i uint32
 	var ok bool
 	if t != nil {
-		i, ok = t.idx[string(b.curKey)]
+		i, ok = t.Idx[string(b.curKey)]
 	}
 	s.gen, s.slot, s.hit = b.gen, i, ok
 	return t, i, ok
@@ -436,22 +344,22 @@ func (s *store[T]) lookup() (*table[T], uint32, bool) {
 
 // forWrite returns the current key group's table, ready to be written
 // (see writable), and the current key's slot in it, if it has one.
-func (s *store[T]) forWrite() (*table[T], uint32, bool) {
+func (s *store[T]) forWrite() (*cow.Table[T], uint32, bool) {
 	_, i, ok := s.lookup()
 	return s.writable(), i, ok
 }
 
 // add stores v as the current key's value in t (from forWrite, which
 // found no slot) and returns its slot.
-func (s *store[T]) add(t *table[T], v T) uint32 {
-	i := t.insert(s.b.curKey, v)
+func (s *store[T]) add(t *cow.Table[T], v T) uint32 {
+	i := t.Insert(s.b.curKey, v)
 	s.gen, s.slot, s.hit = s.b.gen, i, true
 	return i
 }
 
 // writable returns the current key group's table, made or cloned so that
 // it may be written.
-func (s *store[T]) writable() *table[T] {
+func (s *store[T]) writable() *cow.Table[T] {
 	b := s.b
 	if b.cur < 0 {
 		s.noKey()
@@ -459,17 +367,17 @@ func (s *store[T]) writable() *table[T] {
 	t := s.groups[b.cur]
 	switch {
 	case t == nil:
-		t = &table[T]{idx: make(map[string]uint32), epoch: b.epoch, ownAll: true}
+		t = &cow.Table[T]{Idx: make(map[string]uint32), Epoch: b.epoch, OwnAll: true}
 		s.groups[b.cur] = t
-	case t.epoch != b.epoch:
+	case t.Epoch != b.epoch:
 		if b.pending.Load() > 0 {
 			// A snapshot holds t: leave it as it is.
-			t = t.clone(b.epoch)
+			t = t.Clone(b.epoch)
 			s.groups[b.cur] = t
 		} else {
 			// Every snapshot that held t has been released (the atomic
 			// load orders their reads before our writes).
-			t.epoch, t.ownAll, t.owned, t.shared = b.epoch, true, nil, false
+			t.Epoch, t.OwnAll, t.Owned, t.Shared = b.epoch, true, nil, false
 		}
 	}
 	return t
@@ -481,17 +389,17 @@ func (s *store[T]) remove() {
 		return
 	}
 	t, i, _ := s.forWrite()
-	t.own()
-	delete(t.idx, string(s.b.curKey))
+	t.Own()
+	delete(t.Idx, string(s.b.curKey))
 	var zero T
-	t.vals[i], t.keys[i] = zero, ""
-	t.free = append(t.free, i)
+	t.Vals[i], t.Keys[i] = zero, ""
+	t.Free = append(t.Free, i)
 	s.hit = false
 }
 
 func (s *store[T]) empty() bool {
 	for _, t := range s.groups {
-		if t != nil && len(t.idx) > 0 {
+		if t != nil && len(t.Idx) > 0 {
 			return false
 		}
 	}
@@ -513,7 +421,7 @@ func (s *store[T]) freeze() frozenState {
 
 func (s *store[T]) restoreGroup(g int, file string, entries []statefile.Entry) error {
 	kg := g + s.b.r.Start
-	t := &table[T]{idx: make(map[string]uint32, len(entries)), vals: make([]T, 0, len(entries)), keys: make([]string, 0, len(entries)), epoch: s.b.epoch, ownAll: true}
+	t := &cow.Table[T]{Idx: make(map[string]uint32, len(entries)), Vals: make([]T, 0, len(entries)), Keys: make([]string, 0, len(entries)), Epoch: s.b.epoch, OwnAll: true}
 	// The keys share one string: one allocation instead of one a key, and
 	// keys that are adjacent in memory for the next snapshot's encoding. A
 	// deleted key's bytes are freed with the last key of the file.
@@ -534,14 +442,14 @@ func (s *store[T]) restoreGroup(g int, file string, entries []statefile.Entry) e
 				return &checkpoint.CorruptError{Path: file, Reason: fmt.Sprintf("state %q: key %x belongs to key group %d, the file is key group %d", s.inf.FileOperator(), e.Key, got, kg)}
 			}
 		}
-		if _, dup := t.idx[key]; dup {
+		if _, dup := t.Idx[key]; dup {
 			return &checkpoint.CorruptError{Path: file, Reason: fmt.Sprintf("state %q: key %x appears twice", s.inf.FileOperator(), e.Key)}
 		}
 		v, err := s.dec(e.Value)
 		if err != nil {
 			return &checkpoint.CorruptError{Path: file, Reason: fmt.Sprintf("state %q (%s): value of key %x: %v", s.inf.FileOperator(), s.inf.Fingerprint, e.Key, err), Err: err}
 		}
-		t.idx[key] = t.slot(key, v)
+		t.Idx[key] = t.Slot(key, v)
 	}
 	s.groups[g] = t
 	return nil
@@ -564,7 +472,7 @@ func Value[V any](b *Backend, name string, c Codec[V], opts ...StateOpt) (*Value
 	if cfg.ttl > 0 {
 		t := ttl{b: b, d: cfg.ttl.Milliseconds()}
 		sc := stampedCodec[V]{c: c}
-		ts, err := register(b, name, KindValue, sc.Fingerprint(), nil, sc.Decode)
+		ts, err := register(b, name, kindValue, sc.Fingerprint(), nil, sc.Decode)
 		if err != nil {
 			return nil, err
 		}
@@ -575,7 +483,7 @@ func Value[V any](b *Backend, name string, c Codec[V], opts ...StateOpt) (*Value
 		out, err := c.Encode(dst, v)
 		return out, scratch, err
 	}
-	s, err := register(b, name, KindValue, c.Fingerprint(), enc, c.Decode)
+	s, err := register(b, name, kindValue, c.Fingerprint(), enc, c.Decode)
 	if err != nil {
 		return nil, err
 	}
@@ -619,7 +527,7 @@ func (v *ValueState[V]) Clear() {
 
 func valueGet[E any](s *store[E]) (E, bool) {
 	if t, i, ok := s.lookup(); ok {
-		return t.vals[i], true
+		return t.Vals[i], true
 	}
 	var zero E
 	return zero, false
@@ -628,7 +536,7 @@ func valueGet[E any](s *store[E]) (E, bool) {
 func valueSet[E any](s *store[E], x E) {
 	t, i, ok := s.forWrite()
 	if ok {
-		t.vals[i] = x
+		t.Vals[i] = x
 		return
 	}
 	s.add(t, x)
@@ -654,7 +562,7 @@ func List[V any](b *Backend, name string, c Codec[V], opts ...StateOpt) (*ListSt
 		t := ttl{b: b, d: cfg.ttl.Milliseconds()}
 		sc := Codec[stamped[V]](stampedCodec[V]{c: c})
 		dec := func(b []byte) ([]stamped[V], error) { return decodeList(b, sc) }
-		ts, err := register(b, name, KindList, sc.Fingerprint(), nil, dec)
+		ts, err := register(b, name, kindList, sc.Fingerprint(), nil, dec)
 		if err != nil {
 			return nil, err
 		}
@@ -665,7 +573,7 @@ func List[V any](b *Backend, name string, c Codec[V], opts ...StateOpt) (*ListSt
 		return appendList(dst, scratch, c, list)
 	}
 	dec := func(b []byte) ([]V, error) { return decodeList(b, c) }
-	s, err := register(b, name, KindList, c.Fingerprint(), enc, dec)
+	s, err := register(b, name, kindList, c.Fingerprint(), enc, dec)
 	if err != nil {
 		return nil, err
 	}
@@ -682,7 +590,7 @@ func (l *ListState[V]) Get() []V {
 		if !ok {
 			return nil
 		}
-		list := t.vals[i]
+		list := t.Vals[i]
 		live := liveList(list, l.ttl, l.ttl.b.nowMs())
 		if len(live) == 0 {
 			l.ts.remove()
@@ -698,7 +606,7 @@ func (l *ListState[V]) Get() []V {
 		return out
 	}
 	if t, i, ok := l.s.lookup(); ok {
-		return slices.Clip(t.vals[i])
+		return slices.Clip(t.Vals[i])
 	}
 	return nil
 }
@@ -747,7 +655,7 @@ func listAdd[E any](s *store[[]E], x E) {
 		// snapshot's table: only the live table ever appends to a list,
 		// writing past the length every other holder sees, and elements
 		// below the length are never written.
-		t.vals[i] = append(t.vals[i], x)
+		t.Vals[i] = append(t.Vals[i], x)
 		return
 	}
 	s.add(t, []E{x})
@@ -757,7 +665,7 @@ func listAdd[E any](s *store[[]E], x E) {
 func listSet[E any](s *store[[]E], list []E) {
 	t, i, ok := s.forWrite()
 	if ok {
-		t.vals[i] = list
+		t.Vals[i] = list
 		return
 	}
 	s.add(t, list)
@@ -784,7 +692,7 @@ func Map[K comparable, V any](b *Backend, name string, kc Codec[K], vc Codec[V],
 		sc := Codec[stamped[V]](stampedCodec[V]{c: vc})
 		dec := func(b []byte) (map[K]stamped[V], error) { return decodeMap(b, kc, sc) }
 		fp := "key=" + kc.Fingerprint() + ";value=" + sc.Fingerprint()
-		ts, err := register(b, name, KindMap, fp, nil, dec)
+		ts, err := register(b, name, kindMap, fp, nil, dec)
 		if err != nil {
 			return nil, err
 		}
@@ -796,7 +704,7 @@ func Map[K comparable, V any](b *Backend, name string, kc Codec[K], vc Codec[V],
 	}
 	dec := func(b []byte) (map[K]V, error) { return decodeMap(b, kc, vc) }
 	fp := "key=" + kc.Fingerprint() + ";value=" + vc.Fingerprint()
-	s, err := register(b, name, KindMap, fp, enc, dec)
+	s, err := register(b, name, kindMap, fp, enc, dec)
 	if err != nil {
 		return nil, err
 	}
@@ -850,7 +758,7 @@ func (m *MapState[K, V]) Len() int {
 		return n
 	}
 	if t, i, ok := m.s.lookup(); ok {
-		return len(t.vals[i])
+		return len(t.Vals[i])
 	}
 	return 0
 }
@@ -863,7 +771,7 @@ func (m *MapState[K, V]) Range(f func(k K, v V) bool) {
 	if m.ts != nil {
 		if t, i, ok := m.ts.lookup(); ok {
 			now := m.ttl.b.nowMs()
-			for k, e := range t.vals[i] {
+			for k, e := range t.Vals[i] {
 				if m.ttl.live(e.At, now) && !f(k, e.V) {
 					return
 				}
@@ -872,7 +780,7 @@ func (m *MapState[K, V]) Range(f func(k K, v V) bool) {
 		return
 	}
 	if t, i, ok := m.s.lookup(); ok {
-		for k, v := range t.vals[i] {
+		for k, v := range t.Vals[i] {
 			if !f(k, v) {
 				return
 			}
@@ -894,7 +802,7 @@ func (m *MapState[K, V]) Clear() {
 
 func mapGet[K comparable, E any](s *store[map[K]E], k K) (E, bool) {
 	if t, i, ok := s.lookup(); ok {
-		v, ok := t.vals[i][k]
+		v, ok := t.Vals[i][k]
 		return v, ok
 	}
 	var zero E
@@ -904,14 +812,14 @@ func mapGet[K comparable, E any](s *store[map[K]E], k K) (E, bool) {
 func mapPut[K comparable, E any](s *store[map[K]E], k K, v E) {
 	t, i, ok := s.forWrite()
 	if ok {
-		if !t.isOwned(i) {
-			t.vals[i] = maps.Clone(t.vals[i]) // shared with a snapshot's table
-			t.setOwned(i)
+		if !t.IsOwned(i) {
+			t.Vals[i] = maps.Clone(t.Vals[i]) // shared with a snapshot's table
+			t.SetOwned(i)
 		}
-		t.vals[i][k] = v
+		t.Vals[i][k] = v
 		return
 	}
-	t.setOwned(s.add(t, map[K]E{k: v}))
+	t.SetOwned(s.add(t, map[K]E{k: v}))
 }
 
 func mapDelete[K comparable, E any](s *store[map[K]E], k K) {
@@ -919,17 +827,17 @@ func mapDelete[K comparable, E any](s *store[map[K]E], k K) {
 	if !ok {
 		return
 	}
-	if _, ok := t.vals[i][k]; !ok {
+	if _, ok := t.Vals[i][k]; !ok {
 		return
 	}
-	if len(t.vals[i]) == 1 {
+	if len(t.Vals[i]) == 1 {
 		s.remove()
 		return
 	}
 	t = s.writable() // may be a clone: slots are the same
-	if !t.isOwned(i) {
-		t.vals[i] = maps.Clone(t.vals[i])
-		t.setOwned(i)
+	if !t.IsOwned(i) {
+		t.Vals[i] = maps.Clone(t.Vals[i])
+		t.SetOwned(i)
 	}
-	delete(t.vals[i], k)
+	delete(t.Vals[i], k)
 }

@@ -9,24 +9,26 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 const testMaxP = 128
 
-func newTestBackend(t testing.TB, op string, r keyGroupRange) *Backend {
+func newTestBackend(t testing.TB, op string, r keygroup.Range) *Backend {
 	t.Helper()
-	b, err := newBackend(op, testMaxP, r, keyGroupFunc(func(k []byte) int { return keyGroupOf(k, testMaxP) }))
+	b, err := newBackend(op, testMaxP, r, keyGroupFunc(func(k []byte) int { return keygroup.Of(k, testMaxP) }))
 	require.NoError(t, err)
 	return b
 }
 
 // setKey makes key current on b, in its keyBy key group.
 func setKey(b *Backend, key string) {
-	b.SetCurrentKey([]byte(key), keyGroupOf([]byte(key), b.MaxParallelism()))
+	b.setCurrentKey([]byte(key), keygroup.Of([]byte(key), b.MaxParallelism()))
 }
 
 func TestValueState(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	v, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	s, err := Value(b, "name", String())
@@ -66,7 +68,7 @@ func TestValueState(t *testing.T) {
 
 	// The key is copied when stored: reusing the caller's buffer is fine.
 	buf := []byte("zz")
-	b.SetCurrentKey(buf, keyGroupOf(buf, testMaxP))
+	b.setCurrentKey(buf, keygroup.Of(buf, testMaxP))
 	v.Set(5)
 	buf[0] = 'y'
 	setKey(b, "zz")
@@ -76,7 +78,7 @@ func TestValueState(t *testing.T) {
 }
 
 func TestListState(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	l, err := List(b, "events", String())
 	require.NoError(t, err)
 	setKey(b, "k")
@@ -104,7 +106,7 @@ func TestListState(t *testing.T) {
 }
 
 func TestMapState(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	m, err := Map(b, "attrs", String(), Int64())
 	require.NoError(t, err)
 	setKey(b, "k")
@@ -138,7 +140,7 @@ func TestMapState(t *testing.T) {
 }
 
 func TestRegistration(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	_, err := Value(b, "s", Int64())
 	require.NoError(t, err)
 	_, err = List(b, "s", Int64())
@@ -156,73 +158,73 @@ func TestRegistration(t *testing.T) {
 	_, err = Value(b, string(long)+"x", Int64())
 	require.Error(t, err)
 
-	require.Equal(t, []StateInfo{
-		{Operator: "op", Name: "s", Kind: KindValue, Fingerprint: "int64-be"},
-		{Operator: "op", Name: string(long), Kind: KindValue, Fingerprint: "int64-be"},
-	}, b.States())
+	require.Equal(t, []stateInfo{
+		{Operator: "op", Name: "s", Kind: kindValue, Fingerprint: "int64-be"},
+		{Operator: "op", Name: string(long), Kind: kindValue, Fingerprint: "int64-be"},
+	}, b.stateInfos())
 	mp, err := Map(b, "m", String(), JSON[[]int]())
 	require.NoError(t, err)
 	_ = mp
-	refs := b.OperatorRefs()
+	refs := b.operatorRefs()
 	require.Equal(t, "op.m", refs[2].Name)
 	require.Equal(t, "keyed.map", refs[2].Type)
 	require.Equal(t, "key=string;value=json:[]int", refs[2].SchemaFingerprint)
 
 	for _, bad := range []string{"", "a.b", "x/y"} {
-		_, err := newBackend(bad, testMaxP, fullRange(testMaxP))
+		_, err := newBackend(bad, testMaxP, keygroup.Full(testMaxP))
 		require.Error(t, err, "%q", bad)
 	}
-	for _, r := range []keyGroupRange{{0, testMaxP}, {-1, 3}, {5, 4}} {
+	for _, r := range []keygroup.Range{{Start: 0, End: testMaxP}, {Start: -1, End: 3}, {Start: 5, End: 4}} {
 		_, err := newBackend("op", testMaxP, r)
 		require.Error(t, err, "%v", r)
 	}
-	_, err = newBackend("op", maxParallelismLimit+1, fullRange(maxParallelismLimit+1))
+	_, err = newBackend("op", keygroup.MaxParallelismLimit+1, keygroup.Full(keygroup.MaxParallelismLimit+1))
 	require.Error(t, err)
 }
 
 func TestCurrentKeyChecks(t *testing.T) {
-	r := rangeFor(1, testMaxP, 2) // [64, 127]
+	r := keygroup.RangeFor(1, testMaxP, 2) // [64, 127]
 	b := newTestBackend(t, "op", r)
 	v, err := Value(b, "v", Int64())
 	require.NoError(t, err)
 	require.PanicsWithValue(t, `keyed: operator "op" state "v" used with no current key (state is only accessible while the runtime processes a keyed record)`,
 		func() { v.Get() })
-	key, kg := b.CurrentKey()
+	key, kg := b.currentKey()
 	require.Nil(t, key)
 	require.Equal(t, -1, kg)
-	require.Panics(t, func() { b.SetCurrentKey([]byte("k"), 3) })
-	require.Panics(t, func() { b.SetCurrentKey([]byte("k"), testMaxP) })
-	require.ErrorContains(t, b.Check([]byte("k"), 3), "outside this instance's range [64, 127]")
+	require.Panics(t, func() { b.setCurrentKey([]byte("k"), 3) })
+	require.Panics(t, func() { b.setCurrentKey([]byte("k"), testMaxP) })
+	require.ErrorContains(t, b.check([]byte("k"), 3), "outside this instance's range [64, 127]")
 
 	var in, out []byte
 	for i := 0; in == nil || out == nil; i++ {
 		k := fmt.Appendf(nil, "key-%d", i)
-		if r.Contains(keyGroupOf(k, testMaxP)) {
+		if r.Contains(keygroup.Of(k, testMaxP)) {
 			in = k
 		} else {
 			out = k
 		}
 	}
-	kg = keyGroupOf(in, testMaxP)
-	require.NoError(t, b.Check(in, kg))
+	kg = keygroup.Of(in, testMaxP)
+	require.NoError(t, b.check(in, kg))
 	other := r.Start + (kg-r.Start+1)%r.Len()
-	require.ErrorContains(t, b.Check(in, other), "is in key group")
-	b.SetCurrentKey(in, kg)
-	gotKey, gotKG := b.CurrentKey()
+	require.ErrorContains(t, b.check(in, other), "is in key group")
+	b.setCurrentKey(in, kg)
+	gotKey, gotKG := b.currentKey()
 	require.Equal(t, in, gotKey)
 	require.Equal(t, kg, gotKG)
 
 	// Without a key-group function only the range is checked.
 	p, err := newBackend("op", testMaxP, r)
 	require.NoError(t, err)
-	require.NoError(t, p.Check(in, other))
+	require.NoError(t, p.check(in, other))
 }
 
 // TestHotPathAllocs checks that reading and updating an existing key
 // allocates nothing, and that storing a new key allocates the key once
 // (amortized table growth aside).
 func TestHotPathAllocs(t *testing.T) {
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	v, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	m, err := Map(b, "m", String(), Int64())
@@ -230,13 +232,13 @@ func TestHotPathAllocs(t *testing.T) {
 	l, err := List(b, "l", Int64())
 	require.NoError(t, err)
 	key := []byte("3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b")
-	kg := keyGroupOf(key, testMaxP)
-	b.SetCurrentKey(key, kg)
+	kg := keygroup.Of(key, testMaxP)
+	b.setCurrentKey(key, kg)
 	v.Set(1)
 	m.Put("x", 1)
 	l.Add(1)
 	require.Zero(t, testing.AllocsPerRun(1000, func() {
-		b.SetCurrentKey(key, kg)
+		b.setCurrentKey(key, kg)
 		n, _ := v.Get()
 		v.Set(n + 1)
 		x, _ := m.Get("x")
@@ -251,7 +253,7 @@ func TestHotPathAllocs(t *testing.T) {
 	}
 	i := 0
 	allocs := testing.AllocsPerRun(len(keys)-1, func() {
-		b.SetCurrentKey(keys[i], 0)
+		b.setCurrentKey(keys[i], 0)
 		v.Set(1)
 		i++
 	})
@@ -272,16 +274,16 @@ func TestValueStateMemory(t *testing.T) {
 	kgs := make([]int, n)
 	for i := range keys {
 		keys[i] = []byte(fakeUUID(r))
-		kgs[i] = keyGroupOf(keys[i], testMaxP)
+		kgs[i] = keygroup.Of(keys[i], testMaxP)
 	}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	v, err := Value(b, "count", Int64())
 	require.NoError(t, err)
 	for i, k := range keys {
-		b.SetCurrentKey(k, kgs[i])
+		b.setCurrentKey(k, kgs[i])
 		v.Set(int64(i))
 	}
 	runtime.GC()
@@ -390,7 +392,7 @@ func op(r *rand.Rand, s stateSet, md *model, key string) {
 func check(t testing.TB, b *Backend, s stateSet, md *model, keys []string) {
 	t.Helper()
 	for _, k := range keys {
-		if !b.Range().Contains(keyGroupOf([]byte(k), b.MaxParallelism())) {
+		if !b.keyRange().Contains(keygroup.Of([]byte(k), b.MaxParallelism())) {
 			continue
 		}
 		setKey(b, k)
@@ -420,7 +422,7 @@ func testKeys(n int) []string {
 func TestStatesAgainstModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	keys := testKeys(300)
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	s := registerStateSet(t, b)
 	md := newModel()
 	var open []*snapshot
@@ -428,7 +430,7 @@ func TestStatesAgainstModel(t *testing.T) {
 		step(r, b, s, md, keys[r.IntN(len(keys))])
 		switch {
 		case i%997 == 0:
-			open = append(open, b.Snapshot())
+			open = append(open, b.takeSnapshot())
 		case i%1499 == 0 && len(open) > 0:
 			open[0].Release()
 			open = open[1:]

@@ -21,6 +21,7 @@ import (
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -51,9 +52,9 @@ func TestCheckpointStorage(t *testing.T) {
 		}
 		j := keyed.NewJob("users", keyed.CheckpointStorage(st), keyed.FS(mem), keyed.Dir("/unused"),
 			keyed.CheckpointInterval(2*time.Millisecond), keyed.BatchSize(16))
-		s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
+		s := keyed.FromSource(j, "events", 2, connector.Source[event](src))
 		out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
-		keyed.ToSink(out, "results", keyed.Sink[result](sink))
+		keyed.ToSink(out, "results", connector.Sink[result](sink))
 		err := j.Run(rctx)
 		if errors.Is(err, failpoint.ErrCrashed) {
 			t.Logf("incarnation %d crashed: %v", incarnation, err)
@@ -129,9 +130,9 @@ func TestCheckpointStorageCancel(t *testing.T) {
 	src, _ := inputOf(11, 4, 50, 1_000, false)
 	j := keyed.NewJob("users", keyed.CheckpointStorage(st), keyed.FS(vfs.NewMem()), keyed.Dir("/unused"),
 		keyed.CheckpointInterval(2*time.Millisecond), keyed.StopTimeout(200*time.Millisecond))
-	s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
+	s := keyed.FromSource(j, "events", 2, connector.Source[event](src))
 	out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
-	keyed.ToSink(out, "results", keyed.Sink[result](keyed.NewMemorySink[result]()))
+	keyed.ToSink(out, "results", connector.Sink[result](keyed.NewMemorySink[result]()))
 
 	// Checkpoint 0 (the fresh start) has no state files: checkpoint 1 hangs.
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)

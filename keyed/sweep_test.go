@@ -14,22 +14,23 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
 )
 
 // memberSink is a MemorySink that runs its job as one of several processes
-// (keyed.Membership) holding every partition, with a record per partition
+// (connector.Membership) holding every partition, with a record per partition
 // as a Kafka commit group keeps them.
 type memberSink struct {
 	*keyed.MemorySink[result]
 	topic string
 	parts int32
 	mu    sync.Mutex
-	recs  map[int32]keyed.PartitionRecord
+	recs  map[int32]connector.PartitionRecord
 }
 
 func newMemberSink(topic string, parts int) *memberSink {
-	return &memberSink{MemorySink: keyed.NewMemorySink[result](), topic: topic, parts: int32(parts), recs: map[int32]keyed.PartitionRecord{}}
+	return &memberSink{MemorySink: keyed.NewMemorySink[result](), topic: topic, parts: int32(parts), recs: map[int32]connector.PartitionRecord{}}
 }
 
 func (s *memberSink) Scaled() bool { return true }
@@ -51,18 +52,18 @@ func (s *memberSink) Commit(ctx context.Context, ref checkpoint.Ref, offsets []c
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, o := range offsets {
-		s.recs[o.Partition] = keyed.PartitionRecord{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Ref: ref}
+		s.recs[o.Partition] = connector.PartitionRecord{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Ref: ref}
 	}
 	return nil
 }
 
-func (s *memberSink) Recorded(context.Context) (*keyed.Recorded, error) {
+func (s *memberSink) Recorded(context.Context) (*connector.Recorded, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.recs) == 0 {
 		return nil, nil
 	}
-	rec := &keyed.Recorded{Where: "member sink"}
+	rec := &connector.Recorded{Where: "member sink"}
 	for p := range s.parts {
 		if r, ok := s.recs[p]; ok {
 			rec.Parts = append(rec.Parts, r)
@@ -109,9 +110,9 @@ func TestSweepOtherRuns(t *testing.T) {
 					rctx = failpoint.WithHook(ctx, crashAt(failpoint.AfterCommit, 1))
 				}
 				j := keyed.NewJob("users", keyed.FS(mem), keyed.Dir("/shared"), keyed.CheckpointInterval(2*time.Millisecond), keyed.BatchSize(16))
-				s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
+				s := keyed.FromSource(j, "events", 2, connector.Source[event](src))
 				out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
-				keyed.ToSink(out, "results", keyed.Sink[result](sink))
+				keyed.ToSink(out, "results", connector.Sink[result](sink))
 				err := j.Run(rctx)
 				st, oerr := checkpoint.OpenSharedStore(mem, "/shared")
 				require.NoError(t, oerr)

@@ -1,9 +1,10 @@
 package keyed
 
 import (
-	"container/heap"
 	"fmt"
 	"time"
+
+	"github.com/kordproject/kord/keyed/internal/timerq"
 )
 
 // TimerKind says what clock a timer follows.
@@ -69,24 +70,24 @@ const (
 type timers struct {
 	b     *Backend
 	state map[TimerKind]*MapState[int64, int64]
-	queue map[TimerKind]*timerQueue
+	queue map[TimerKind]*timerq.Queue
 }
 
 // newTimers registers the timer states on b: before a restore, as any
 // state.
 func newTimers(b *Backend) (*timers, error) {
-	t := &timers{b: b, state: map[TimerKind]*MapState[int64, int64]{}, queue: map[TimerKind]*timerQueue{}}
+	t := &timers{b: b, state: map[TimerKind]*MapState[int64, int64]{}, queue: map[TimerKind]*timerq.Queue{}}
 	for kind, name := range map[TimerKind]string{EventTime: eventTimersState, ProcessingTime: processingTimersState} {
 		enc := func(dst, scratch []byte, m map[int64]int64) ([]byte, []byte, error) {
 			return appendMap(dst, scratch, Int64(), Int64(), m)
 		}
 		dec := func(b []byte) (map[int64]int64, error) { return decodeMap(b, Int64(), Int64()) }
-		s, err := registerState(b, name, KindMap, "key="+Int64().Fingerprint()+";value="+Int64().Fingerprint(), enc, dec)
+		s, err := registerState(b, name, kindMap, "key="+Int64().Fingerprint()+";value="+Int64().Fingerprint(), enc, dec)
 		if err != nil {
 			return nil, err
 		}
 		t.state[kind] = &MapState[int64, int64]{s: s}
-		t.queue[kind] = &timerQueue{}
+		t.queue[kind] = &timerq.Queue{}
 	}
 	return t, nil
 }
@@ -94,26 +95,25 @@ func newTimers(b *Backend) (*timers, error) {
 // rebuild fills the queues from the timer states (after a restore).
 func (t *timers) rebuild() {
 	for kind, st := range t.state {
-		q := t.queue[kind]
-		*q = (*q)[:0]
-		st.s.each(func(kg int, key string, m map[int64]int64) {
-			for at := range m {
-				*q = append(*q, timerEntry{at: at, key: key, kg: kg})
-			}
+		t.queue[kind].Rebuild(func(add func(timerq.Entry)) {
+			st.s.each(func(kg int, key string, m map[int64]int64) {
+				for at := range m {
+					add(timerq.Entry{At: at, Key: key, KG: kg})
+				}
+			})
 		})
-		heap.Init(q)
 	}
 }
 
 // register adds a timer of the backend's current key.
 func (t *timers) register(kind TimerKind, at int64) {
-	key, kg := t.b.CurrentKey()
+	key, kg := t.b.currentKey()
 	st := t.state[kind]
 	if st.Contains(at) {
 		return
 	}
 	st.Put(at, 1)
-	heap.Push(t.queue[kind], timerEntry{at: at, key: string(key), kg: kg})
+	t.queue[kind].Push(timerq.Entry{At: at, Key: string(key), KG: kg})
 }
 
 // remove deletes a timer of the backend's current key.
@@ -126,41 +126,20 @@ func (t *timers) remove(kind TimerKind, at int64) {
 // state before its call; timers fn registers that are due fire too.
 func (t *timers) fire(kind TimerKind, now int64, fn func(key []byte, at int64) error) error {
 	q := t.queue[kind]
-	for q.Len() > 0 && (*q)[0].at <= now {
-		e := heap.Pop(q).(timerEntry)
-		key := []byte(e.key)
-		t.b.SetCurrentKey(key, e.kg)
+	for q.Due(now) {
+		e := q.Pop()
+		key := []byte(e.Key)
+		t.b.setCurrentKey(key, e.KG)
 		st := t.state[kind]
-		if !st.Contains(e.at) {
+		if !st.Contains(e.At) {
 			continue // deleted, or a duplicate entry of one that fired
 		}
-		st.Delete(e.at)
-		if err := fn(key, e.at); err != nil {
+		st.Delete(e.At)
+		if err := fn(key, e.At); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// timerEntry is one timer in a queue.
-type timerEntry struct {
-	at  int64
-	key string
-	kg  int
-}
-
-// timerQueue is a min-heap of timers by time (container/heap).
-type timerQueue []timerEntry
-
-func (q timerQueue) Len() int           { return len(q) }
-func (q timerQueue) Less(i, j int) bool { return q[i].at < q[j].at }
-func (q timerQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
-func (q *timerQueue) Push(x any)        { *q = append(*q, x.(timerEntry)) }
-func (q *timerQueue) Pop() any {
-	old := *q
-	e := old[len(old)-1]
-	*q = old[:len(old)-1]
-	return e
 }
 
 // RegisterTimer registers a timer of the current key (the record's, or

@@ -3,6 +3,8 @@ package keyed
 import (
 	"fmt"
 	"testing"
+
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 // timerKeys returns n distinct 36-byte keys and their key groups.
@@ -10,7 +12,7 @@ func timerKeys(n, maxP int) ([][]byte, []int) {
 	keys, kgs := make([][]byte, n), make([]int, n)
 	for i := range keys {
 		keys[i] = fmt.Appendf(nil, "%08x-0000-4000-8000-%012x", i, i)
-		kgs[i] = keyGroupOf(keys[i], maxP)
+		kgs[i] = keygroup.Of(keys[i], maxP)
 	}
 	return keys, kgs
 }
@@ -26,7 +28,7 @@ func BenchmarkTimers1M(b *testing.B) {
 	var register, snapshot, fire float64
 	var bytes int
 	for b.Loop() {
-		be, err := newBackend("op", maxP, keyGroupRange{Start: 0, End: maxP - 1})
+		be, err := newBackend("op", maxP, keygroup.Range{Start: 0, End: maxP - 1})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -36,11 +38,11 @@ func BenchmarkTimers1M(b *testing.B) {
 		}
 		t0 := b.Elapsed()
 		for i, k := range keys {
-			be.SetCurrentKey(k, kgs[i])
+			be.setCurrentKey(k, kgs[i])
 			tm.register(EventTime, int64(i))
 		}
 		t1 := b.Elapsed()
-		snap := be.Snapshot()
+		snap := be.takeSnapshot()
 		files, err := snap.Encode("0123456789abcdef", 1, 2)
 		if err != nil {
 			b.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/vfs"
 )
@@ -92,13 +93,13 @@ func TestEventTimersExactlyOnce(t *testing.T) {
 				require.Less(t, incarnation, 10)
 				j := keyed.NewJob("timers", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
 					keyed.BatchSize(1+r.IntN(64)))
-				s := keyed.FromSource(j, "events", 1+r.IntN(3), keyed.Source[event](src)).Watermarks(10 * time.Millisecond)
+				s := keyed.FromSource(j, "events", 1+r.IntN(3), connector.Source[event](src)).Watermarks(10 * time.Millisecond)
 				k := keyed.ByPartition(s)
 				if keyBy {
 					k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
 				}
 				out := keyed.Process(k, "buckets", 1+r.IntN(3), func() keyed.Operator[event, result] { return &bucketCounter{} })
-				keyed.ToSink(out, "results", keyed.Sink[result](sink))
+				keyed.ToSink(out, "results", connector.Sink[result](sink))
 				rctx := ctx
 				if incarnation < 3 {
 					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
@@ -130,13 +131,13 @@ func TestEventTimersExactlyOnce(t *testing.T) {
 func TestTimerWithoutOnTimer(t *testing.T) {
 	src, _ := stampedInput(2, 5, 50)
 	j := keyed.NewJob("timers", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.RestartStrategy(keyed.FixedDelay(0, 0)))
-	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
+	s := keyed.FromSource(j, "events", 1, connector.Source[event](src))
 	out := keyed.ProcessValue(keyed.ByPartition(s), "count", 1, keyed.Int64(),
 		func(key []byte, e event, n *keyed.ValueState[int64], out *keyed.Collector[result]) error {
 			out.RegisterTimer(keyed.EventTime, out.Timestamp())
 			return nil
 		})
-	keyed.ToSink(out, "results", keyed.Sink[result](keyed.NewMemorySink[result]()))
+	keyed.ToSink(out, "results", connector.Sink[result](keyed.NewMemorySink[result]()))
 	require.ErrorContains(t, j.Run(context.Background()), "no keyed.TimerOperator")
 }
 
@@ -183,9 +184,9 @@ func TestProcessingTimersExactlyOnce(t *testing.T) {
 	sink := keyed.NewMemorySink[result]()
 	build := func() *keyed.Job {
 		j := keyed.NewJob("pings", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
-		s := keyed.FromSource(j, "events", 1, keyed.Source[event](src))
+		s := keyed.FromSource(j, "events", 1, connector.Source[event](src))
 		out := keyed.Process(keyed.ByPartition(s), "ping", 2, func() keyed.Operator[event, result] { return &pinger{} })
-		keyed.ToSink(out, "results", keyed.Sink[result](sink))
+		keyed.ToSink(out, "results", connector.Sink[result](sink))
 		return j
 	}
 	err := build().Run(failpoint.WithHook(context.Background(), crashAt(failpoint.AfterCommit, 6)))

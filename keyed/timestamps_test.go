@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/vfs"
 )
@@ -59,7 +60,7 @@ func TestRecordTimestamps(t *testing.T) {
 			src, want := stampedInput(4, 50, 5_000)
 			seen := &sync.Map{}
 			j := keyed.NewJob("stamps", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
-			s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
+			s := keyed.FromSource(j, "events", 2, connector.Source[event](src))
 			if c.extract {
 				s = s.Timestamps(func(e event, rt time.Time) time.Time {
 					require.False(t, rt.IsZero(), "the extractor gets the record's own timestamp")
@@ -72,7 +73,7 @@ func TestRecordTimestamps(t *testing.T) {
 			}
 			sink := keyed.NewMemorySink[result]()
 			out := keyed.Process(k, "count", 3, func() keyed.Operator[event, result] { return &stamper{seen: seen} })
-			keyed.ToSink(out, "results", keyed.Sink[result](sink))
+			keyed.ToSink(out, "results", connector.Sink[result](sink))
 			require.NoError(t, j.Run(context.Background()))
 			checkOutput(t, sink.Committed(), want)
 			n := 0
@@ -103,7 +104,7 @@ func TestBadExtractedTimestamp(t *testing.T) {
 	src, _ := stampedInput(2, 10, 200)
 	j := keyed.NewJob("stamps", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond),
 		keyed.RestartStrategy(keyed.FixedDelay(3, 0)))
-	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src)).Timestamps(func(e event, rt time.Time) time.Time {
+	s := keyed.FromSource(j, "events", 1, connector.Source[event](src)).Timestamps(func(e event, rt time.Time) time.Time {
 		if e.UUID == "user-0003" && e.Seq == 5 {
 			return time.Time{}
 		}
@@ -111,7 +112,7 @@ func TestBadExtractedTimestamp(t *testing.T) {
 	})
 	seen := &sync.Map{}
 	out := keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &stamper{seen: seen} })
-	keyed.ToSink(out, "results", keyed.Sink[result](keyed.NewMemorySink[result]()))
+	keyed.ToSink(out, "results", connector.Sink[result](keyed.NewMemorySink[result]()))
 	err := j.Run(context.Background())
 	require.ErrorIs(t, err, keyed.ErrPermanent)
 	p := partitioner.KeyPartition([]byte("user-0003"), 2)

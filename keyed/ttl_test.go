@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 // ttlStates are a value, a list and a map state with a 100 ms TTL on
@@ -18,7 +20,7 @@ type ttlStates struct {
 
 func newTTLBackend(t *testing.T, now *int64, ttl time.Duration) (*Backend, ttlStates) {
 	t.Helper()
-	b := newTestBackend(t, "op", fullRange(testMaxP))
+	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	b.clock = func() int64 { return *now }
 	var s ttlStates
 	var err error
@@ -107,7 +109,7 @@ func TestTTLSnapshot(t *testing.T) {
 
 	back := int64(1_000_000) // a clock before every write: only what was saved shows
 	r, rs := newTTLBackend(t, &back, 100*time.Millisecond)
-	require.NoError(t, r.Restore(m, files))
+	require.NoError(t, r.restore(m, files))
 	for _, k := range []string{"a", "b"} {
 		setKey(r, k)
 		_, ok := rs.v.Get()
@@ -134,7 +136,7 @@ func TestTTLSnapshot(t *testing.T) {
 	_, ok = rs.v.Get()
 	require.False(t, ok)
 
-	plain := newTestBackend(t, "op", fullRange(testMaxP))
+	plain := newTestBackend(t, "op", keygroup.Full(testMaxP))
 	_, err := Value(plain, "v", Int64())
 	require.NoError(t, err)
 	_, err = List(plain, "l", String())
@@ -142,7 +144,7 @@ func TestTTLSnapshot(t *testing.T) {
 	_, err = Map(plain, "m", String(), Int64())
 	require.NoError(t, err)
 	var me *MismatchError
-	require.ErrorAs(t, plain.Restore(m, files), &me)
+	require.ErrorAs(t, plain.restore(m, files), &me)
 	require.Equal(t, "fingerprint", me.Field)
 }
 
@@ -157,7 +159,7 @@ func TestTTLCopyOnWrite(t *testing.T) {
 	s.m.Put("q", 2)
 	now += 50
 	s.m.Put("q", 3)
-	snap := b.Snapshot()
+	snap := b.takeSnapshot()
 	defer snap.Release()
 	before := maps.Clone(mapOf(s.m))
 	now += 60

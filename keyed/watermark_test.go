@@ -17,6 +17,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/vfs"
 )
@@ -102,7 +103,7 @@ func TestWatermarks(t *testing.T) {
 				}
 				seen := &wmSeen{}
 				j := keyed.NewJob("wm", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond), keyed.BatchSize(64))
-				s := keyed.FromSource(j, "events", 2, keyed.Source[event](src)).Watermarks(lateness)
+				s := keyed.FromSource(j, "events", 2, connector.Source[event](src)).Watermarks(lateness)
 				k := keyed.ByPartition(s)
 				if keyBy {
 					k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
@@ -111,7 +112,7 @@ func TestWatermarks(t *testing.T) {
 				out := keyed.Process(k, "count", 3, func() keyed.Operator[event, result] {
 					return &watcher{seen: seen, lateness: lateness, inOrder: inOrder}
 				})
-				keyed.ToSink(out, "results", keyed.Sink[result](sink))
+				keyed.ToSink(out, "results", connector.Sink[result](sink))
 				require.NoError(t, j.Run(context.Background()))
 				checkOutput(t, sink.Committed(), seq)
 				require.Equal(t, n, seen.records)
@@ -142,30 +143,30 @@ func TestNoWatermarks(t *testing.T) {
 	src, want := stampedInput(2, 20, 2_000)
 	seen := &wmSeen{}
 	j := keyed.NewJob("wm", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"))
-	s := keyed.FromSource(j, "events", 2, keyed.Source[event](src))
+	s := keyed.FromSource(j, "events", 2, connector.Source[event](src))
 	sink := keyed.NewMemorySink[result]()
 	out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &watcher{seen: seen} })
-	keyed.ToSink(out, "results", keyed.Sink[result](sink))
+	keyed.ToSink(out, "results", connector.Sink[result](sink))
 	require.NoError(t, j.Run(context.Background()))
 	checkOutput(t, sink.Committed(), want)
 	require.True(t, seen.maxWm.IsZero(), "a watermark without Watermarks: %v", seen.maxWm)
 }
 
 // blockingSource is a memory source whose reader says partition 2 has
-// records waiting (keyed.BacklogReader), as a read_committed reader behind
+// records waiting (connector.BacklogReader), as a read_committed reader behind
 // an open transaction does.
 type blockingSource struct {
 	*keyed.MemorySource[event]
 	asked *atomic.Int64
 }
 
-func (s blockingSource) Reader(ctx context.Context) (keyed.Reader[event], error) {
+func (s blockingSource) Reader(ctx context.Context) (connector.Reader[event], error) {
 	r, err := s.MemorySource.Reader(ctx)
 	return blockingReader{Reader: r, asked: s.asked}, err
 }
 
 type blockingReader struct {
-	keyed.Reader[event]
+	connector.Reader[event]
 	asked *atomic.Int64
 }
 
@@ -189,7 +190,7 @@ func TestIdleness(t *testing.T) {
 			t.Run(fmt.Sprintf("%s, %d source tasks", c.name, srcP), func(t *testing.T) {
 				src := keyed.NewMemorySource[event]("events", 3, false)
 				asked := &atomic.Int64{}
-				var source keyed.Source[event] = src
+				var source connector.Source[event] = src
 				if c.blocked {
 					source = blockingSource{MemorySource: src, asked: asked}
 				}
@@ -200,7 +201,7 @@ func TestIdleness(t *testing.T) {
 					s = s.Idleness(50 * time.Millisecond)
 				}
 				out := keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &watcher{seen: seen} })
-				keyed.ToSink(out, "results", keyed.Sink[result](keyed.NewMemorySink[result]()))
+				keyed.ToSink(out, "results", connector.Sink[result](keyed.NewMemorySink[result]()))
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
 				go func() { done <- j.Run(ctx) }()
@@ -253,11 +254,11 @@ func TestWatermarkAcrossRestore(t *testing.T) {
 	sink := keyed.NewMemorySink[result]()
 	build := func(seen *wmSeen) *keyed.Job {
 		j := keyed.NewJob("wm", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(2*time.Millisecond), keyed.BatchSize(32))
-		s := keyed.FromSource(j, "events", 2, keyed.Source[event](src)).Watermarks(lateness)
+		s := keyed.FromSource(j, "events", 2, connector.Source[event](src)).Watermarks(lateness)
 		out := keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 3, func() keyed.Operator[event, result] {
 			return &watcher{seen: seen, lateness: lateness, inOrder: true}
 		})
-		keyed.ToSink(out, "results", keyed.Sink[result](sink))
+		keyed.ToSink(out, "results", connector.Sink[result](sink))
 		return j
 	}
 	before := &wmSeen{}
@@ -299,7 +300,7 @@ func TestWatermarkAcrossRestore(t *testing.T) {
 	require.Empty(t, first(after.tooEarly), "after the restore: a watermark past a record's time less the lateness (%d)", len(after.tooEarly))
 }
 
-// TestMemoryBacklog: MemorySource's reader is a keyed.BacklogReader:
+// TestMemoryBacklog: MemorySource's reader is a connector.BacklogReader:
 // records past its position are a backlog until it delivers them.
 func TestMemoryBacklog(t *testing.T) {
 	src := keyed.NewMemorySource[event]("events", 2, false)
@@ -308,9 +309,9 @@ func TestMemoryBacklog(t *testing.T) {
 	r, err := src.Reader(ctx)
 	require.NoError(t, err)
 	defer r.Close()
-	br, ok := r.(keyed.BacklogReader)
+	br, ok := r.(connector.BacklogReader)
 	require.True(t, ok)
-	require.NoError(t, r.Assign(ctx, []keyed.Position{{Partition: 0}, {Partition: 1}}))
+	require.NoError(t, r.Assign(ctx, []connector.Position{{Partition: 0}, {Partition: 1}}))
 	behind := func(p int32) bool {
 		b, err := br.Behind(ctx, p)
 		require.NoError(t, err)

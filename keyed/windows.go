@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/kordproject/kord/keyed/internal/channel"
 )
 
 // Windows assigns each record of a keyed stream to event-time windows by
@@ -119,6 +121,9 @@ type Aggregator[T, A any] struct {
 // in its place (a side output: route it with the sink, kafkaio.SideOutput
 // say); none is dropped without being counted. Records without a time (see
 // Stream.Timestamps) fail the job.
+//
+// Parallelism as Process: 0 is the default, the partition count at most
+// the CPUs.
 func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec Codec[A], agg Aggregator[T, A],
 	result func(key K, win Window, acc A) O, late func(key K, v T) (O, bool)) *Output[O] {
 	j, keyOf := k.j, k.keyOf
@@ -148,7 +153,8 @@ func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallel
 // gone, so it costs memory by records, where WindowAggregate keeps one
 // accumulator per window. records is that state: read it, never modify it
 // (sort a copy); fn may keep nothing of it, nor of key, past the call.
-// Lateness and late records as WindowAggregate.
+// Lateness, late records and parallelism (0: the partition count, at
+// most the CPUs) as WindowAggregate.
 func WindowApply[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec Codec[T],
 	fn func(key K, win Window, records []T) O, late func(key K, v T) (O, bool)) *Output[O] {
 	agg := Aggregator[T, []T]{
@@ -225,7 +231,7 @@ func (o *windowOp[K, T, A, O]) window(start int64) Window {
 }
 
 func (o *windowOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error {
-	if out.ts == noTime {
+	if out.ts == channel.NoTime {
 		return fmt.Errorf("a record without a time in a window operator (see Stream.Timestamps)")
 	}
 	wm, size, lateness := out.wm, o.w.size.Milliseconds(), o.w.lateness.Milliseconds()
@@ -233,7 +239,7 @@ func (o *windowOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error
 	taken := false
 	for _, s := range o.starts {
 		fire := s + size - 1
-		if wm != noTime && fire+lateness <= wm {
+		if wm != channel.NoTime && fire+lateness <= wm {
 			continue // gone: fired, and its lateness passed
 		}
 		taken = true
@@ -243,7 +249,7 @@ func (o *windowOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error
 		}
 		acc = o.agg.Add(acc, v)
 		o.accs.Put(s, acc)
-		if wm != noTime && fire <= wm {
+		if wm != channel.NoTime && fire <= wm {
 			// Fired already, within its lateness: fire again, updated.
 			out.Emit(o.result(o.keyOf(key), o.window(s), acc))
 		} else if !existed {
@@ -323,7 +329,7 @@ func (o *sessionOp[K, T, A, O]) Open(b *Backend) (err error) {
 }
 
 func (o *sessionOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) error {
-	if out.ts == noTime {
+	if out.ts == channel.NoTime {
 		return fmt.Errorf("a record without a time in a window operator (see Stream.Timestamps)")
 	}
 	wm, lateness := out.wm, o.w.lateness.Milliseconds()
@@ -339,7 +345,7 @@ func (o *sessionOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) erro
 		}
 	}
 	fire := end - 1
-	if wm != noTime && fire+lateness <= wm {
+	if wm != channel.NoTime && fire+lateness <= wm {
 		// Gone even merged: late (nothing merged: a merged session would
 		// still be kept, its cleanup ahead of the watermark).
 		o.lateRecord(key, v, out)
@@ -368,7 +374,7 @@ func (o *sessionOp[K, T, A, O]) Process(key []byte, v T, out *Collector[O]) erro
 			}
 		}
 	}
-	if wm != noTime && fire <= wm {
+	if wm != channel.NoTime && fire <= wm {
 		// Fired already, within its lateness: fire again, updated.
 		out.Emit(o.result(o.keyOf(key), Window{Start: time.UnixMilli(start), End: time.UnixMilli(end)}, acc))
 	} else {

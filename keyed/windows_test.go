@@ -19,6 +19,7 @@ import (
 
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/vfs"
 )
@@ -157,12 +158,12 @@ func TestWindowsModel(t *testing.T) {
 				require.Less(t, incarnation, 10)
 				j := keyed.NewJob("windows", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
 					keyed.BatchSize(1+r.IntN(64)))
-				s := keyed.FromSource(j, "events", 1+r.IntN(3), keyed.Source[event](src)).Watermarks(time.Duration(disorder) * time.Millisecond)
+				s := keyed.FromSource(j, "events", 1+r.IntN(3), connector.Source[event](src)).Watermarks(time.Duration(disorder) * time.Millisecond)
 				k := keyed.ByPartition(s)
 				if keyBy {
 					k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
 				}
-				keyed.ToSink(countWindows(k, 1+r.IntN(3), w, apply, nil), "results", keyed.Sink[windowCount](sink))
+				keyed.ToSink(countWindows(k, 1+r.IntN(3), w, apply, nil), "results", connector.Sink[windowCount](sink))
 				rctx := ctx
 				if incarnation < 3 {
 					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
@@ -253,14 +254,14 @@ func TestWindowLateness(t *testing.T) {
 	src := keyed.NewMemorySource[event]("events", 1, false)
 	sink := keyed.NewMemorySink[windowCount]()
 	j := keyed.NewJob("late", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
-	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src)).Watermarks(0)
+	s := keyed.FromSource(j, "events", 1, connector.Source[event](src)).Watermarks(0)
 	w := keyed.Tumbling(time.Second).AllowedLateness(500 * time.Millisecond)
 	out := keyed.WindowAggregate(keyed.ByPartition(s), "windows", 1, w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
 		func(key []byte, win keyed.Window, a countSum) windowCount { return windowResult(key, win, a) },
 		func(key []byte, e event) (windowCount, bool) {
 			return windowCount{Key: string(key), Start: -1, Sum: e.Seq, Late: true}, true
 		})
-	keyed.ToSink(out, "results", keyed.Sink[windowCount](sink))
+	keyed.ToSink(out, "results", connector.Sink[windowCount](sink))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()
@@ -308,14 +309,14 @@ func TestSessionLateness(t *testing.T) {
 	src := keyed.NewMemorySource[event]("events", 1, false)
 	sink := keyed.NewMemorySink[windowCount]()
 	j := keyed.NewJob("sessions", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
-	s := keyed.FromSource(j, "events", 1, keyed.Source[event](src)).Watermarks(0)
+	s := keyed.FromSource(j, "events", 1, connector.Source[event](src)).Watermarks(0)
 	w := keyed.Session(100 * time.Millisecond).AllowedLateness(150 * time.Millisecond)
 	out := keyed.WindowAggregate(keyed.ByPartition(s), "sessions", 1, w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
 		func(key []byte, win keyed.Window, a countSum) windowCount { return windowResult(key, win, a) },
 		func(key []byte, e event) (windowCount, bool) {
 			return windowCount{Key: string(key), Start: -1, Sum: e.Seq, Late: true}, true
 		})
-	keyed.ToSink(out, "results", keyed.Sink[windowCount](sink))
+	keyed.ToSink(out, "results", connector.Sink[windowCount](sink))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()
@@ -421,9 +422,9 @@ func TestWindowsLateModel(t *testing.T) {
 				require.Less(t, incarnation, 10)
 				j := keyed.NewJob("late", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
 					keyed.BatchSize(1+r.IntN(64)))
-				s := keyed.FromSource(j, "events", 1+r.IntN(3), keyed.Source[event](src)).Watermarks(time.Duration(disorder) * time.Millisecond).Idleness(idle)
+				s := keyed.FromSource(j, "events", 1+r.IntN(3), connector.Source[event](src)).Watermarks(time.Duration(disorder) * time.Millisecond).Idleness(idle)
 				k := keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
-				keyed.ToSink(countWindows(k, 1+r.IntN(3), w, apply, lateSide), "results", keyed.Sink[windowCount](sink))
+				keyed.ToSink(countWindows(k, 1+r.IntN(3), w, apply, lateSide), "results", connector.Sink[windowCount](sink))
 				rctx := ctx
 				if incarnation < 3 {
 					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))

@@ -1,5 +1,5 @@
 // Command toysink runs a kord job into a toy sink written outside kord's
-// module against its public connector interface only (keyed.Sink): each
+// module against its public connector interface only (connector.Sink): each
 // user's events are counted exactly once and every result is appended to
 // a text file as a line, committed with kord's checkpoints.
 //
@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 )
 
 // Event is one user's action; Count is how many of the user's events the
@@ -50,7 +51,7 @@ func run(ctx context.Context, out, dir string, events int) (int, error) {
 		src.Append(int32(i%100%4), []byte(u), Event{User: u, Seq: i / 100})
 	}
 	j := keyed.NewJob("toysink", keyed.Dir(dir), keyed.CheckpointInterval(5*time.Millisecond))
-	counts := keyed.ProcessValue(keyed.ByPartition(keyed.FromSource(j, "events", 2, keyed.Source[Event](src))), "count", 2, keyed.Int64(),
+	counts := keyed.ProcessValue(keyed.ByPartition(keyed.FromSource(j, "events", 2, connector.Source[Event](src))), "count", 2, keyed.Int64(),
 		func(_ []byte, e Event, n *keyed.ValueState[int64], out *keyed.Collector[string]) error {
 			c, _ := n.Get()
 			c++
@@ -58,7 +59,7 @@ func run(ctx context.Context, out, dir string, events int) (int, error) {
 			out.Emit(fmt.Sprintf("%s %d %d", e.User, e.Seq, c))
 			return nil
 		})
-	keyed.ToSink(counts, "lines", keyed.Sink[string](NewLineSink(out, func(s string) string { return s })))
+	keyed.ToSink(counts, "lines", connector.Sink[string](NewLineSink(out, func(s string) string { return s })))
 	if err := j.Run(ctx); err != nil {
 		return 0, err
 	}

@@ -12,11 +12,11 @@ import (
 	"sync"
 
 	"github.com/kordproject/kord/checkpoint"
-	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 )
 
 // LineSink is a toy exactly-once sink written against kord's public
-// connector interface (keyed.Sink) only: it appends each committed value
+// connector interface (connector.Sink) only: it appends each committed value
 // as a line of text to a file. A checkpoint's lines and its commit record
 // become visible together: Commit appends the lines, fsyncs them, then
 // replaces the record (the file's committed length, the checkpoint and its
@@ -45,7 +45,7 @@ func NewLineSink[T any](path string, format func(T) string) *LineSink[T] {
 	return &LineSink[T]{path: path, format: format, pending: map[uint64][]string{}}
 }
 
-var _ keyed.Sink[int] = (*LineSink[int])(nil)
+var _ connector.Sink[int] = (*LineSink[int])(nil)
 
 func (s *LineSink[T]) recordPath() string { return s.path + ".commit" }
 
@@ -64,9 +64,9 @@ func (s *LineSink[T]) readRecord() (*record, error) {
 	return &r, nil
 }
 
-// Reset implements keyed.Sink: pending lines go, and so does any tail of
+// Reset implements connector.Sink: pending lines go, and so does any tail of
 // the file past the committed length (a crash between append and record).
-func (s *LineSink[T]) Reset(context.Context, keyed.SinkInfo) error {
+func (s *LineSink[T]) Reset(context.Context, connector.SinkInfo) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pending = map[uint64][]string{}
@@ -84,7 +84,7 @@ func (s *LineSink[T]) Reset(context.Context, keyed.SinkInfo) error {
 	return nil
 }
 
-// Write implements keyed.Sink: v waits, invisible, until its epoch
+// Write implements connector.Sink: v waits, invisible, until its epoch
 // commits.
 func (s *LineSink[T]) Write(_ context.Context, epoch uint64, v T) error {
 	s.mu.Lock()
@@ -93,7 +93,7 @@ func (s *LineSink[T]) Write(_ context.Context, epoch uint64, v T) error {
 	return nil
 }
 
-// Commit implements keyed.Sink: the lines of every epoch up to ref.ID are
+// Commit implements connector.Sink: the lines of every epoch up to ref.ID are
 // appended and made durable, then the record names ref, its offsets and
 // the file's new length.
 func (s *LineSink[T]) Commit(_ context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
@@ -145,14 +145,14 @@ func (s *LineSink[T]) Commit(_ context.Context, ref checkpoint.Ref, offsets []ch
 	return nil
 }
 
-// Recorded implements keyed.Sink: the checkpoint the record names, with
+// Recorded implements connector.Sink: the checkpoint the record names, with
 // its offsets.
-func (s *LineSink[T]) Recorded(context.Context) (*keyed.Recorded, error) {
+func (s *LineSink[T]) Recorded(context.Context) (*connector.Recorded, error) {
 	r, err := s.readRecord()
 	if err != nil || r == nil {
 		return nil, err
 	}
-	return &keyed.Recorded{Ref: checkpoint.Ref{Run: r.Run, ID: r.ID}, Offsets: r.Offsets, Where: "line sink " + s.recordPath()}, nil
+	return &connector.Recorded{Ref: checkpoint.Ref{Run: r.Run, ID: r.ID}, Offsets: r.Offsets, Where: "line sink " + s.recordPath()}, nil
 }
 
 // Lines returns the committed lines of the file at path.

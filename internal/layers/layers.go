@@ -5,6 +5,8 @@
 //	kordtest/                  an in-process cluster and read-back, for users' tests
 //	kafkaio/                   the Kafka edge: the engine's source and sink
 //	keyed/                     job graph, runtime, keyed and operator state
+//	keyed/connector            what sources and sinks implement: nothing of keyed
+//	keyed/internal/            the runtime's and keyed state's parts, under keyed's rules
 //	internal/align, lifecycle, pure core under keyed: aligner, lifecycle,
 //	  recovery, retain,        recovery decision, retention, state-file format
 //	  statefile

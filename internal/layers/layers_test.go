@@ -25,6 +25,8 @@ var rules = []struct {
 		"the core imports no Kafka client and nothing above it"},
 	{"keyed", append([]string{mod + "/producer", mod + "/consumer", mod + "/kafkaio", mod + "/kordtest"}, kafkaClients...),
 		"the engine imports no Kafka client and not the Kafka edge"},
+	{"keyed/connector", append([]string{mod + "/keyed", mod + "/producer", mod + "/consumer", mod + "/kafkaio", mod + "/kordtest", "gocloud.dev"}, kafkaClients...),
+		"what sources and sinks implement lies under the engine: it imports nothing of keyed and no Kafka client"},
 	{"producer", []string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio", mod + "/kordtest"},
 		"the standalone clients know nothing of the engine"},
 	{"consumer", []string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio", mod + "/kordtest"},
@@ -292,6 +294,37 @@ func TestGroundBelowRigs(t *testing.T) {
 		for _, tags := range []string{"", "kordfailpoints"} {
 			if bad := violations(listDeps(t, pkg, tags), []string{mod + "/internal/rig"}); len(bad) > 0 {
 				t.Errorf("%s (tags %q) links test rigs %v", pkg, tags, bad)
+			}
+		}
+	}
+}
+
+// TestKeyedInternal: the runtime's and keyed state's packages under
+// keyed/internal/ keep keyed's rules (no Kafka client, not the edge, no
+// cloud SDK), depend on no test rig, and import nothing of keyed but each
+// other: keyed imports them, not the other way round.
+func TestKeyedInternal(t *testing.T) {
+	out, err := exec.Command("go", "list", mod+"/keyed/internal/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	pkgs := strings.Fields(string(out))
+	if len(pkgs) == 0 {
+		t.Fatal("no package under keyed/internal: the layout moved")
+	}
+	banned := append([]string{mod + "/producer", mod + "/consumer", mod + "/kafkaio", mod + "/kordtest", mod + "/internal/rig", "gocloud.dev"}, kafkaClients...)
+	for _, p := range pkgs {
+		pkg := strings.TrimPrefix(p, mod+"/")
+		for _, tags := range []string{"", "kordfailpoints"} {
+			ds := listDeps(t, pkg, tags)
+			bad := violations(ds, banned)
+			for _, d := range ds {
+				if (d == mod+"/keyed" || strings.HasPrefix(d, mod+"/keyed/")) && !strings.HasPrefix(d, mod+"/keyed/internal/") {
+					bad = append(bad, d)
+				}
+			}
+			if len(bad) > 0 {
+				t.Errorf("%s (tags %q) imports %v: keyed's internals keep keyed's rules and import nothing of keyed but each other", pkg, tags, bad)
 			}
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/serde"
@@ -135,7 +136,7 @@ var paths = []struct {
 			func(_ []byte, v event, _ *keyed.ValueState[int64], out *keyed.Collector[event]) error {
 				out.Emit(v)
 				return nil
-			}), "out", keyed.Sink[event](keyed.NewMemorySink[event]()))
+			}), "out", connector.Sink[event](keyed.NewMemorySink[event]()))
 		return j.Run(ctx)
 	}},
 	{name: "kafkaio sink (job)", missing: producer.ErrUnknownTopic, run: func(t *testing.T, ctx context.Context, e env) error {
@@ -146,7 +147,7 @@ var paths = []struct {
 			func(_ []byte, v event, _ *keyed.ValueState[int64], out *keyed.Collector[event]) error {
 				out.Emit(v)
 				return nil
-			}), "out", keyed.Sink[event](kafkaio.NewSink(e.client(t), e.topic, serde.JSON[event]())))
+			}), "out", connector.Sink[event](kafkaio.NewSink(e.client(t), e.topic, serde.JSON[event]())))
 		return j.Run(ctx)
 	}},
 	{name: "kordtest read committed", missing: consumer.ErrUnknownTopic, run: func(t *testing.T, ctx context.Context, e env) error {

@@ -1,4 +1,4 @@
-package keyed
+package keygroup
 
 import (
 	"fmt"
@@ -30,18 +30,18 @@ var keyGroupVectors = []struct {
 func TestKeyGroupVectors(t *testing.T) {
 	for _, v := range keyGroupVectors {
 		require.Equal(t, int(v.hash%128), v.kg128, v.key)
-		require.Equal(t, v.kg128, keyGroupOf([]byte(v.key), 128), v.key)
-		require.Equal(t, v.kg1000, keyGroupOf([]byte(v.key), 1000), v.key)
-		require.Equal(t, 0, keyGroupOf([]byte(v.key), 1), v.key)
+		require.Equal(t, v.kg128, Of([]byte(v.key), 128), v.key)
+		require.Equal(t, v.kg1000, Of([]byte(v.key), 1000), v.key)
+		require.Equal(t, 0, Of([]byte(v.key), 1), v.key)
 	}
-	require.Equal(t, keyGroupOf(nil, 128), keyGroupOf([]byte{}, 128), "nil and empty keys are the same key")
+	require.Equal(t, Of(nil, 128), Of([]byte{}, 128), "nil and empty keys are the same key")
 }
 
 func TestRangeForFlinkExamples(t *testing.T) {
-	require.Equal(t, []keyGroupRange{{0, 42}, {43, 85}, {86, 127}},
-		[]keyGroupRange{rangeFor(0, 128, 3), rangeFor(1, 128, 3), rangeFor(2, 128, 3)})
-	require.Equal(t, fullRange(128), rangeFor(0, 128, 1))
-	require.Equal(t, keyGroupRange{5, 5}, rangeFor(5, 10, 10))
+	require.Equal(t, []Range{{0, 42}, {43, 85}, {86, 127}},
+		[]Range{RangeFor(0, 128, 3), RangeFor(1, 128, 3), RangeFor(2, 128, 3)})
+	require.Equal(t, Full(128), RangeFor(0, 128, 1))
+	require.Equal(t, Range{5, 5}, RangeFor(5, 10, 10))
 }
 
 // TestKeyGroupAssignmentExhaustive checks, for every maxP up to 300 and
@@ -51,10 +51,10 @@ func TestRangeForFlinkExamples(t *testing.T) {
 func TestKeyGroupAssignmentExhaustive(t *testing.T) {
 	for maxP := 1; maxP <= 300; maxP++ {
 		for p := 1; p <= maxP; p++ {
-			require.NoError(t, validateParallelism(p, maxP))
+			require.NoError(t, ValidateParallelism(p, maxP))
 			next := 0
 			for i := range p {
-				r := rangeFor(i, maxP, p)
+				r := RangeFor(i, maxP, p)
 				if r.Start != next || r.Empty() {
 					t.Fatalf("maxP %d p %d: instance %d has range %s, want a non-empty one starting at %d", maxP, p, i, r, next)
 				}
@@ -63,7 +63,7 @@ func TestKeyGroupAssignmentExhaustive(t *testing.T) {
 					t.Fatalf("maxP %d p %d: instance %d has %d key groups", maxP, p, i, l)
 				}
 				for kg := r.Start; kg <= r.End; kg++ {
-					if got := operatorIndex(kg, maxP, p); got != i {
+					if got := OperatorIndex(kg, maxP, p); got != i {
 						t.Fatalf("maxP %d p %d: OperatorIndex(%d) = %d, but instance %d's range %s holds it", maxP, p, kg, got, i, r)
 					}
 				}
@@ -78,18 +78,18 @@ func TestKeyGroupAssignmentExhaustive(t *testing.T) {
 
 func TestKeyGroupAssignmentLarge(t *testing.T) {
 	// No overflow at the bound: kg*p and i*maxP reach 10^10.
-	maxP := maxParallelismLimit
+	maxP := MaxParallelismLimit
 	for _, p := range []int{1, 2, 3, 7, 1000, 32768, maxP - 1, maxP} {
-		require.NoError(t, validateParallelism(p, maxP))
+		require.NoError(t, ValidateParallelism(p, maxP))
 		next := 0
 		for _, i := range []int{0, 1, p / 2, p - 2, p - 1} {
 			if i < 0 || i >= p {
 				continue
 			}
-			r := rangeFor(i, maxP, p)
+			r := RangeFor(i, maxP, p)
 			require.False(t, r.Empty())
-			require.Equal(t, i, operatorIndex(r.Start, maxP, p))
-			require.Equal(t, i, operatorIndex(r.End, maxP, p))
+			require.Equal(t, i, OperatorIndex(r.Start, maxP, p))
+			require.Equal(t, i, OperatorIndex(r.End, maxP, p))
 			if i == 0 {
 				require.Equal(t, 0, r.Start)
 			}
@@ -108,25 +108,25 @@ func TestValidateParallelism(t *testing.T) {
 		ok      bool
 	}{
 		{1, 1, true}, {1, 128, true}, {128, 128, true}, {129, 128, false}, {0, 128, false}, {-1, 128, false},
-		{1, 0, false}, {1, maxParallelismLimit, true}, {1, maxParallelismLimit + 1, false},
+		{1, 0, false}, {1, MaxParallelismLimit, true}, {1, MaxParallelismLimit + 1, false},
 	} {
-		err := validateParallelism(c.p, c.maxP)
+		err := ValidateParallelism(c.p, c.maxP)
 		require.Equal(t, c.ok, err == nil, "p %d maxP %d: %v", c.p, c.maxP, err)
 	}
 }
 
 func TestPartitionedMode(t *testing.T) {
-	maxP, err := partitionedMaxParallelism(12)
+	maxP, err := PartitionedMaxParallelism(12)
 	require.NoError(t, err)
 	require.Equal(t, 12, maxP)
-	require.Equal(t, 7, partitionKeyGroup(7))
-	_, err = partitionedMaxParallelism(0)
+	require.Equal(t, 7, OfPartition(7))
+	_, err = PartitionedMaxParallelism(0)
 	require.Error(t, err)
-	_, err = partitionedMaxParallelism(maxParallelismLimit + 1)
+	_, err = PartitionedMaxParallelism(MaxParallelismLimit + 1)
 	require.Error(t, err)
 	// Three source instances over 12 partitions own 4 partitions each, and
 	// the keyed operator instance of each source owns the same range.
-	require.Equal(t, keyGroupRange{4, 7}, rangeFor(1, maxP, 3))
+	require.Equal(t, Range{4, 7}, RangeFor(1, maxP, 3))
 }
 
 // fakeUUID returns a random version-4 UUID string from r.
@@ -153,7 +153,7 @@ func TestKeyGroupUniform(t *testing.T) {
 	for _, maxP := range []int{128, 1000, 4096} {
 		counts := make([]int, maxP)
 		for _, k := range keys {
-			counts[keyGroupOf(k, maxP)]++
+			counts[Of(k, maxP)]++
 		}
 		expected := float64(len(keys)) / float64(maxP)
 		chi2 := 0.0
@@ -173,7 +173,7 @@ func BenchmarkKeyGroup(b *testing.B) {
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
-		n += operatorIndex(keyGroupOf(key, DefaultMaxParallelism), DefaultMaxParallelism, 3)
+		n += OperatorIndex(Of(key, 128), 128, 3)
 	}
 	_ = n
 }

@@ -1,0 +1,54 @@
+package keyed
+
+import (
+	"time"
+
+	"github.com/kordproject/kord/keyed/internal/channel"
+)
+
+// Collector sends an operator's results downstream, and tells it about the
+// record it is processing (its context, as Flink's ProcessFunction.Context
+// and Kafka Streams' ProcessorContext do).
+type Collector[O any] struct {
+	out    *channel.Outbox[O]
+	err    error
+	key    []byte
+	ts     int64
+	wm     int64
+	timers *timers // nil unless the operator is a TimerOperator
+}
+
+// Emit sends v on. It blocks while downstream is backpressured, until the
+// run stops.
+func (c *Collector[O]) Emit(v O) {
+	if c.err != nil {
+		return
+	}
+	c.err = c.out.Add(0, channel.Element[O]{V: v})
+}
+
+// Timestamp is the time of the record being processed, at millisecond
+// precision (Kafka's): its Kafka timestamp, or what Stream.Timestamps
+// extracted; the zero time if it has none.
+func (c *Collector[O]) Timestamp() time.Time {
+	if c.ts == channel.NoTime {
+		return time.Time{}
+	}
+	return time.UnixMilli(c.ts)
+}
+
+// Watermark is the operator task's event-time watermark: the minimum of
+// the watermarks its inputs sent (Stream.Watermarks), so that a record
+// older than it is late. The zero time while some input has sent none (or
+// none of the job's sources makes watermarks); far in the future once
+// every bounded input ended. It never goes backwards within a run.
+func (c *Collector[O]) Watermark() time.Time {
+	if c.wm == channel.NoTime {
+		return time.Time{}
+	}
+	return time.UnixMilli(c.wm)
+}
+
+// Key is the key of the record being processed, as Process gets it:
+// read-only and valid only during the call.
+func (c *Collector[O]) Key() []byte { return c.key }

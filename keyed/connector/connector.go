@@ -1,0 +1,247 @@
+package connector
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/kordproject/kord/checkpoint"
+)
+
+// Position is a source partition and the next offset to read.
+type Position struct {
+	Partition int32
+	Offset    int64
+}
+
+// SourceRecord is one record of a partitioned, replayable source.
+type SourceRecord[T any] struct {
+	Partition int32
+	Offset    int64
+	// Key is the record key: the key used in partition mode (keyed.ByPartition).
+	Key   []byte
+	Value T
+	// Timestamp is the record's time (Kafka's record timestamp; zero if it
+	// has none). keyed's Stream.Timestamps can take the time from the value
+	// instead. Operators read it with keyed.Collector.Timestamp.
+	Timestamp time.Time
+	// Bad, when set, says the record could not be decoded (Value is then
+	// zero): the job hands it to the sink's dead letters, under the
+	// checkpoint that covers its offset, and counts it; with a sink that
+	// takes none (DeadLetterSink) the job fails with Bad.Err.
+	Bad *BadRecord
+}
+
+// BadRecord is an input record that could not be decoded, as read.
+type BadRecord struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Timestamp time.Time
+	Err       error
+}
+
+// DeadLetterSink is a sink that also takes dead letters. Like Write, a dead
+// letter of epoch e must stay invisible (exactly-once) until Commit(c) for
+// some c ≥ e, so that it is written once if its record's offset is
+// committed and never if it is not.
+type DeadLetterSink interface {
+	// TakesDeadLetters reports whether the sink is set up to take them (a
+	// Kafka sink with a dead-letter topic, say).
+	TakesDeadLetters() bool
+	DeadLetter(ctx context.Context, epoch uint64, b BadRecord) error
+}
+
+// Source is a partitioned, replayable source: its records are addressed by
+// partition and offset, and reading from an offset again yields the same
+// records (a Kafka topic, or keyed.MemorySource).
+type Source[T any] interface {
+	// Topic names the source in checkpoints (a Kafka topic name).
+	Topic() string
+	// Partitions lists the partitions, ascending.
+	Partitions(ctx context.Context) ([]int32, error)
+	// Start resolves, for a fresh start, each partition's first offset.
+	Start(ctx context.Context, partitions []int32) ([]Position, error)
+	// Reader opens a reader for one source task.
+	Reader(ctx context.Context) (Reader[T], error)
+}
+
+// Identified is a Source that knows where its records live beyond the
+// topic's name: the cluster that serves them and the topic's identity
+// there (kafkaio's sources give Kafka's cluster id and topic id, KIP-516).
+// Every checkpoint records it (checkpoint.Metadata.Sources), and a restore
+// refuses a checkpoint whose offsets were read on another cluster or from
+// an earlier incarnation of the topic (checkpoint.ErrProvenance), unless
+// the job is given keyed.Failover. The job asks once per run, before it restores
+// anything.
+type Identified interface {
+	Provenance(ctx context.Context) (checkpoint.SourceRef, error)
+}
+
+// OperatorState is implemented by a Sink, or by a source's Reader, that
+// keeps state of its own besides the offsets the engine keeps for it
+// (Flink's operator list state). The state is a list of byte strings,
+// written with each checkpoint as an Avro file per instance.
+type OperatorState interface {
+	// SnapshotState returns the state as of the barrier of checkpoint id:
+	// the sink's when every output before the barrier has been written to
+	// it, a reader's at the point its offsets are recorded.
+	SnapshotState(id uint64) ([][]byte, error)
+	// RestoreState is called once, before any record, when the job
+	// restores a checkpoint (not on a fresh start). It receives the
+	// elements of every instance's snapshot, in instance order (union
+	// redistribution, as Flink's union list state): at the same
+	// parallelism and at another, each instance gets all of them and keeps
+	// what concerns it.
+	RestoreState(elements [][]byte) error
+}
+
+// NewPartitionStarter is implemented by sources whose partitions can
+// grow (kafkaio.Source): StartNew returns the first offsets of partitions that
+// appeared after the job started (the log start, whatever Start would
+// choose for a fresh start). Sources without it use Start.
+type NewPartitionStarter interface {
+	StartNew(ctx context.Context, partitions []int32) ([]Position, error)
+}
+
+// Reader reads the partitions assigned to one source task.
+type Reader[T any] interface {
+	// Assign sets the partitions to read, each from its offset, replacing
+	// any earlier assignment (a discovered partition is added by assigning
+	// every partition again at its current offset).
+	Assign(ctx context.Context, positions []Position) error
+	// Poll returns up to max records, waiting at most wait for the first.
+	// done reports that every assigned partition has ended (a bounded
+	// source; Kafka never ends). The engine is done with recs when it
+	// calls Poll again: a reader may reuse the slice.
+	Poll(ctx context.Context, max int, wait time.Duration) (recs []SourceRecord[T], done bool, err error)
+	Close() error
+}
+
+// BacklogReader is a Reader that tells a partition with nothing more to
+// read from one that is silent while records wait past what the reader
+// has delivered: records it has not fetched yet (a reader that fell behind,
+// busy with other partitions), or records it cannot read yet (a
+// read_committed consumer held behind an open transaction: its last stable
+// offset stands below the high watermark). kafkaio's reader and
+// keyed.MemorySource's are ones. With keyed.Stream.Idleness, a silent partition is
+// idle only if it has no backlog: one with a backlog keeps holding the
+// watermark, since its records, once read, are older than what the others
+// have moved on to.
+type BacklogReader interface {
+	// Behind reports whether partition has records past the reader's
+	// position that it has not delivered.
+	Behind(ctx context.Context, partition int32) (bool, error)
+}
+
+// Sink receives the keyed operator's output. The engine calls Write from
+// one sink task; Commit from the checkpoint coordinator, in checkpoint
+// order, once the checkpoint is durable. Every call is bounded by its ctx.
+type Sink[T any] interface {
+	// Reset starts a new incarnation of the sink, before each run (the
+	// first and every restart or recovery): output not committed is
+	// dropped, and anything an older incarnation left in flight is fenced
+	// off. info describes the job.
+	Reset(ctx context.Context, info SinkInfo) error
+	// Write adds v to the output of checkpoint epoch: it must stay invisible
+	// (exactly-once) until Commit(c) for some c ≥ epoch. It may block
+	// (backpressure) until ctx is done.
+	Write(ctx context.Context, epoch uint64, v T) error
+	// Commit makes visible the output of every epoch ≤ ref.ID and records,
+	// in the same atomic step, that checkpoint ref committed with these
+	// source offsets (a Kafka sink commits them to its commit group inside
+	// the transaction). An error marked keyed.OutcomeUnknown says the step may or
+	// may not have happened.
+	Commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error
+	// Recorded returns what the sink's system recorded as committed, nil
+	// if nothing: recovery restores exactly that checkpoint and checks the
+	// recorded offsets against it.
+	Recorded(ctx context.Context) (*Recorded, error)
+}
+
+// Forgetter is a sink that can forget what its system recorded as
+// committed for a job (a Kafka sink deletes its commit group): keyed.Job.Forget
+// calls it.
+type Forgetter interface {
+	Forget(ctx context.Context, info SinkInfo) error
+}
+
+// SinkInfo describes the job to its sink, at each Reset.
+type SinkInfo struct {
+	// Job is the job's name (keyed.NewJob): a Kafka sink derives its
+	// transactional id and commit group from it.
+	Job string
+	// Inputs are the topics of the job's sources, ascending.
+	Inputs []string
+	// Mode is the job's checkpointing mode: exactly-once output is
+	// written in transactions, at-least-once output at once.
+	Mode checkpoint.Mode
+	// TransactionTimeout is derived from the checkpoint settings (the
+	// interval, timeout and min pause, times the tolerable failures plus
+	// one, plus 10 s, capped at keyed.TransactionMaxTimeout): a transaction
+	// spans at most this long.
+	TransactionTimeout time.Duration
+	// CommitTimeout bounds every Commit (its ctx has this deadline, the
+	// checkpoint timeout, or less during a graceful stop). A Kafka sink
+	// keeps librdkafka's request timeout above it, so that librdkafka never
+	// sends a commit again by itself while the sink still uses its producer.
+	CommitTimeout time.Duration
+	// Logger is the job's logger.
+	Logger *slog.Logger
+}
+
+// Recorded is what a sink's system holds as committed: a checkpoint, and
+// the source offsets committed with it.
+type Recorded struct {
+	Ref checkpoint.Ref
+	// Offsets are the committed source offsets, one per partition that has
+	// one; a restore checks them against the checkpoint's
+	// (internal/recovery's CheckOffsets).
+	Offsets []checkpoint.PartitionOffset
+	// Where names the record for errors ("commit group kord.x.commit").
+	Where string
+	// Parts is set instead of Ref and Offsets by a Membership sink: each
+	// recorded partition with its own checkpoint.
+	Parts []PartitionRecord
+}
+
+// PartitionRecord is what a sink's system holds as committed for one
+// input partition when each partition has its own record (a job on several
+// processes, Membership): its offset and the checkpoint that holds its
+// state.
+type PartitionRecord struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Ref       checkpoint.Ref
+}
+
+// Membership is a sink whose system assigns the job's input partitions to
+// this process (a Kafka consumer group: kafkaio.Instance), so that several
+// processes run one job. With one, each run covers the partitions assigned
+// now, restores each from the checkpoint its own record names
+// (Recorded.Parts), commits only them, and ends with a final checkpoint
+// when the assignment changes; the next run takes the new assignment.
+// Only keyed.ByPartition jobs run this way: their key group is the partition, so
+// state follows it.
+type Membership interface {
+	// Scaled reports whether this sink runs the job as one of several
+	// processes.
+	Scaled() bool
+	// Assignment waits until this process is assigned partitions and
+	// returns them by topic, with a channel closed when the assignment is
+	// about to change. A run holds them until Released.
+	Assignment(ctx context.Context) (map[string][]int32, <-chan struct{}, error)
+	// Released tells the membership the run over the last assignment has
+	// ended: what it held is committed or aborted, and revoked partitions
+	// may move on.
+	Released()
+}
+
+// SinkValidator is a sink that can check itself, and the job it is given,
+// before the job runs: keyed.Job.Validate calls it.
+type SinkValidator interface {
+	ValidateSink(info SinkInfo) error
+}
