@@ -94,7 +94,7 @@ func BenchmarkRecordPath(b *testing.B) {
 				if keyBy {
 					k = keyed.KeyBy(func(e pathEvent) []byte { return []byte(e.UUID) }, s)
 				}
-				res := keyed.ProcessValue(k, "count", 2, keyed.Int64(), func(_ []byte, e pathEvent, n *keyed.ValueState[int64], out *keyed.Collector[pathResult]) error {
+				res := keyed.ProcessValue(k, "count", 2, serde.Int64(), func(_ []byte, e pathEvent, n *keyed.ValueState[int64], out *keyed.Collector[pathResult]) error {
 					v, _ := n.Get()
 					v++
 					n.Set(v)

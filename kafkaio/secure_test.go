@@ -157,7 +157,7 @@ func TestSecuredFailures(t *testing.T) {
 					}
 					j := keyed.NewJob("secured", jopts...)
 					src := kafkaio.NewSource(client, "kord.secured", serde.JSON[event]())
-					out := keyed.ProcessValue(keyed.ByPartition(keyed.FromSource[event](j, "in", 1, src)), "count", 1, keyed.Int64(),
+					out := keyed.ProcessValue(keyed.ByPartition(keyed.FromSource[event](j, "in", 1, src)), "count", 1, serde.Int64(),
 						func(_ []byte, e event, _ *keyed.ValueState[int64], out *keyed.Collector[event]) error {
 							out.Emit(e)
 							return nil

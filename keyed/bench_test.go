@@ -13,6 +13,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/serde"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -92,7 +93,7 @@ func (r *genReader) Close() error { return nil }
 type countOp struct{ n *keyed.ValueState[int64] }
 
 func (c *countOp) Open(b *keyed.Backend) (err error) {
-	c.n, err = keyed.Value(b, "count", keyed.Int64())
+	c.n, err = keyed.Value(b, "count", serde.Int64())
 	return err
 }
 
@@ -189,7 +190,7 @@ func BenchmarkWindows(b *testing.B) {
 				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
 				var out *keyed.Output[int64]
 				if windowed {
-					out = keyed.WindowAggregate(k, "count", 2, keyed.Tumbling(time.Minute), keyed.Int64(),
+					out = keyed.WindowAggregate(k, "count", 2, keyed.Tumbling(time.Minute), serde.Int64(),
 						keyed.Aggregator[behavior, int64]{Init: func() int64 { return 0 }, Add: func(n int64, _ behavior) int64 { return n + 1 }},
 						func(_ string, _ keyed.Window, n int64) int64 { return n }, nil)
 				} else {
@@ -239,7 +240,7 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	v, err := keyed.Value(be, "n", keyed.Int64())
+	v, err := keyed.Value(be, "n", serde.Int64())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -275,7 +276,7 @@ func BenchmarkCheckpoint1M(b *testing.B) {
 			b.Fatal(err)
 		}
 		be2, _ := keyed.NewBackend("count", keyed.DefaultMaxParallelism, keyed.FullRange(keyed.DefaultMaxParallelism))
-		if _, err := keyed.Value(be2, "n", keyed.Int64()); err != nil {
+		if _, err := keyed.Value(be2, "n", serde.Int64()); err != nil {
 			b.Fatal(err)
 		}
 		if err := keyed.Restore(be2, m2, files2); err != nil {

@@ -8,13 +8,14 @@ import (
 
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/serde"
 )
 
 // clicks counts each user's clicks in keyed state.
 type clicks struct{ n *keyed.ValueState[int64] }
 
 func (c *clicks) Open(b *keyed.Backend) (err error) {
-	c.n, err = keyed.Value(b, "clicks", keyed.Int64())
+	c.n, err = keyed.Value(b, "clicks", serde.Int64())
 	return err
 }
 

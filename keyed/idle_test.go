@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/serde"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -63,7 +64,7 @@ func TestIdleJobDoesNotWake(t *testing.T) {
 	sink := NewMemorySink[int]()
 	j := NewJob("idle", FS(vfs.NewMem()), Dir("/ckpt"), CheckpointInterval(400*time.Millisecond), BufferTimeout(buffer))
 	s := FromSource(j, "events", 1, connector.Source[int](src))
-	out := ProcessValue(ByPartition(s), "pass", 1, Int64(), func(_ []byte, v int, _ *ValueState[int64], out *Collector[int]) error {
+	out := ProcessValue(ByPartition(s), "pass", 1, serde.Int64(), func(_ []byte, v int, _ *ValueState[int64], out *Collector[int]) error {
 		out.Emit(v)
 		return nil
 	})

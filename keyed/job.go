@@ -11,6 +11,7 @@ import (
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/keyed/internal/keygroup"
+	"github.com/kordproject/kord/serde"
 )
 
 // Restart is a restart strategy: after a task fails, every task restarts
@@ -353,7 +354,7 @@ func (f *funcOp[K, T, O]) Process(key []byte, v T, out *Collector[O]) error {
 // called for each record with its key (as ProcessFunc gives it) and the
 // key's state (Flink's ValueState in a KeyedProcessFunction). Parallelism
 // as Process: 0 is the default, the partition count at most the CPUs.
-func ProcessValue[K, T, S, O any](k *KeyedStream[K, T], name string, parallelism int, codec Codec[S],
+func ProcessValue[K, T, S, O any](k *KeyedStream[K, T], name string, parallelism int, codec serde.Serde[S],
 	fn func(key K, v T, state *ValueState[S], out *Collector[O]) error) *Output[O] {
 	keyOf := k.keyOf
 	return Process(k, name, parallelism, func() Operator[T, O] {
@@ -362,7 +363,7 @@ func ProcessValue[K, T, S, O any](k *KeyedStream[K, T], name string, parallelism
 }
 
 type valueOp[K, T, S, O any] struct {
-	codec Codec[S]
+	codec serde.Serde[S]
 	keyOf func([]byte) K
 	fn    func(K, T, *ValueState[S], *Collector[O]) error
 	state *ValueState[S]

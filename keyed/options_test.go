@@ -16,6 +16,7 @@ import (
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/serde"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -39,7 +40,7 @@ func TestProcessFuncAndValue(t *testing.T) {
 	run := func() error {
 		j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"))
 		k := keyed.KeyByString(func(e event) string { return e.UUID }, keyed.FromSource(j, "events", 2, connector.Source[event](src)))
-		out := keyed.ProcessValue(k, "count", 2, keyed.Int64(), func(key string, e event, n *keyed.ValueState[int64], out *keyed.Collector[result]) error {
+		out := keyed.ProcessValue(k, "count", 2, serde.Int64(), func(key string, e event, n *keyed.ValueState[int64], out *keyed.Collector[result]) error {
 			if key != e.UUID {
 				return fmt.Errorf("key %q for an event of %s", key, e.UUID)
 			}

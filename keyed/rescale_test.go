@@ -19,6 +19,7 @@ import (
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/serde"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -110,7 +111,7 @@ func TestOperatorStateMismatchRefused(t *testing.T) {
 type stringCounter struct{ s *keyed.ValueState[string] }
 
 func (c *stringCounter) Open(b *keyed.Backend) (err error) {
-	c.s, err = keyed.Value(b, "count", keyed.String())
+	c.s, err = keyed.Value(b, "count", serde.String())
 	return err
 }
 func (c *stringCounter) Process([]byte, event, *keyed.Collector[result]) error { return nil }

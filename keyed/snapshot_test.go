@@ -16,6 +16,7 @@ import (
 	"github.com/kordproject/kord/internal/layout"
 	"github.com/kordproject/kord/internal/statefile"
 	"github.com/kordproject/kord/keyed/internal/keygroup"
+	"github.com/kordproject/kord/serde"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -52,15 +53,15 @@ func decodeFiles(t testing.TB, op string, maxP int, files map[string][]byte) *mo
 			require.Equal(t, entryKG[j], keygroup.Of(e.Key, maxP), "key %s in file %s", k, name)
 			switch st {
 			case "count":
-				v, err := Int64().Decode(e.Value)
+				v, err := serde.Int64().Decode(e.Value)
 				require.NoError(t, err)
 				md.v[k] = v
 			case "events":
-				l, err := decodeList(e.Value, String())
+				l, err := decodeList(e.Value, serde.String())
 				require.NoError(t, err)
 				md.l[k] = l
 			case "attrs":
-				m, err := decodeMap(e.Value, String(), Int64())
+				m, err := decodeMap(e.Value, serde.String(), serde.Int64())
 				require.NoError(t, err)
 				md.m[k] = m
 			default:
@@ -133,9 +134,9 @@ func TestSnapshotCopyOnWrite(t *testing.T) {
 // once released.
 func TestCopyOnWriteGranularity(t *testing.T) {
 	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
-	v, err := Value(b, "v", Int64())
+	v, err := Value(b, "v", serde.Int64())
 	require.NoError(t, err)
-	m, err := Map(b, "m", String(), Int64())
+	m, err := Map(b, "m", serde.String(), serde.Int64())
 	require.NoError(t, err)
 	k1 := "a"
 	setKey(b, k1)
@@ -270,7 +271,7 @@ func TestRescale(t *testing.T) {
 	bs2, ss2 := instances(t, "op", 2)
 	// Another operator's state in the same checkpoint is left alone.
 	other := newTestBackend(t, "other", keygroup.Full(testMaxP))
-	ov, err := Value(other, "count", String())
+	ov, err := Value(other, "count", serde.String())
 	require.NoError(t, err)
 	setKey(other, "x")
 	ov.Set("not an int64")
@@ -305,7 +306,7 @@ func TestRestorePartitioned(t *testing.T) {
 		var err error
 		src[i], err = newBackend("count", partitions, keygroup.RangeFor(i, partitions, 2))
 		require.NoError(t, err)
-		vs[i], err = Value(src[i], "n", Int64())
+		vs[i], err = Value(src[i], "n", serde.Int64())
 		require.NoError(t, err)
 	}
 	want := map[int]map[string]int64{}
@@ -322,7 +323,7 @@ func TestRestorePartitioned(t *testing.T) {
 	m, files := checkpointOf(t, 1, src...)
 	dst, err := newBackend("count", partitions, keygroup.Full(partitions))
 	require.NoError(t, err)
-	v, err := Value(dst, "n", Int64())
+	v, err := Value(dst, "n", serde.Int64())
 	require.NoError(t, err)
 	require.NoError(t, dst.restore(m, files))
 	for p, kv := range want {
@@ -337,7 +338,7 @@ func TestRestorePartitioned(t *testing.T) {
 	// keys are not in the key groups the hash gives.
 	hashed, err := newBackend("count", partitions, keygroup.Full(partitions), keyGroupFunc(func(k []byte) int { return keygroup.Of(k, partitions) }))
 	require.NoError(t, err)
-	_, err = Value(hashed, "n", Int64())
+	_, err = Value(hashed, "n", serde.Int64())
 	require.NoError(t, err)
 	var ce *checkpoint.CorruptError
 	require.ErrorAs(t, hashed.restore(m, files), &ce)
@@ -362,7 +363,7 @@ func TestRestoreRefusals(t *testing.T) {
 
 	// Another fingerprint.
 	b := fresh(func(b *Backend) {
-		_, err := Value(b, "count", JSON[int64]())
+		_, err := Value(b, "count", serde.JSON[int64]())
 		require.NoError(t, err)
 	})
 	err := b.restore(m, files)
@@ -372,7 +373,7 @@ func TestRestoreRefusals(t *testing.T) {
 
 	// Another kind.
 	b = fresh(func(b *Backend) {
-		_, err := List(b, "count", Int64())
+		_, err := List(b, "count", serde.Int64())
 		require.NoError(t, err)
 	})
 	require.ErrorAs(t, b.restore(m, files), &me)
@@ -382,7 +383,7 @@ func TestRestoreRefusals(t *testing.T) {
 
 	// A state in the checkpoint that the code does not register.
 	b = fresh(func(b *Backend) {
-		_, err := Value(b, "count", Int64())
+		_, err := Value(b, "count", serde.Int64())
 		require.NoError(t, err)
 	})
 	err = b.restore(m, files)
@@ -405,14 +406,14 @@ func TestRestoreRefusals(t *testing.T) {
 
 	// A new state (registered, not in the checkpoint) starts empty.
 	b = fresh(func(b *Backend) { registerStateSet(t, b) })
-	nv, err := Value(b, "added", Int64())
+	nv, err := Value(b, "added", serde.Int64())
 	require.NoError(t, err)
 	require.NoError(t, b.restore(m, files))
 	setKey(b, "k")
 	_, ok := nv.Get()
 	require.False(t, ok)
 	require.ErrorContains(t, b.restore(m, files), "twice")
-	_, err = Value(b, "late", Int64())
+	_, err = Value(b, "late", serde.Int64())
 	require.ErrorContains(t, err, "after Restore")
 
 	// Restore into a backend that has state.
@@ -459,12 +460,12 @@ func TestRestoreCorruptFiles(t *testing.T) {
 		{"truncated", name, good[:len(good)-3], "state file at byte"},
 		{"other key group", name, encodeEntries(t, kg1, statefile.Entry{Key: []byte(k1), Value: v8}, statefile.Entry{Key: []byte(k2), Value: v8}), "belongs to key group"},
 		{"duplicate key", name, encodeEntries(t, kg1, statefile.Entry{Key: []byte(k1), Value: v8}, statefile.Entry{Key: []byte(k1), Value: v8}), "appears twice"},
-		{"bad value", name, encodeEntries(t, kg1, statefile.Entry{Key: []byte(k1), Value: []byte{1, 2, 3}}), "int64 codec: 3 bytes, want 8"},
+		{"bad value", name, encodeEntries(t, kg1, statefile.Entry{Key: []byte(k1), Value: []byte{1, 2, 3}}), "int64: 3 bytes, want 8"},
 		{"key group in two files", layout.StateFileName(testRun, 1, "op.count", 2), encodeEntries(t, other, statefile.Entry{Key: []byte(k2), Value: v8}), "is also in " + otherName},
 	} {
 		t.Run(c.what, func(t *testing.T) {
 			b := newTestBackend(t, "op", keygroup.Full(testMaxP))
-			v, err := Value(b, "count", Int64())
+			v, err := Value(b, "count", serde.Int64())
 			require.NoError(t, err)
 			m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.operatorRefs()}
 			// A good file next to the bad one: the backend must not keep it.
@@ -483,7 +484,7 @@ func TestRestoreCorruptFiles(t *testing.T) {
 	// The key groups of a file outside the range are not decoded, however
 	// bad: kg1's records claim another key group.
 	b := newTestBackend(t, "op", keygroup.Range{Start: other, End: other})
-	_, err := Value(b, "count", Int64())
+	_, err := Value(b, "count", serde.Int64())
 	require.NoError(t, err)
 	m := &checkpoint.Metadata{Run: testRun, ID: 1, MaxParallelism: testMaxP, Operators: b.operatorRefs()}
 	bad := bytes.Clone(good)
@@ -536,7 +537,7 @@ func (failingCodec) Fingerprint() string                      { return "failing"
 func fillCounters(tb testing.TB, n int) (*Backend, [][]byte, []int) {
 	r := rand.New(rand.NewPCG(11, 12))
 	b := newTestBackend(tb, "op", keygroup.Full(testMaxP))
-	v, err := Value(b, "count", Int64())
+	v, err := Value(b, "count", serde.Int64())
 	require.NoError(tb, err)
 	keys := make([][]byte, n)
 	kgs := make([]int, n)
@@ -644,7 +645,7 @@ func BenchmarkRestore(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		nb := newTestBackend(b, "op", keygroup.Full(testMaxP))
-		_, err := Value(nb, "count", Int64())
+		_, err := Value(nb, "count", serde.Int64())
 		require.NoError(b, err)
 		require.NoError(b, nb.restore(m, files))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kordproject/kord/internal/statefile"
 	"github.com/kordproject/kord/keyed/internal/cow"
 	"github.com/kordproject/kord/keyed/internal/keygroup"
+	"github.com/kordproject/kord/serde"
 )
 
 // stateKind is the kind of a keyed state.
@@ -464,7 +465,7 @@ type ValueState[V any] struct {
 
 // Value registers a value state named name (1 or more characters of
 // [a-zA-Z0-9_-], unique in the backend) whose values snapshot with c.
-func Value[V any](b *Backend, name string, c Codec[V], opts ...StateOpt) (*ValueState[V], error) {
+func Value[V any](b *Backend, name string, c serde.Serde[V], opts ...StateOpt) (*ValueState[V], error) {
 	cfg, err := stateConfigOf(b, name, opts)
 	if err != nil {
 		return nil, err
@@ -553,14 +554,14 @@ type ListState[V any] struct {
 // List registers a list state named name (1 or more characters of
 // [a-zA-Z0-9_-], unique in the backend) whose elements snapshot with c.
 // With TTL each element expires on its own.
-func List[V any](b *Backend, name string, c Codec[V], opts ...StateOpt) (*ListState[V], error) {
+func List[V any](b *Backend, name string, c serde.Serde[V], opts ...StateOpt) (*ListState[V], error) {
 	cfg, err := stateConfigOf(b, name, opts)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.ttl > 0 {
 		t := ttl{b: b, d: cfg.ttl.Milliseconds()}
-		sc := Codec[stamped[V]](stampedCodec[V]{c: c})
+		sc := serde.Serde[stamped[V]](stampedCodec[V]{c: c})
 		dec := func(b []byte) ([]stamped[V], error) { return decodeList(b, sc) }
 		ts, err := register(b, name, kindList, sc.Fingerprint(), nil, dec)
 		if err != nil {
@@ -682,14 +683,14 @@ type MapState[K comparable, V any] struct {
 // Map registers a map state named name (1 or more characters of
 // [a-zA-Z0-9_-], unique in the backend) whose user keys snapshot with kc
 // and values with vc. With TTL each entry expires on its own.
-func Map[K comparable, V any](b *Backend, name string, kc Codec[K], vc Codec[V], opts ...StateOpt) (*MapState[K, V], error) {
+func Map[K comparable, V any](b *Backend, name string, kc serde.Serde[K], vc serde.Serde[V], opts ...StateOpt) (*MapState[K, V], error) {
 	cfg, err := stateConfigOf(b, name, opts)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.ttl > 0 {
 		t := ttl{b: b, d: cfg.ttl.Milliseconds()}
-		sc := Codec[stamped[V]](stampedCodec[V]{c: vc})
+		sc := serde.Serde[stamped[V]](stampedCodec[V]{c: vc})
 		dec := func(b []byte) (map[K]stamped[V], error) { return decodeMap(b, kc, sc) }
 		fp := "key=" + kc.Fingerprint() + ";value=" + sc.Fingerprint()
 		ts, err := register(b, name, kindMap, fp, nil, dec)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/keyed/internal/keygroup"
+	"github.com/kordproject/kord/serde"
 )
 
 const testMaxP = 128
@@ -29,9 +30,9 @@ func setKey(b *Backend, key string) {
 
 func TestValueState(t *testing.T) {
 	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
-	v, err := Value(b, "count", Int64())
+	v, err := Value(b, "count", serde.Int64())
 	require.NoError(t, err)
-	s, err := Value(b, "name", String())
+	s, err := Value(b, "name", serde.String())
 	require.NoError(t, err)
 
 	setKey(b, "a")
@@ -79,7 +80,7 @@ func TestValueState(t *testing.T) {
 
 func TestListState(t *testing.T) {
 	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
-	l, err := List(b, "events", String())
+	l, err := List(b, "events", serde.String())
 	require.NoError(t, err)
 	setKey(b, "k")
 	require.Nil(t, l.Get())
@@ -107,7 +108,7 @@ func TestListState(t *testing.T) {
 
 func TestMapState(t *testing.T) {
 	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
-	m, err := Map(b, "attrs", String(), Int64())
+	m, err := Map(b, "attrs", serde.String(), serde.Int64())
 	require.NoError(t, err)
 	setKey(b, "k")
 	_, ok := m.Get("x")
@@ -141,28 +142,28 @@ func TestMapState(t *testing.T) {
 
 func TestRegistration(t *testing.T) {
 	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
-	_, err := Value(b, "s", Int64())
+	_, err := Value(b, "s", serde.Int64())
 	require.NoError(t, err)
-	_, err = List(b, "s", Int64())
+	_, err = List(b, "s", serde.Int64())
 	require.ErrorContains(t, err, "already registered")
 	for _, bad := range []string{"", "a.b", "a b", "ü", string(make([]byte, 200))} {
-		_, err = Value(b, bad, Int64())
+		_, err = Value(b, bad, serde.Int64())
 		require.Error(t, err, "%q", bad)
 	}
 	long := make([]byte, 125) // "op." + 125 = 128: the longest file operator
 	for i := range long {
 		long[i] = 'x'
 	}
-	_, err = Value(b, string(long), Int64())
+	_, err = Value(b, string(long), serde.Int64())
 	require.NoError(t, err)
-	_, err = Value(b, string(long)+"x", Int64())
+	_, err = Value(b, string(long)+"x", serde.Int64())
 	require.Error(t, err)
 
 	require.Equal(t, []stateInfo{
 		{Operator: "op", Name: "s", Kind: kindValue, Fingerprint: "int64-be"},
 		{Operator: "op", Name: string(long), Kind: kindValue, Fingerprint: "int64-be"},
 	}, b.stateInfos())
-	mp, err := Map(b, "m", String(), JSON[[]int]())
+	mp, err := Map(b, "m", serde.String(), serde.JSON[[]int]())
 	require.NoError(t, err)
 	_ = mp
 	refs := b.operatorRefs()
@@ -185,7 +186,7 @@ func TestRegistration(t *testing.T) {
 func TestCurrentKeyChecks(t *testing.T) {
 	r := keygroup.RangeFor(1, testMaxP, 2) // [64, 127]
 	b := newTestBackend(t, "op", r)
-	v, err := Value(b, "v", Int64())
+	v, err := Value(b, "v", serde.Int64())
 	require.NoError(t, err)
 	require.PanicsWithValue(t, `keyed: operator "op" state "v" used with no current key (state is only accessible while the runtime processes a keyed record)`,
 		func() { v.Get() })
@@ -225,11 +226,11 @@ func TestCurrentKeyChecks(t *testing.T) {
 // (amortized table growth aside).
 func TestHotPathAllocs(t *testing.T) {
 	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
-	v, err := Value(b, "count", Int64())
+	v, err := Value(b, "count", serde.Int64())
 	require.NoError(t, err)
-	m, err := Map(b, "m", String(), Int64())
+	m, err := Map(b, "m", serde.String(), serde.Int64())
 	require.NoError(t, err)
-	l, err := List(b, "l", Int64())
+	l, err := List(b, "l", serde.Int64())
 	require.NoError(t, err)
 	key := []byte("3f2b8c1e-9d4a-4e6b-8f0a-1c2d3e4f5a6b")
 	kg := keygroup.Of(key, testMaxP)
@@ -280,7 +281,7 @@ func TestValueStateMemory(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	b := newTestBackend(t, "op", keygroup.Full(testMaxP))
-	v, err := Value(b, "count", Int64())
+	v, err := Value(b, "count", serde.Int64())
 	require.NoError(t, err)
 	for i, k := range keys {
 		b.setCurrentKey(k, kgs[i])
@@ -305,11 +306,11 @@ type stateSet struct {
 
 func registerStateSet(t testing.TB, b *Backend) stateSet {
 	t.Helper()
-	v, err := Value(b, "count", Int64())
+	v, err := Value(b, "count", serde.Int64())
 	require.NoError(t, err)
-	l, err := List(b, "events", String())
+	l, err := List(b, "events", serde.String())
 	require.NoError(t, err)
-	m, err := Map(b, "attrs", String(), Int64())
+	m, err := Map(b, "attrs", serde.String(), serde.Int64())
 	require.NoError(t, err)
 	return stateSet{v, l, m}
 }

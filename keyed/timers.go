@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/keyed/internal/timerq"
+	"github.com/kordproject/kord/serde"
 )
 
 // TimerKind says what clock a timer follows.
@@ -79,10 +80,10 @@ func newTimers(b *Backend) (*timers, error) {
 	t := &timers{b: b, state: map[TimerKind]*MapState[int64, int64]{}, queue: map[TimerKind]*timerq.Queue{}}
 	for kind, name := range map[TimerKind]string{EventTime: eventTimersState, ProcessingTime: processingTimersState} {
 		enc := func(dst, scratch []byte, m map[int64]int64) ([]byte, []byte, error) {
-			return appendMap(dst, scratch, Int64(), Int64(), m)
+			return appendMap(dst, scratch, serde.Int64(), serde.Int64(), m)
 		}
-		dec := func(b []byte) (map[int64]int64, error) { return decodeMap(b, Int64(), Int64()) }
-		s, err := registerState(b, name, kindMap, "key="+Int64().Fingerprint()+";value="+Int64().Fingerprint(), enc, dec)
+		dec := func(b []byte) (map[int64]int64, error) { return decodeMap(b, serde.Int64(), serde.Int64()) }
+		s, err := registerState(b, name, kindMap, "key="+serde.Int64().Fingerprint()+";value="+serde.Int64().Fingerprint(), enc, dec)
 		if err != nil {
 			return nil, err
 		}

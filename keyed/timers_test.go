@@ -16,6 +16,7 @@ import (
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/serde"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -28,7 +29,7 @@ type bucketCounter struct {
 }
 
 func (c *bucketCounter) Open(b *keyed.Backend) (err error) {
-	c.counts, err = keyed.Map(b, "counts", keyed.Int64(), keyed.Int64())
+	c.counts, err = keyed.Map(b, "counts", serde.Int64(), serde.Int64())
 	return err
 }
 
@@ -132,7 +133,7 @@ func TestTimerWithoutOnTimer(t *testing.T) {
 	src, _ := stampedInput(2, 5, 50)
 	j := keyed.NewJob("timers", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.RestartStrategy(keyed.FixedDelay(0, 0)))
 	s := keyed.FromSource(j, "events", 1, connector.Source[event](src))
-	out := keyed.ProcessValue(keyed.ByPartition(s), "count", 1, keyed.Int64(),
+	out := keyed.ProcessValue(keyed.ByPartition(s), "count", 1, serde.Int64(),
 		func(key []byte, e event, n *keyed.ValueState[int64], out *keyed.Collector[result]) error {
 			out.RegisterTimer(keyed.EventTime, out.Timestamp())
 			return nil
@@ -148,7 +149,7 @@ type pinger struct {
 }
 
 func (p *pinger) Open(b *keyed.Backend) (err error) {
-	p.fired, err = keyed.Value(b, "fired", keyed.Int64())
+	p.fired, err = keyed.Value(b, "fired", serde.Int64())
 	return err
 }
 
@@ -214,8 +215,8 @@ func TestProcessingTimersExactlyOnce(t *testing.T) {
 func TestReservedStateNames(t *testing.T) {
 	b, err := keyed.NewBackend("op", 4, keyed.KeyGroupRange{Start: 0, End: 3})
 	require.NoError(t, err)
-	_, err = keyed.Map(b, "__timers-event", keyed.Int64(), keyed.Int64())
+	_, err = keyed.Map(b, "__timers-event", serde.Int64(), serde.Int64())
 	require.ErrorContains(t, err, "kord's")
-	_, err = keyed.Value(b, "_one_underscore", keyed.Int64())
+	_, err = keyed.Value(b, "_one_underscore", serde.Int64())
 	require.NoError(t, err)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"time"
+
+	"github.com/kordproject/kord/serde"
 )
 
 // StateOpt configures a state when it is registered (Value, List, Map).
@@ -46,7 +48,7 @@ type stamped[V any] struct {
 }
 
 // stampedCodec saves an entry of a TTL state: its time, then its value.
-type stampedCodec[V any] struct{ c Codec[V] }
+type stampedCodec[V any] struct{ c serde.Serde[V] }
 
 func (s stampedCodec[V]) Encode(dst []byte, v stamped[V]) ([]byte, error) {
 	return encodeStamped(dst, v.At, s.c, v.V)
@@ -59,12 +61,12 @@ func (s stampedCodec[V]) Decode(b []byte) (stamped[V], error) {
 
 // encodeStamped appends n (8 bytes, big-endian), then v with c: a TTL
 // entry's write time, a session window's end.
-func encodeStamped[V any](dst []byte, n int64, c Codec[V], v V) ([]byte, error) {
+func encodeStamped[V any](dst []byte, n int64, c serde.Serde[V], v V) ([]byte, error) {
 	return c.Encode(binary.BigEndian.AppendUint64(dst, uint64(n)), v)
 }
 
 // decodeStamped decodes what encodeStamped wrote; what names it in errors.
-func decodeStamped[V any](b []byte, c Codec[V], what string) (int64, V, error) {
+func decodeStamped[V any](b []byte, c serde.Serde[V], what string) (int64, V, error) {
 	if len(b) < 8 {
 		var zero V
 		return 0, zero, fmt.Errorf("%s: %d bytes, want at least 8", what, len(b))
@@ -96,7 +98,7 @@ type ttl struct {
 func (t ttl) live(at, now int64) bool { return now-at < t.d }
 
 // ttlValueEnc encodes a TTL value, or errExpired, at now.
-func ttlValueEnc[V any](c Codec[V], t ttl) func(now int64) encodeFunc[stamped[V]] {
+func ttlValueEnc[V any](c serde.Serde[V], t ttl) func(now int64) encodeFunc[stamped[V]] {
 	sc := stampedCodec[V]{c: c}
 	return func(now int64) encodeFunc[stamped[V]] {
 		return func(dst, scratch []byte, v stamped[V]) ([]byte, []byte, error) {
@@ -110,8 +112,8 @@ func ttlValueEnc[V any](c Codec[V], t ttl) func(now int64) encodeFunc[stamped[V]
 }
 
 // ttlListEnc encodes a TTL list's live elements, or errExpired, at now.
-func ttlListEnc[V any](c Codec[V], t ttl) func(now int64) encodeFunc[[]stamped[V]] {
-	sc := Codec[stamped[V]](stampedCodec[V]{c: c})
+func ttlListEnc[V any](c serde.Serde[V], t ttl) func(now int64) encodeFunc[[]stamped[V]] {
+	sc := serde.Serde[stamped[V]](stampedCodec[V]{c: c})
 	return func(now int64) encodeFunc[[]stamped[V]] {
 		return func(dst, scratch []byte, list []stamped[V]) ([]byte, []byte, error) {
 			live := liveList(list, t, now)
@@ -124,8 +126,8 @@ func ttlListEnc[V any](c Codec[V], t ttl) func(now int64) encodeFunc[[]stamped[V
 }
 
 // ttlMapEnc encodes a TTL map's live entries, or errExpired, at now.
-func ttlMapEnc[K comparable, V any](kc Codec[K], c Codec[V], t ttl) func(now int64) encodeFunc[map[K]stamped[V]] {
-	sc := Codec[stamped[V]](stampedCodec[V]{c: c})
+func ttlMapEnc[K comparable, V any](kc serde.Serde[K], c serde.Serde[V], t ttl) func(now int64) encodeFunc[map[K]stamped[V]] {
+	sc := serde.Serde[stamped[V]](stampedCodec[V]{c: c})
 	return func(now int64) encodeFunc[map[K]stamped[V]] {
 		return func(dst, scratch []byte, m map[K]stamped[V]) ([]byte, []byte, error) {
 			live := liveMap(m, t, now)

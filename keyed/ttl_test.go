@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/keyed/internal/keygroup"
+	"github.com/kordproject/kord/serde"
 )
 
 // ttlStates are a value, a list and a map state with a 100 ms TTL on
@@ -24,11 +25,11 @@ func newTTLBackend(t *testing.T, now *int64, ttl time.Duration) (*Backend, ttlSt
 	b.clock = func() int64 { return *now }
 	var s ttlStates
 	var err error
-	s.v, err = Value(b, "v", Int64(), TTL(ttl))
+	s.v, err = Value(b, "v", serde.Int64(), TTL(ttl))
 	require.NoError(t, err)
-	s.l, err = List(b, "l", String(), TTL(ttl))
+	s.l, err = List(b, "l", serde.String(), TTL(ttl))
 	require.NoError(t, err)
-	s.m, err = Map(b, "m", String(), Int64(), TTL(ttl))
+	s.m, err = Map(b, "m", serde.String(), serde.Int64(), TTL(ttl))
 	require.NoError(t, err)
 	return b, s
 }
@@ -81,7 +82,7 @@ func TestTTL(t *testing.T) {
 	require.Zero(t, s.m.Len())
 	_, ok = s.v.Get()
 	require.False(t, ok)
-	_, err := Value(b, "bad", Int64(), TTL(time.Microsecond))
+	_, err := Value(b, "bad", serde.Int64(), TTL(time.Microsecond))
 	require.ErrorContains(t, err, "TTL")
 }
 
@@ -137,11 +138,11 @@ func TestTTLSnapshot(t *testing.T) {
 	require.False(t, ok)
 
 	plain := newTestBackend(t, "op", keygroup.Full(testMaxP))
-	_, err := Value(plain, "v", Int64())
+	_, err := Value(plain, "v", serde.Int64())
 	require.NoError(t, err)
-	_, err = List(plain, "l", String())
+	_, err = List(plain, "l", serde.String())
 	require.NoError(t, err)
-	_, err = Map(plain, "m", String(), Int64())
+	_, err = Map(plain, "m", serde.String(), serde.Int64())
 	require.NoError(t, err)
 	var me *MismatchError
 	require.ErrorAs(t, plain.restore(m, files), &me)
@@ -169,7 +170,7 @@ func TestTTLCopyOnWrite(t *testing.T) {
 	require.NoError(t, err)
 	got := decodeFilesAny(t, files)
 	require.Len(t, got["op.m"], 1)
-	saved, err := decodeMap(got["op.m"]["a"], String(), Codec[stamped[int64]](stampedCodec[int64]{c: Int64()}))
+	saved, err := decodeMap(got["op.m"]["a"], serde.String(), serde.Serde[stamped[int64]](stampedCodec[int64]{c: serde.Int64()}))
 	require.NoError(t, err)
 	require.Equal(t, map[string]stamped[int64]{"p": {V: 1, At: 1_000_000}, "q": {V: 3, At: 1_000_050}}, saved,
 		"the snapshot, taken before p expired, holds it")

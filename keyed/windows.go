@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kordproject/kord/keyed/internal/channel"
+	"github.com/kordproject/kord/serde"
 )
 
 // Windows assigns each record of a keyed stream to event-time windows by
@@ -124,7 +125,7 @@ type Aggregator[T, A any] struct {
 //
 // Parallelism as Process: 0 is the default, the partition count at most
 // the CPUs.
-func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec Codec[A], agg Aggregator[T, A],
+func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec serde.Serde[A], agg Aggregator[T, A],
 	result func(key K, win Window, acc A) O, late func(key K, v T) (O, bool)) *Output[O] {
 	j, keyOf := k.j, k.keyOf
 	if err := w.validate(); err != nil {
@@ -155,7 +156,7 @@ func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallel
 // (sort a copy); fn may keep nothing of it, nor of key, past the call.
 // Lateness, late records and parallelism (0: the partition count, at
 // most the CPUs) as WindowAggregate.
-func WindowApply[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec Codec[T],
+func WindowApply[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec serde.Serde[T],
 	fn func(key K, win Window, records []T) O, late func(key K, v T) (O, bool)) *Output[O] {
 	agg := Aggregator[T, []T]{
 		Init: func() []T { return nil },
@@ -168,11 +169,11 @@ func WindowApply[K, T, O any](k *KeyedStream[K, T], name string, parallelism int
 	if fn != nil {
 		result = func(key K, win Window, records []T) O { return fn(key, win, slices.Clip(records)) }
 	}
-	return WindowAggregate(k, name, parallelism, w, Codec[[]T](listCodec[T]{c: codec}), agg, result, late)
+	return WindowAggregate(k, name, parallelism, w, serde.Serde[[]T](listCodec[T]{c: codec}), agg, result, late)
 }
 
 // listCodec saves a list with its elements' codec.
-type listCodec[T any] struct{ c Codec[T] }
+type listCodec[T any] struct{ c serde.Serde[T] }
 
 func (l listCodec[T]) Encode(dst []byte, v []T) ([]byte, error) {
 	out, _, err := appendList(dst, nil, l.c, v)
@@ -202,7 +203,7 @@ type windowOp[K, T, A, O any] struct {
 // and report them, and what to do with a late record.
 type windowing[K, T, A, O any] struct {
 	w         Windows
-	codec     Codec[A]
+	codec     serde.Serde[A]
 	agg       Aggregator[T, A]
 	keyOf     func([]byte) K
 	result    func(K, Window, A) O
@@ -222,7 +223,7 @@ func (o *windowing[K, T, A, O]) lateRecord(key []byte, v T, out *Collector[O]) {
 }
 
 func (o *windowOp[K, T, A, O]) Open(b *Backend) (err error) {
-	o.accs, err = Map(b, "windows", Int64(), o.codec)
+	o.accs, err = Map(b, "windows", serde.Int64(), o.codec)
 	return err
 }
 
@@ -297,7 +298,7 @@ type session[A any] struct {
 }
 
 // sessionCodec saves a session: its end, then the accumulator.
-type sessionCodec[A any] struct{ c Codec[A] }
+type sessionCodec[A any] struct{ c serde.Serde[A] }
 
 func (s sessionCodec[A]) Encode(dst []byte, v session[A]) ([]byte, error) {
 	return encodeStamped(dst, v.End, s.c, v.Acc)
@@ -324,7 +325,7 @@ type sessionOp[K, T, A, O any] struct {
 }
 
 func (o *sessionOp[K, T, A, O]) Open(b *Backend) (err error) {
-	o.sessions, err = Map(b, "sessions", Int64(), Codec[session[A]](sessionCodec[A]{c: o.codec}))
+	o.sessions, err = Map(b, "sessions", serde.Int64(), serde.Serde[session[A]](sessionCodec[A]{c: o.codec}))
 	return err
 }
 

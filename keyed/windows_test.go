@@ -21,6 +21,7 @@ import (
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/serde"
 	"github.com/kordproject/kord/vfs"
 )
 
@@ -40,19 +41,19 @@ type countSum struct{ N, Sum int64 }
 type countSumCodec struct{}
 
 func (countSumCodec) Encode(dst []byte, v countSum) ([]byte, error) {
-	dst, _ = keyed.Int64().Encode(dst, v.N)
-	return keyed.Int64().Encode(dst, v.Sum)
+	dst, _ = serde.Int64().Encode(dst, v.N)
+	return serde.Int64().Encode(dst, v.Sum)
 }
 
 func (countSumCodec) Decode(b []byte) (countSum, error) {
 	if len(b) != 16 {
 		return countSum{}, fmt.Errorf("countSum: %d bytes", len(b))
 	}
-	n, err := keyed.Int64().Decode(b[:8])
+	n, err := serde.Int64().Decode(b[:8])
 	if err != nil {
 		return countSum{}, err
 	}
-	s, err := keyed.Int64().Decode(b[8:])
+	s, err := serde.Int64().Decode(b[8:])
 	return countSum{N: n, Sum: s}, err
 }
 
@@ -72,7 +73,7 @@ func windowResult(key []byte, w keyed.Window, a countSum) windowCount {
 // handed their records (WindowApply) or folding them (WindowAggregate).
 func countWindows(k *keyed.KeyedStream[[]byte, event], par int, w keyed.Windows, apply bool, late func([]byte, event) (windowCount, bool)) *keyed.Output[windowCount] {
 	if apply {
-		return keyed.WindowApply(k, "windows", par, w, keyed.JSON[event](),
+		return keyed.WindowApply(k, "windows", par, w, serde.JSON[event](),
 			func(key []byte, win keyed.Window, es []event) windowCount {
 				var a countSum
 				for _, e := range es {
@@ -81,7 +82,7 @@ func countWindows(k *keyed.KeyedStream[[]byte, event], par int, w keyed.Windows,
 				return windowResult(key, win, a)
 			}, late)
 	}
-	return keyed.WindowAggregate(k, "windows", par, w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
+	return keyed.WindowAggregate(k, "windows", par, w, serde.Serde[countSum](countSumCodec{}), countSumAgg,
 		func(key []byte, win keyed.Window, a countSum) windowCount { return windowResult(key, win, a) }, late)
 }
 
@@ -256,7 +257,7 @@ func TestWindowLateness(t *testing.T) {
 	j := keyed.NewJob("late", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
 	s := keyed.FromSource(j, "events", 1, connector.Source[event](src)).Watermarks(0)
 	w := keyed.Tumbling(time.Second).AllowedLateness(500 * time.Millisecond)
-	out := keyed.WindowAggregate(keyed.ByPartition(s), "windows", 1, w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
+	out := keyed.WindowAggregate(keyed.ByPartition(s), "windows", 1, w, serde.Serde[countSum](countSumCodec{}), countSumAgg,
 		func(key []byte, win keyed.Window, a countSum) windowCount { return windowResult(key, win, a) },
 		func(key []byte, e event) (windowCount, bool) {
 			return windowCount{Key: string(key), Start: -1, Sum: e.Seq, Late: true}, true
@@ -311,7 +312,7 @@ func TestSessionLateness(t *testing.T) {
 	j := keyed.NewJob("sessions", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
 	s := keyed.FromSource(j, "events", 1, connector.Source[event](src)).Watermarks(0)
 	w := keyed.Session(100 * time.Millisecond).AllowedLateness(150 * time.Millisecond)
-	out := keyed.WindowAggregate(keyed.ByPartition(s), "sessions", 1, w, keyed.Codec[countSum](countSumCodec{}), countSumAgg,
+	out := keyed.WindowAggregate(keyed.ByPartition(s), "sessions", 1, w, serde.Serde[countSum](countSumCodec{}), countSumAgg,
 		func(key []byte, win keyed.Window, a countSum) windowCount { return windowResult(key, win, a) },
 		func(key []byte, e event) (windowCount, bool) {
 			return windowCount{Key: string(key), Start: -1, Sum: e.Seq, Late: true}, true

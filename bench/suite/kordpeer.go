@@ -137,7 +137,7 @@ func kordPeer(args []string) int {
 	if *keyBy {
 		k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
 	}
-	out := keyed.ProcessValue(k, "count", *par, keyed.Int64(), func(_ []byte, e event, n *keyed.ValueState[int64], out *keyed.Collector[result]) error {
+	out := keyed.ProcessValue(k, "count", *par, serde.Int64(), func(_ []byte, e event, n *keyed.ValueState[int64], out *keyed.Collector[result]) error {
 		c, _ := n.Get()
 		c++
 		n.Set(c)

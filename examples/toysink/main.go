@@ -20,6 +20,7 @@ import (
 
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/serde"
 )
 
 // Event is one user's action; Count is how many of the user's events the
@@ -51,7 +52,7 @@ func run(ctx context.Context, out, dir string, events int) (int, error) {
 		src.Append(int32(i%100%4), []byte(u), Event{User: u, Seq: i / 100})
 	}
 	j := keyed.NewJob("toysink", keyed.Dir(dir), keyed.CheckpointInterval(5*time.Millisecond))
-	counts := keyed.ProcessValue(keyed.ByPartition(keyed.FromSource(j, "events", 2, connector.Source[Event](src))), "count", 2, keyed.Int64(),
+	counts := keyed.ProcessValue(keyed.ByPartition(keyed.FromSource(j, "events", 2, connector.Source[Event](src))), "count", 2, serde.Int64(),
 		func(_ []byte, e Event, n *keyed.ValueState[int64], out *keyed.Collector[string]) error {
 			c, _ := n.Get()
 			c++

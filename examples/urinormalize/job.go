@@ -181,7 +181,7 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 		// the rewriting there is, and each window's result takes its
 		// pattern from the key.
 		k := keyed.KeyByString(func(a Access) string { return norm.Pattern(a.IdentityURI) }, s)
-		out := keyed.WindowApply(k, "windows", 2, keyed.Tumbling(windowSize).AllowedLateness(o.allowedLateness), keyed.JSON[Access](),
+		out := keyed.WindowApply(k, "windows", 2, keyed.Tumbling(windowSize).AllowedLateness(o.allowedLateness), serde.JSON[Access](),
 			func(pattern string, win keyed.Window, events []Access) Out {
 				// The key is valid during the call only (keyed.Operator),
 				// and the result outlives it.

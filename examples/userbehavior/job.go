@@ -54,7 +54,7 @@ type userCounter struct {
 }
 
 func (c *userCounter) Open(b *keyed.Backend) (err error) {
-	c.n, err = keyed.Value(b, "events", keyed.Int64())
+	c.n, err = keyed.Value(b, "events", serde.Int64())
 	return err
 }
 

@@ -132,7 +132,7 @@ var paths = []struct {
 	{name: "kafkaio source (job)", missing: consumer.ErrUnknownTopic, run: func(t *testing.T, ctx context.Context, e env) error {
 		j := keyed.NewJob("connfail-source", keyed.Dir(t.TempDir()), keyed.Logger(e.log))
 		src := kafkaio.NewSource(e.client(t), e.topic, serde.JSON[event](), kafkaio.Bounded())
-		keyed.ToSink(keyed.ProcessValue(keyed.ByPartition(keyed.FromSource[event](j, "in", 1, src)), "id", 1, keyed.Int64(),
+		keyed.ToSink(keyed.ProcessValue(keyed.ByPartition(keyed.FromSource[event](j, "in", 1, src)), "id", 1, serde.Int64(),
 			func(_ []byte, v event, _ *keyed.ValueState[int64], out *keyed.Collector[event]) error {
 				out.Emit(v)
 				return nil
@@ -143,7 +143,7 @@ var paths = []struct {
 		j := keyed.NewJob("connfail-sink", keyed.Dir(t.TempDir()), keyed.Logger(e.log))
 		in := keyed.NewMemorySource[event]("in", 1, true)
 		in.Append(0, []byte("k"), event{"v"})
-		keyed.ToSink(keyed.ProcessValue(keyed.ByPartition(keyed.FromSource[event](j, "in", 1, in)), "id", 1, keyed.Int64(),
+		keyed.ToSink(keyed.ProcessValue(keyed.ByPartition(keyed.FromSource[event](j, "in", 1, in)), "id", 1, serde.Int64(),
 			func(_ []byte, v event, _ *keyed.ValueState[int64], out *keyed.Collector[event]) error {
 				out.Emit(v)
 				return nil

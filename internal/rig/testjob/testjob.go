@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/serde"
 )
 
 // Event is one user's event, numbered per user from 0.
@@ -30,7 +31,7 @@ type Counter struct {
 
 // Open implements keyed.Operator.
 func (c *Counter) Open(b *keyed.Backend) (err error) {
-	c.count, err = keyed.Value(b, "count", keyed.Int64())
+	c.count, err = keyed.Value(b, "count", serde.Int64())
 	return err
 }
 
