@@ -24,7 +24,7 @@
 // # Group membership
 //
 // Join makes a Member of a consumer group, for a job on several processes
-// (kafkaio.Instance): Kafka assigns it partitions (the classic protocol
+// (keyed.Instance): Kafka assigns it partitions (the classic protocol
 // with cooperative-sticky, or KIP-848's with Protocol), it holds them
 // paused and tells its owner through Hooks, releasing a revoked partition
 // only when the owner's Revoked hook returns (after its commit). Its group

@@ -68,7 +68,8 @@ func childMain() int {
 		// One of several processes of the job (TestScaledKill).
 		spec.logger = log.With("instance", id)
 		session, _ := strconv.Atoi(os.Getenv("KORD_JOB_SESSION_MS"))
-		spec.sinkOpts = append(spec.sinkOpts, kafkaio.Instance(id), kafkaio.SessionTimeout(time.Duration(session)*time.Millisecond))
+		spec.sinkOpts = append(spec.sinkOpts, kafkaio.SessionTimeout(time.Duration(session)*time.Millisecond))
+		spec.opts = append(spec.opts, keyed.Instance(id))
 		// A checkpoint timeout of 5 s makes the transaction timeout 15 s:
 		// how long a dead process's open transaction holds readers back.
 		spec.opts = append(spec.opts, keyed.CheckpointTimeout(5*time.Second))

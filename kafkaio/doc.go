@@ -31,7 +31,7 @@
 //
 // # Several processes
 //
-// With Instance(id) on the sink, the job is one of several processes: the
+// With keyed.Instance(id), the job is one of several processes: the
 // sink is a static member of the commit group, Kafka assigns the input
 // partitions, the producer's transactional.id is "kord.<job>.<id>", each
 // partition's offset carries its own commit record, and offsets are sent

@@ -67,7 +67,6 @@ type options struct {
 	epochBuffer int
 	deadLetters string
 	initTimeout time.Duration
-	instance    string        // Instance
 	session     time.Duration // SessionTimeout
 
 	// Repartition.
@@ -275,26 +274,8 @@ func InitTimeout(d time.Duration) Opt {
 	}
 }
 
-// Instance makes the sink's job one of several processes of the job, this
-// one instance id (a pod name, a StatefulSet ordinal: stable across
-// restarts, unique among the running processes). The processes join the
-// job's commit group as static members (consumer.InstanceID), Kafka
-// assigns them the input partitions, and each writes with its own
-// transactional.id, kord.<job>.<instance>, so a restarted instance fences
-// its predecessor. The job must key by partition (keyed.ByPartition), and
-// every process must use one checkpoint storage that all of them share
-// (keyed.Dir on a shared volume, or keyed.CheckpointStorage). Configures a
-// sink, or a repartition stage and its sink.
-func Instance(id string) Opt {
-	return func(o *options) {
-		if o.is("Instance", toSink|toRepartition) {
-			o.instance = id
-		}
-	}
-}
-
 // SessionTimeout is how long Kafka waits for a silent process of a job on
-// several processes (Instance) before it moves the process's partitions to
+// several processes (keyed.Instance) before it moves the process's partitions to
 // the others: the group member's session.timeout.ms. Default 45 s, Kafka's.
 // Configures a sink.
 func SessionTimeout(d time.Duration) Opt {

@@ -18,7 +18,6 @@ import (
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
-	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/serde"
 )
@@ -35,21 +34,21 @@ func (f *fixture) startKeyedInstance(id string, log *syncbuf.Buffer, repartParts
 	ij := &instanceJob{id: id, done: make(chan error, 1)}
 	client := mustClient(kafkaio.Brokers(strings.Split(f.c.Brokers, ",")...))
 	logger := logTo(log, slog.LevelInfo, nil).With("instance", id)
-	member := []kafkaio.Opt{kafkaio.Instance(id), kafkaio.SessionTimeout(10 * time.Second)}
+	session := kafkaio.SessionTimeout(10 * time.Second)
 	r := kafkaio.NewRepartition(client, f.name, repartitionStage, kafkaio.NewSource(client, f.in, serde.JSON[event]()),
 		func(e event) []byte { return []byte(e.UUID) }, serde.JSON[event](),
 		kafkaio.Partitions(repartParts),
-		kafkaio.JobOptions(keyed.Dir(filepath.Join(f.dir, "repartition")), keyed.CheckpointInterval(f.interval), keyed.Logger(logger),
+		kafkaio.JobOptions(keyed.Instance(id), keyed.Dir(filepath.Join(f.dir, "repartition")), keyed.CheckpointInterval(f.interval), keyed.Logger(logger),
 			keyed.CheckpointTimeout(10*time.Second)),
-		member[0], member[1])
+		session)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(f.t, r.CreateTopic(ctx))
-	j := keyed.NewJob(f.name, keyed.Dir(f.dir), keyed.CheckpointInterval(f.interval), keyed.Logger(logger), keyed.CheckpointTimeout(10*time.Second))
-	sink := kafkaio.NewSink(client, f.out, serde.JSON[result](), append(member, byUUID)...).(*kafkaio.Sink[result])
-	s := keyed.FromSource(j, "events", 2, connector.Source[event](r.Source()))
+	j := keyed.NewJob(f.name, keyed.Instance(id), keyed.Dir(f.dir), keyed.CheckpointInterval(f.interval), keyed.Logger(logger), keyed.CheckpointTimeout(10*time.Second))
+	sink := kafkaio.NewSink(client, f.out, serde.JSON[result](), session, byUUID).(*kafkaio.Sink[result])
+	s := keyed.FromSource(j, "events", 2, r.Source())
 	out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
-	keyed.ToSink(out, "results", connector.Sink[result](sink))
+	keyed.ToSink(out, "results", sink)
 	ij.j, ij.sink = j, sink
 	rctx := ij.runContext(f.t)
 	go func() { ij.done <- keyed.RunAll(rctx, r.Job(), j) }()

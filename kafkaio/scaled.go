@@ -28,7 +28,7 @@ func InstanceTransactionalID(job, instance string) string {
 
 var _ connector.Membership = (*sink[int])(nil)
 
-// membership is an Instance sink's view of one member's assignment.
+// membership is a scaled sink's view of one member's assignment.
 type membership struct {
 	mu       sync.Mutex
 	owned    map[consumer.TopicPartition]bool
@@ -45,8 +45,9 @@ const (
 	fenceWindow = 10 * time.Minute
 )
 
-// Scaled implements connector.Membership: with Instance.
-func (s *sink[T]) Scaled() bool { return s.cfg.instance != "" }
+// scaled reports whether the job runs on several processes, this one its
+// instance SinkInfo.Instance (keyed.Instance).
+func (s *sink[T]) scaled() bool { return s.info.Instance != "" }
 
 // join makes the member at the first Reset; it lives until Close, unless
 // it falls out of the group for good (consumer.Member.Err): a later Reset
@@ -64,7 +65,7 @@ func (s *sink[T]) join(ctx context.Context, info connector.SinkInfo) error {
 			return nil
 		}
 		if err := s.member.Close(); err != nil {
-			s.log.Warn("kafkaio: sink: closing the member that fell out of the group", "instance", s.cfg.instance, "err", err)
+			s.log.Warn("kafkaio: sink: closing the member that fell out of the group", "instance", s.info.Instance, "err", err)
 		}
 		s.member, s.ms = nil, nil
 		if err := classify(merr); errors.Is(err, keyed.ErrPermanent) {
@@ -79,16 +80,16 @@ func (s *sink[T]) join(ctx context.Context, info connector.SinkInfo) error {
 		}
 		s.fencings = append(recent, now)
 		if len(s.fencings) >= maxFencings {
-			return keyed.Permanent(fmt.Errorf("kafkaio: sink %s: instance %q fell out of group %s %d times within %v, last: %w; another running process may use the same instance id (kafkaio.Instance: give each process its own), or this one cannot heartbeat within session.timeout.ms (kafkaio.MemberSet)",
-				s.topic, s.cfg.instance, CommitGroup(info.Job), len(s.fencings), fenceWindow, merr))
+			return keyed.Permanent(fmt.Errorf("kafkaio: sink %s: instance %q fell out of group %s %d times within %v, last: %w; another running process may use the same instance id (keyed.Instance: give each process its own), or this one cannot heartbeat within session.timeout.ms (kafkaio.SessionTimeout)",
+				s.topic, s.info.Instance, CommitGroup(info.Job), len(s.fencings), fenceWindow, merr))
 		}
-		s.log.Warn("kafkaio: sink: the group member fell out of the group; joining again", "instance", s.cfg.instance, "group", CommitGroup(info.Job), "err", merr)
+		s.log.Warn("kafkaio: sink: the group member fell out of the group; joining again", "instance", s.info.Instance, "group", CommitGroup(info.Job), "err", merr)
 	}
 	if !s.exactlyOnce() {
-		return keyed.Permanent(fmt.Errorf("kafkaio: sink %s: Instance (several processes) runs exactly-once jobs only", s.topic))
+		return keyed.Permanent(fmt.Errorf("kafkaio: sink %s: keyed.Instance (several processes) runs exactly-once jobs only", s.topic))
 	}
 	ms := &membership{owned: map[consumer.TopicPartition]bool{}, changed: make(chan struct{})}
-	opts := []consumer.Opt{consumer.Logger(s.log), consumer.Group(CommitGroup(info.Job)), consumer.InstanceID(s.cfg.instance)}
+	opts := []consumer.Opt{consumer.Logger(s.log), consumer.Group(CommitGroup(info.Job)), consumer.InstanceID(s.info.Instance)}
 	for k, v := range s.c.Settings() {
 		opts = append(opts, consumer.Set(k, v))
 	}
@@ -212,7 +213,7 @@ func (s *sink[T]) Assignment(ctx context.Context) (map[string][]int32, <-chan st
 		wait, failed := ms.changed, ms.failed
 		ms.mu.Unlock()
 		if failed != nil {
-			return nil, nil, outOfGroup(fmt.Errorf("kafkaio: sink %s: instance %q: %w", s.topic, s.cfg.instance, failed))
+			return nil, nil, outOfGroup(fmt.Errorf("kafkaio: sink %s: instance %q: %w", s.topic, s.info.Instance, failed))
 		}
 		select {
 		case <-wait:

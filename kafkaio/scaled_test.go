@@ -46,8 +46,8 @@ func (f *fixture) startInstance(id string, log *syncbuf.Buffer, session time.Dur
 		s.byPartition = true
 		s.parallelism = 2
 		s.logger = logTo(log, slog.LevelInfo, nil).With("instance", id)
-		s.sinkOpts = append(s.sinkOpts, kafkaio.Instance(id), kafkaio.SessionTimeout(session))
-		s.opts = append(s.opts, keyed.CheckpointTimeout(10*time.Second))
+		s.sinkOpts = append(s.sinkOpts, kafkaio.SessionTimeout(session))
+		s.opts = append(s.opts, keyed.Instance(id), keyed.CheckpointTimeout(10*time.Second))
 	})
 	ctx := ij.runContext(f.t)
 	go func() { ij.done <- ij.j.Run(ctx) }()

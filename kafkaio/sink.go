@@ -200,7 +200,7 @@ func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error
 	if settings, err = s.sizedSettings(ictx, settings); err != nil {
 		return err
 	}
-	if s.Scaled() {
+	if s.scaled() {
 		if err := s.join(ictx, info); err != nil {
 			return err
 		}
@@ -210,8 +210,8 @@ func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error
 		// A failed record fails the transaction's commit, so per-record
 		// delivery reports are not needed.
 		tid := TransactionalID(info.Job)
-		if s.Scaled() {
-			tid = InstanceTransactionalID(info.Job, s.cfg.instance)
+		if s.scaled() {
+			tid = InstanceTransactionalID(info.Job, s.info.Instance)
 		}
 		opts = append(opts, producer.TransactionalID(tid), producer.CommitReports())
 	}
@@ -417,7 +417,7 @@ func (s *sink[T]) Recorded(ctx context.Context) (*connector.Recorded, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.Scaled() {
+	if s.scaled() {
 		return s.recordedParts(ctx, group, offs)
 	}
 	md := make([]string, len(offs))
@@ -671,7 +671,7 @@ func (s *sink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []chec
 	if err := s.memberErr(); err != nil {
 		// The group may have given the partitions to another member: this
 		// transaction must not commit; the next producer aborts it.
-		s.err, s.unknown = fmt.Errorf("kafkaio: sink %s: checkpoint %s not committed: instance %q: %w", s.topic, ref, s.cfg.instance, outOfGroup(err)), true
+		s.err, s.unknown = fmt.Errorf("kafkaio: sink %s: checkpoint %s not committed: instance %q: %w", s.topic, ref, s.info.Instance, outOfGroup(err)), true
 		s.wake()
 		return s.err
 	}

@@ -170,10 +170,11 @@ var errReassigned = errors.New("keyed: the partitions assigned to this process c
 // membership returns the sink's Membership when the job runs as one of
 // several processes.
 func (j *Job) membership() connector.Membership {
-	if m, ok := j.sink.sinkValue().(connector.Membership); ok && m.Scaled() {
-		return m
+	if j.cfg.Instance == "" {
+		return nil
 	}
-	return nil
+	m, _ := j.sink.sinkValue().(connector.Membership)
+	return m
 }
 
 func (r *run) addTask(name string) int {
@@ -227,7 +228,7 @@ func (r *run) point(name string) error { return r.fp.point(name) }
 // committed, with a new incarnation of the sink.
 func (j *Job) Run(ctx context.Context) (err error) {
 	if err := pointsErr(); err != nil {
-		return fmt.Errorf("keyed: job %s: %w", j.name, err)
+		return fmt.Errorf("keyed: %w", err)
 	}
 	if err := j.Validate(); err != nil {
 		return err
@@ -275,7 +276,7 @@ func (j *Job) Run(ctx context.Context) (err error) {
 			if errors.Is(err, ErrStopTimeout) {
 				return err
 			}
-			return fmt.Errorf("keyed: job %s: %w after %v (%w); the next start recovers from what the sink recorded", j.name, ErrStopTimeout, j.cfg.StopTimeout, err)
+			return fmt.Errorf("keyed: %w after %v (%w); the next start recovers from what the sink recorded", ErrStopTimeout, j.cfg.StopTimeout, err)
 		}
 		if crashed(err) || errors.Is(err, ErrPermanent) {
 			return err
@@ -291,7 +292,7 @@ func (j *Job) Run(ctx context.Context) (err error) {
 			// open and the failed checkpoint's output is not lost to it.
 			recoveries++
 			if recoveries > maxRecoveries {
-				return fmt.Errorf("keyed: job %s: gave up after %d recoveries in a row: %w", j.name, maxRecoveries, err)
+				return fmt.Errorf("keyed: gave up after %d recoveries in a row: %w", maxRecoveries, err)
 			}
 			j.cfg.Logger.Warn("keyed: recovering from what the sink recorded", "job", j.name, "recovery", recoveries, "err", err)
 			continue
@@ -304,7 +305,7 @@ func (j *Job) Run(ctx context.Context) (err error) {
 			if j.cfg.Restart.Attempts == 0 {
 				return err
 			}
-			return fmt.Errorf("keyed: job %s: gave up after %d restarts: %w", j.name, j.cfg.Restart.Attempts, err)
+			return fmt.Errorf("keyed: gave up after %d restarts: %w", j.cfg.Restart.Attempts, err)
 		}
 		if ctx.Err() != nil {
 			return err
@@ -330,13 +331,14 @@ func (j *Job) Run(ctx context.Context) (err error) {
 // (the directory is locked) and for a sink that cannot forget: deleting
 // the checkpoints alone would make the next Run stop with
 // checkpoint.ErrCommittedMissing.
-func (j *Job) Forget(ctx context.Context) error {
+func (j *Job) Forget(ctx context.Context) (err error) {
+	defer func() { err = j.named(err) }()
 	if err := j.Validate(); err != nil {
 		return err
 	}
 	f, ok := j.sink.sinkValue().(connector.Forgetter)
 	if !ok {
-		return fmt.Errorf("keyed: job %s: sink %q cannot forget its commit record (it is no connector.Forgetter)", j.name, j.sink.sinkName())
+		return fmt.Errorf("keyed: sink %q cannot forget its commit record (it is no connector.Forgetter)", j.sink.sinkName())
 	}
 	store, closeStore, err := j.openStorage(ctx)
 	if err != nil {
@@ -347,7 +349,7 @@ func (j *Job) Forget(ctx context.Context) error {
 	// and the local marker, from which the next Run restores as after an
 	// expired record (recovery.Decide); Forget can be called again.
 	if err := f.Forget(ctx, j.sinkInfo()); err != nil {
-		return fmt.Errorf("keyed: job %s: %w", j.name, err)
+		return fmt.Errorf("keyed: sink %q: forgetting its commit record: %w", j.sink.sinkName(), err)
 	}
 	names, err := store.List(ctx, "")
 	if err != nil {
@@ -393,7 +395,7 @@ func (j *Job) openStorage(ctx context.Context) (checkpoint.Storage, func(), erro
 		// No lock keeps another job out: the job's name does.
 		if err := retain.Claim(ctx, st, j.name); err != nil {
 			closeStore()
-			return nil, nil, Permanent(fmt.Errorf("keyed: job %s: %w", j.name, err))
+			return nil, nil, Permanent(fmt.Errorf("keyed: %w", err))
 		}
 	}
 	return st, closeStore, nil
@@ -442,7 +444,7 @@ func (j *Job) sinkInfo() connector.SinkInfo {
 		inputs = append(inputs, s.topic())
 	}
 	sort.Strings(inputs)
-	return connector.SinkInfo{Job: j.name, Inputs: inputs, Mode: j.cfg.Mode, TransactionTimeout: j.cfg.transactionTimeout(), CommitTimeout: j.commitTimeout(),
+	return connector.SinkInfo{Job: j.name, Instance: j.cfg.Instance, Inputs: inputs, Mode: j.cfg.Mode, TransactionTimeout: j.cfg.transactionTimeout(), CommitTimeout: j.commitTimeout(),
 		Logger: j.cfg.Logger.With("job", j.name)}
 }
 
@@ -481,7 +483,7 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 			j.cfg.Logger.Info("keyed: stopped while the sink was starting", "job", j.name, "err", err)
 			return false, nil
 		}
-		return false, fmt.Errorf("keyed: sink reset: %w", err)
+		return false, fmt.Errorf("keyed: sink %q: reset: %w", j.sink.sinkName(), err)
 	}
 	var assigned map[string][]int32
 	var changed <-chan struct{}
@@ -492,7 +494,7 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 				j.cfg.Logger.Info("keyed: stopped while waiting for an assignment", "job", j.name)
 				return false, nil
 			}
-			return false, fmt.Errorf("keyed: job %s: waiting for an assignment: %w", j.name, err)
+			return false, fmt.Errorf("keyed: waiting for an assignment: %w", err)
 		}
 		defer m.Released()
 	}
@@ -547,7 +549,7 @@ func (j *Job) provenance(ctx context.Context) ([]checkpoint.SourceRef, error) {
 		}
 		ref, err := id.Provenance(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("keyed: job %s: source %q: which cluster and topic id it reads: %w", j.name, s.sourceName(), err)
+			return nil, fmt.Errorf("keyed: source %q: which cluster and topic id it reads: %w", s.sourceName(), err)
 		}
 		if ref.Topic == "" {
 			ref.Topic = s.topic()
@@ -564,7 +566,7 @@ func (j *Job) provenance(ctx context.Context) ([]checkpoint.SourceRef, error) {
 func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 	rec, err := j.sink.recorded(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("keyed: job %s: reading the sink's commit record: %w", j.name, err)
+		return nil, fmt.Errorf("keyed: reading the sink's commit record: %w", err)
 	}
 	var recorded *checkpoint.Ref
 	if rec != nil {
@@ -589,7 +591,7 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 	if err != nil {
 		// What is on disk and what the sink recorded disagree: no restart
 		// can mend that.
-		return nil, Permanent(fmt.Errorf("keyed: job %s: %w; %s", j.name, err, j.waysForward(err)))
+		return nil, Permanent(fmt.Errorf("keyed: %w; %s", err, j.waysForward(err)))
 	}
 	switch {
 	case d.Action == recovery.Restore && rec == nil:
@@ -611,7 +613,7 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 	}
 	m, files, err := checkpoint.ReadCheckpoint(ctx, r.store, d.Ref.Run, d.Ref.ID)
 	if err != nil {
-		return nil, Permanent(fmt.Errorf("keyed: job %s: %w; %s", j.name, err, j.waysForward(checkpoint.ErrCommittedMissing)))
+		return nil, Permanent(fmt.Errorf("keyed: %w; %s", err, j.waysForward(checkpoint.ErrCommittedMissing)))
 	}
 	// Before anything of the checkpoint is used: were its offsets read
 	// where the job reads now?
@@ -622,12 +624,12 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 		// Offsets and commit record were committed together: anything
 		// else means something other than this job moved them.
 		if err := recovery.CheckOffsets(rec.Where, d.Ref, m.Offsets, rec.Offsets); err != nil {
-			return nil, Permanent(fmt.Errorf("keyed: job %s: %w", j.name, err))
+			return nil, Permanent(fmt.Errorf("keyed: %w", err))
 		}
 	}
 	if j.cfg.MaxParallelism != 0 && j.cfg.MaxParallelism != m.MaxParallelism {
-		return nil, Permanent(fmt.Errorf("keyed: job %s: max parallelism %d set, but checkpoint %s has %d; it cannot change across a restore (leave it 0 to adopt the checkpoint's)",
-			j.name, j.cfg.MaxParallelism, m.Ref(), m.MaxParallelism))
+		return nil, Permanent(fmt.Errorf("keyed: max parallelism %d set, but checkpoint %s has %d; it cannot change across a restore (leave it 0 to adopt the checkpoint's)",
+			j.cfg.MaxParallelism, m.Ref(), m.MaxParallelism))
 	}
 	rs.meta, rs.files, rs.maxP = m, files, m.MaxParallelism
 	if !rs.failover {
@@ -660,7 +662,7 @@ func (r *run) checkProvenance(m *checkpoint.Metadata) (failover bool, err error)
 		return false, nil
 	}
 	if !r.cfg.Failover || r.assigned != nil {
-		return false, Permanent(fmt.Errorf("keyed: job %s: restore refused: %w; %s", r.j.name, perr, r.j.provenanceWays()))
+		return false, Permanent(fmt.Errorf("keyed: restore refused: %w; %s", perr, r.j.provenanceWays()))
 	}
 	r.warn.Warn("keyed: failover: restoring the keyed state of a checkpoint taken on another cluster or topic; every source starts from its start setting, not from the checkpoint's offsets",
 		"checkpoint", m.Ref().String(), "err", perr)
@@ -701,7 +703,7 @@ func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkp
 	err := r.j.sink.commit(cctx, ref, offsets)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("keyed: committing the fresh start: %w", err)
+		return fmt.Errorf("keyed: sink %q: committing the fresh start: %w", r.j.sink.sinkName(), err)
 	}
 	if err := checkpoint.SetCommitted(ctx, r.store, ref); err != nil {
 		r.log.Warn("keyed: local committed marker", "err", err)
@@ -749,7 +751,7 @@ func (r *run) onCommit(id uint64) error {
 		return nil
 	}
 	if err := r.cfg.OnCommit(id); err != nil {
-		return fmt.Errorf("keyed: job %s: OnCommit after checkpoint %d: %w", r.j.name, id, err)
+		return fmt.Errorf("keyed: OnCommit after checkpoint %d: %w", id, err)
 	}
 	return nil
 }
@@ -843,7 +845,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				ccancel()
 				if err != nil {
 					lc.CommitFailed(e.ID)
-					return false, fmt.Errorf("keyed: job %s: commit of checkpoint %d: %w", r.j.name, e.ID, err)
+					return false, fmt.Errorf("keyed: commit of checkpoint %d: %w", e.ID, err)
 				}
 				if err := r.point(pointAfterCommit); err != nil {
 					return false, err
@@ -895,7 +897,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					}
 				}
 			case lifecycle.Fail:
-				return false, fmt.Errorf("keyed: job %s: checkpoint %d: %s", r.j.name, e.ID, e.Reason)
+				return false, fmt.Errorf("keyed: checkpoint %d: %s", e.ID, e.Reason)
 			case lifecycle.Stopped:
 				return true, nil
 			}
@@ -948,7 +950,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 		case <-rctx.Done():
 			id, inFlight := lc.InFlight()
 			if inFlight {
-				return progressed, fmt.Errorf("keyed: job %s: checkpoint %d not committed: %w", r.j.name, id, context.Cause(rctx))
+				return progressed, fmt.Errorf("keyed: checkpoint %d not committed: %w", id, context.Cause(rctx))
 			}
 			return progressed, context.Cause(rctx)
 		}

@@ -3,6 +3,8 @@ package keyed
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // What the engine does after a source's or sink's error depends on its
@@ -67,3 +69,27 @@ type TaskError struct {
 
 func (e *TaskError) Error() string { return fmt.Sprintf("keyed: task %s: %v", e.Task, e.Err) }
 func (e *TaskError) Unwrap() error { return e.Err }
+
+// jobError is an error of a job's Run, Forget or Validate: its message
+// names the job once, at the front ("keyed: job \"counts\": source
+// \"events\": ..."), in place of the "keyed: " of err's own; errors.Is
+// and errors.As see err and all it wraps.
+type jobError struct {
+	job string
+	err error
+}
+
+func (e *jobError) Error() string {
+	return "keyed: job " + strconv.Quote(e.job) + ": " + strings.TrimPrefix(e.err.Error(), "keyed: ")
+}
+
+func (e *jobError) Unwrap() error { return e.err }
+
+// named returns err naming job j, once; nil stays nil.
+func (j *Job) named(err error) error {
+	var je *jobError
+	if err == nil || errors.As(err, &je) && je.job == j.name {
+		return err
+	}
+	return &jobError{job: j.name, err: err}
+}

@@ -148,6 +148,11 @@ func (j *Job) Validate() error {
 			}
 		}
 	}
+	if j.cfg.Instance != "" && j.sink != nil {
+		if _, ok := j.sink.sinkValue().(connector.Membership); !ok {
+			errs = append(errs, fmt.Errorf("keyed: sink %q: Instance makes the job one of several processes, and its sink (%T) cannot assign their partitions (connector.Membership)", j.sink.sinkName(), j.sink.sinkValue()))
+		}
+	}
 	if j.sink != nil && len(j.sources) > 0 {
 		if v, ok := j.sink.sinkValue().(connector.SinkValidator); ok {
 			if err := v.ValidateSink(j.sinkInfo()); err != nil {
@@ -155,7 +160,7 @@ func (j *Job) Validate() error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return j.named(errors.Join(errs...))
 }
 
 // Operator is a keyed operator: Process is called for each record with the

@@ -1032,8 +1032,8 @@ func checkOpStateNames(j *Job, rs *restoreState) error {
 			continue
 		}
 		if name, ok := strings.CutSuffix(pn.Operator, opStateName("")); ok && !parts[name] {
-			return fmt.Errorf("keyed: job %s: checkpoint %s holds the operator state of a source or sink named %q, and the job has none of that name: renamed? Give it its old name back, or run the job under a new name to start over",
-				j.name, rs.meta.Ref(), name)
+			return fmt.Errorf("keyed: checkpoint %s holds the operator state of a source or sink named %q, and the job has none of that name: renamed? Give it its old name back, or run the job under a new name to start over",
+				rs.meta.Ref(), name)
 		}
 	}
 	return nil

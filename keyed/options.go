@@ -34,6 +34,7 @@ type config struct {
 	Credits          int
 	AcceptDuplicates bool
 	Failover         bool
+	Instance         string
 	OnCommit         func(checkpoint uint64) error
 	Logger           *slog.Logger
 	// warnLog receives what a user must see even with no Logger given:
@@ -131,9 +132,23 @@ func Dir(dir string) Opt { return func(c *config) { c.Dir = dir } }
 // checkpoint/blobstore, say, which the processes of one job share (Flink
 // state.checkpoints.dir with an s3:// or gs:// URI). The job neither locks
 // nor closes s: one process at a time runs a job on it, unless the job is
-// one of several processes (kafkaio.Instance), whose runs keep their
+// one of several processes (Instance), whose runs keep their
 // objects apart. Default: the directory Dir, through FS.
 func CheckpointStorage(s checkpoint.Storage) Opt { return func(c *config) { c.Storage = s } }
+
+// Instance makes this process one instance, id, of a job that runs on
+// several processes (a pod name, a StatefulSet ordinal: stable across
+// restarts, unique among the running processes). The job's sink assigns
+// the input partitions (connector.Membership; kafkaio's sink joins the
+// job's commit group, and Kafka assigns them), and each run covers the
+// partitions this process holds, restores each from the checkpoint its
+// own record names, and ends with a final checkpoint when they change.
+// The job keys by partition (ByPartition), so state follows its
+// partition; every process uses one checkpoint storage they all share (Dir
+// on a shared volume, or CheckpointStorage). Default: the job runs whole
+// in this process (Kafka Streams: one application.id on several
+// instances; Flink: a job's parallel subtasks on several TaskManagers).
+func Instance(id string) Opt { return func(c *config) { c.Instance = id } }
 
 // FS is the file system the checkpoints are written through. Default the
 // operating system's (vfs.Default); vfs.NewMem keeps them in memory, for

@@ -84,6 +84,6 @@ func TestNegativeParallelism(t *testing.T) {
 		return j
 	}
 	require.NoError(t, newJob(0, 0).Validate())
-	require.ErrorContains(t, newJob(-1, 0).Validate(), `keyed: source "events": parallelism -1`)
-	require.ErrorContains(t, newJob(0, -2).Validate(), `keyed: operator "count": parallelism -2`)
+	require.ErrorContains(t, newJob(-1, 0).Validate(), `keyed: job "users": source "events": parallelism -1`)
+	require.ErrorContains(t, newJob(0, -2).Validate(), `keyed: job "users": operator "count": parallelism -2`)
 }

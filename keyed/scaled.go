@@ -35,7 +35,7 @@ type scaledRestore struct {
 func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error) {
 	rec, err := j.sink.recorded(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("keyed: job %s: reading the sink's commit records: %w", j.name, err)
+		return nil, fmt.Errorf("keyed: reading the sink's commit records: %w", err)
 	}
 	// With every partition's record just read: other runs' checkpoints
 	// that nothing names any more go (the named ones are restored below).
@@ -69,8 +69,8 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 		m, files, err := checkpoint.ReadCheckpoint(ctx, r.store, ref.Run, ref.ID)
 		if err != nil {
 			err = fmt.Errorf("%w: %w", checkpoint.ErrCommittedMissing, err)
-			return nil, Permanent(fmt.Errorf("keyed: job %s: %s[%d]'s record (%s) names checkpoint %s: %w (is the checkpoint directory %s shared by every process of the job?)",
-				j.name, parts[0].Topic, parts[0].Partition, rec.Where, ref, err, j.cfg.Dir))
+			return nil, Permanent(fmt.Errorf("keyed: %s[%d]'s record (%s) names checkpoint %s: %w (is the checkpoint directory %s shared by every process of the job?)",
+				parts[0].Topic, parts[0].Partition, rec.Where, ref, err, j.cfg.Dir))
 		}
 		// Before anything of it is used: were its offsets read where this
 		// process reads now? (No failover here: the records that name
@@ -82,8 +82,8 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 		for _, pr := range parts {
 			at, ok := offsetOf(m.Offsets, pr.Topic, pr.Partition)
 			if !ok || at != pr.Offset {
-				return nil, Permanent(fmt.Errorf("keyed: job %s: %s[%d]: %s records offset %d with checkpoint %s, which holds %d (found: %v): something other than this job moved the offset",
-					j.name, pr.Topic, pr.Partition, rec.Where, pr.Offset, ref, at, ok))
+				return nil, Permanent(fmt.Errorf("keyed: %s[%d]: %s records offset %d with checkpoint %s, which holds %d (found: %v): something other than this job moved the offset",
+					pr.Topic, pr.Partition, rec.Where, pr.Offset, ref, at, ok))
 			}
 			if rs.positions[pr.Topic] == nil {
 				rs.positions[pr.Topic] = map[int32]int64{}
@@ -92,8 +92,8 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 			take[int(pr.Partition)] = true
 		}
 		if rs.maxP != 0 && rs.maxP != m.MaxParallelism {
-			return nil, Permanent(fmt.Errorf("keyed: job %s: checkpoint %s has %d key groups, checkpoint %s %d: the input's partition count changed",
-				j.name, ref, m.MaxParallelism, refs[0], rs.maxP))
+			return nil, Permanent(fmt.Errorf("keyed: checkpoint %s has %d key groups, checkpoint %s %d: the input's partition count changed",
+				ref, m.MaxParallelism, refs[0], rs.maxP))
 		}
 		rs.maxP = m.MaxParallelism
 		operators = append(operators, m.Operators...)
@@ -127,15 +127,15 @@ func (rs *restoreState) restoreScaled(b *Backend) error {
 // checkScaled refuses a job that cannot run on several processes yet.
 func (o *opOf[T, O]) checkScaled(j *Job) error {
 	if !o.in.byPartition {
-		return fmt.Errorf("keyed: job %s: on several processes the key group must be the partition (ByPartition): to key by a field, put a repartition stage before the job (kafkaio.NewRepartition), which exchanges records between processes through a repartition topic", j.name)
+		return fmt.Errorf("keyed: on several processes the key group must be the partition (ByPartition): to key by a field, put a repartition stage before the job (kafkaio.NewRepartition), which exchanges records between processes through a repartition topic")
 	}
 	for _, s := range o.in.srcs {
 		if _, ok := s.src.(connector.OperatorState); ok {
-			return fmt.Errorf("keyed: job %s: source %q keeps operator state, which does not follow partitions across processes", j.name, s.name)
+			return fmt.Errorf("keyed: source %q keeps operator state, which does not follow partitions across processes", s.name)
 		}
 	}
 	if _, ok := j.sink.sinkValue().(connector.OperatorState); ok {
-		return fmt.Errorf("keyed: job %s: sink %q keeps operator state, which does not follow partitions across processes", j.name, j.sink.sinkName())
+		return fmt.Errorf("keyed: sink %q keeps operator state, which does not follow partitions across processes", j.sink.sinkName())
 	}
 	return nil
 }

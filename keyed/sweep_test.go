@@ -33,7 +33,6 @@ func newMemberSink(topic string, parts int) *memberSink {
 	return &memberSink{MemorySink: keyed.NewMemorySink[result](), topic: topic, parts: int32(parts), recs: map[int32]connector.PartitionRecord{}}
 }
 
-func (s *memberSink) Scaled() bool { return true }
 
 func (s *memberSink) Assignment(context.Context) (map[string][]int32, <-chan struct{}, error) {
 	var ps []int32
@@ -109,7 +108,7 @@ func TestSweepOtherRuns(t *testing.T) {
 					// milliseconds without the race detector).
 					rctx = failpoint.WithHook(ctx, crashAt(failpoint.AfterCommit, 1))
 				}
-				j := keyed.NewJob("users", keyed.FS(mem), keyed.Dir("/shared"), keyed.CheckpointInterval(2*time.Millisecond), keyed.BatchSize(16))
+				j := keyed.NewJob("users", keyed.Instance("p0"), keyed.FS(mem), keyed.Dir("/shared"), keyed.CheckpointInterval(2*time.Millisecond), keyed.BatchSize(16))
 				s := keyed.FromSource(j, "events", 2, connector.Source[event](src))
 				out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
 				keyed.ToSink(out, "results", connector.Sink[result](sink))

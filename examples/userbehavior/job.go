@@ -151,11 +151,14 @@ func process(ctx context.Context, o options, sum *summary) error {
 		if o.atLeastOnce {
 			opts = append(opts, keyed.AtLeastOnce())
 		}
-		src := kafkaio.NewSource(client, o.topic, serde.JSON[Event]())
-		var sinkOpts []kafkaio.Opt
 		if o.instance != "" {
-			sinkOpts = append(sinkOpts, kafkaio.Instance(o.instance), kafkaio.SessionTimeout(o.session))
+			// One of several processes: Kafka's group assigns each its
+			// partitions; a silent one's move to the others after the
+			// session timeout.
+			opts = append(opts, keyed.Instance(o.instance))
 		}
+		session := kafkaio.SessionTimeout(o.session)
+		src := kafkaio.NewSource(client, o.topic, serde.JSON[Event]())
 		var jobs []*keyed.Job
 		var rep *kafkaio.Repartition[Event]
 		if o.keyBy && o.instance != "" {
@@ -164,13 +167,13 @@ func process(ctx context.Context, o options, sum *summary) error {
 			// proper reads by partition.
 			rep = kafkaio.NewRepartition(client, name, repartitionStage, src,
 				func(e Event) []byte { return []byte(e.UUID) }, serde.JSON[Event](),
-				slices.Concat(sinkOpts, []kafkaio.Opt{kafkaio.JobOptions(slices.Concat(opts, storage("."+repartitionStage))...)})...)
+				session, kafkaio.JobOptions(slices.Concat(opts, storage("."+repartitionStage))...))
 			jobs = append(jobs, rep.Job())
 			src = rep.Source()
 		}
 		j := keyed.NewJob(name, append(opts, storage("")...)...)
-		sink := kafkaio.NewSink(client, o.output, serde.JSON[Result](),
-			slices.Concat(sinkOpts, []kafkaio.Opt{kafkaio.Key(func(r Result) string { return r.UUID }, serde.String())})...)
+		sink := kafkaio.NewSink(client, o.output, serde.JSON[Result](), session,
+			kafkaio.Key(func(r Result) string { return r.UUID }, serde.String()))
 		s := keyed.FromSource(j, "events", 2, src)
 		newOp := func() keyed.Operator[Event, Result] { return &userCounter{atLeastOnce: o.atLeastOnce} }
 		var out *keyed.Output[Result]

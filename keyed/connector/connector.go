@@ -173,6 +173,10 @@ type SinkInfo struct {
 	// Job is the job's name (keyed.NewJob): a Kafka sink derives its
 	// transactional id and commit group from it.
 	Job string
+	// Instance is this process's instance id when the job runs on several
+	// processes (keyed.Instance), "" otherwise. A sink that assigns
+	// partitions (Membership) then joins its system under it.
+	Instance string
 	// Inputs are the topics of the job's sources, ascending.
 	Inputs []string
 	// Mode is the job's checkpointing mode: exactly-once output is
@@ -219,17 +223,17 @@ type PartitionRecord struct {
 }
 
 // Membership is a sink whose system assigns the job's input partitions to
-// this process (a Kafka consumer group: kafkaio.Instance), so that several
+// this process (a Kafka consumer group), so that several
 // processes run one job. With one, each run covers the partitions assigned
 // now, restores each from the checkpoint its own record names
 // (Recorded.Parts), commits only them, and ends with a final checkpoint
 // when the assignment changes; the next run takes the new assignment.
 // Only keyed.ByPartition jobs run this way: their key group is the partition, so
 // state follows it.
+//
+// The engine uses it when the job is one of several processes
+// (keyed.Instance, SinkInfo.Instance); a job on one process never calls it.
 type Membership interface {
-	// Scaled reports whether this sink runs the job as one of several
-	// processes.
-	Scaled() bool
 	// Assignment waits until this process is assigned partitions and
 	// returns them by topic, with a channel closed when the assignment is
 	// about to change. A run holds them until Released.
