@@ -33,7 +33,6 @@ func newMemberSink(topic string, parts int) *memberSink {
 	return &memberSink{MemorySink: keyed.NewMemorySink[result](), topic: topic, parts: int32(parts), recs: map[int32]connector.PartitionRecord{}}
 }
 
-
 func (s *memberSink) Assignment(context.Context) (map[string][]int32, <-chan struct{}, error) {
 	var ps []int32
 	for p := range s.parts {
