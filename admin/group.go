@@ -116,7 +116,8 @@ func (c *Client) GroupOffsets(ctx context.Context, group string, partitions []To
 // kafka-consumer-groups --reset-offsets does; librdkafka's
 // AlterConsumerGroupOffsets). The group must have no active members: the
 // coordinator refuses a commit that names no member of a group that has
-// some. A transactional producer commits inside its transaction instead
+// some (UNKNOWN_MEMBER_ID, on Kafka 4.4.0 and kfake). A transactional
+// producer commits inside its transaction instead
 // (producer.SendOffsetsToTransaction).
 func (c *Client) CommitGroupOffsets(ctx context.Context, group string, offsets []Committed) error {
 	tps := make([]kafka.TopicPartition, len(offsets))

@@ -134,7 +134,7 @@ func (r *Repartition[T]) Source(decode consumer.Deserializer[T], opts ...SourceO
 // checks an existing one's partition count: it is the job proper's key
 // group count, which cannot change under its state.
 func (r *Repartition[T]) CreateTopic(ctx context.Context) error {
-	c, err := r.c.admin()
+	c, err := r.c.admin(nil)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
@@ -264,7 +265,7 @@ func (s *Sink[T]) Released() {
 // recordedParts reads every input partition's committed offset and record
 // in the commit group (stable offsets: a pending transactional commit is
 // waited for).
-func (s *Sink[T]) recordedParts(ctx context.Context, group string, offs []consumer.Committed) (*keyed.Recorded, error) {
+func (s *Sink[T]) recordedParts(ctx context.Context, group string, offs []admin.Committed) (*keyed.Recorded, error) {
 	rec := &keyed.Recorded{Where: "commit group " + group}
 	for _, o := range offs {
 		if o.Offset < 0 {
