@@ -1,7 +1,9 @@
 // Package admin is kord's Kafka admin client on confluent-kafka-go:
-// creating and deleting topics, deleting consumer groups, listing a
-// topic's offsets. It sits beside the producer and consumer packages and
-// knows nothing of kord's engine.
+// topics (CreateTopic, DeleteTopics, Partitions, ListOffsets, TopicConfig,
+// and Identity, the cluster id and topic id an offset belongs to) and
+// consumer groups (GroupOffsets, CommitGroupOffsets, DeleteGroup). It sits
+// beside the producer and consumer packages, imports neither, and knows
+// nothing of kord's engine.
 //
 // # Bounded, classified failures
 //

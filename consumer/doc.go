@@ -9,13 +9,16 @@
 //
 // Start with New, Resolve (where to begin), Assign and Poll; Ends and
 // Reached tell when a partition's end is read (see Example). A kord job
-// reads Kafka through kafkaio.NewSource, which builds on this package.
+// reads Kafka through kafkaio.NewSource, which builds on this package. The
+// work of an admin (a group's committed offsets, committing them from
+// outside the group, deleting a group, a topic's configuration, its
+// cluster id and topic id) is package admin's.
 //
 // # Failures
 //
 // Every call that reaches for the cluster (metadata, watermarks, offsets,
-// and the admin requests: CreateTopic, GroupOffsets, DeleteGroup, ...)
-// succeeds or fails within RequestTimeout (10 s by default), with an
+// a FromGroup start's read of the group's offsets) succeeds or fails
+// within RequestTimeout (10 s by default), with an
 // error that names its cause in the classes the producer and package
 // admin share: ErrAuth (credentials or TLS refused, within about a
 // second), ErrUnreachable, ErrDenied, ErrUnknownTopic (DESIGN.md,

@@ -11,6 +11,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/internal/rig/syncbuf"
@@ -245,10 +246,7 @@ func TestMemberFencesOldGeneration(t *testing.T) {
 	require.ErrorContains(t, err, group)
 	require.NoError(t, commit(a, 7), "the live member's commit")
 
-	s, err := consumer.New(consumer.Brokers(c.Brokers))
-	require.NoError(t, err)
-	defer s.Close()
-	got, err := s.GroupOffsets(ctx, group, []consumer.TopicPartition{{Topic: topic, Partition: 0}})
+	got, err := groupOffsets(t, c).GroupOffsets(ctx, group, []admin.TopicPartition{{Topic: topic, Partition: 0}})
 	require.NoError(t, err)
 	require.Equal(t, int64(7), got[0].Offset)
 	require.Equal(t, "at 7", got[0].Metadata)

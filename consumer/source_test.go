@@ -60,10 +60,6 @@ func TestSourcePositionsAndRanges(t *testing.T) {
 		// Idle partitions keep their concrete position.
 		require.Equal(t, []consumer.Position{{topic, 0, 10}, {topic, 1, 0}, {topic, 2, 0}}, s.Positions())
 
-		offs, err := s.GroupOffsets(ctx, kafkatest.TopicName(t), []consumer.TopicPartition{{topic, 0}, {topic, 1}})
-		require.NoError(t, err)
-		require.Equal(t, []consumer.Committed{{Topic: topic, Partition: 0, Offset: -1}, {Topic: topic, Partition: 1, Offset: -1}}, offs)
-
 		_, err = s.Partitions(ctx, "no-such-topic-"+topic)
 		require.ErrorIs(t, err, consumer.ErrUnknownTopic)
 	})

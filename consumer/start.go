@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/kordproject/kord/admin"
 )
 
 // ErrNoCommittedOffset means a source group has no committed offset for a
@@ -92,7 +94,8 @@ func AtOffsets(offsets map[int32]int64) Start {
 
 // FromGroup starts every partition at the offset group has committed for
 // it, reading the group's offsets without ever committing to it or
-// joining it (the read requires stable offsets: see GroupOffsets). A
+// joining it, with an admin client configured as the source is (the read
+// requires stable offsets: see admin.Client.GroupOffsets). A
 // partition the group has no offset for, or whose committed offset is no
 // longer in the log, is handled as Kafka's consumer handles it under
 // auto.offset.reset: OrReset chooses earliest or latest, and the default,
@@ -374,11 +377,16 @@ func (r *resolution) atOffsets(ctx context.Context, parts []int32, st Start) err
 }
 
 func (r *resolution) fromGroup(ctx context.Context, parts []int32, st Start) error {
-	tps := make([]TopicPartition, len(parts))
+	tps := make([]admin.TopicPartition, len(parts))
 	for i, p := range parts {
-		tps[i] = TopicPartition{r.topic, p}
+		tps[i] = admin.TopicPartition{Topic: r.topic, Partition: p}
 	}
-	committed, err := r.s.GroupOffsets(ctx, st.group, tps)
+	a, err := r.s.admin()
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	committed, err := a.GroupOffsets(ctx, st.group, tps)
 	if err != nil {
 		return err
 	}
@@ -497,4 +505,23 @@ func (s *Source) highWatermark(ctx context.Context, tp TopicPartition) (int64, e
 		return fmt.Errorf("no answer")
 	})
 	return hw, err
+}
+
+// admin returns an admin client of the source's cluster, configured as the
+// source is (brokers, settings, log, request timeout): FromGroup reads the
+// group's committed offsets with it, as Flink's Kafka source does with
+// Kafka's admin client. Its Close ends its goroutines.
+func (s *Source) admin() (*admin.Client, error) {
+	opts := []admin.Opt{admin.Brokers(s.cfg.brokers...), admin.Logger(s.log)}
+	if s.cfg.timeout > 0 {
+		opts = append(opts, admin.RequestTimeout(s.cfg.timeout))
+	}
+	for k, v := range s.cfg.settings {
+		opts = append(opts, admin.Set(k, v))
+	}
+	a, err := admin.New(opts...)
+	if errors.Is(err, admin.ErrConfig) {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return a, err
 }

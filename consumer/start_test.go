@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/internal/rig/syncbuf"
@@ -67,7 +68,7 @@ func many(p int32, n int) []rec {
 	return out
 }
 
-func admin(t *testing.T, c *kafkatest.Cluster) *kafka.AdminClient {
+func kafkaAdmin(t *testing.T, c *kafkatest.Cluster) *kafka.AdminClient {
 	t.Helper()
 	a, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": c.Brokers})
 	require.NoError(t, err)
@@ -81,7 +82,7 @@ func deleteRecords(t *testing.T, c *kafkatest.Cluster, topic string, p int32, be
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := admin(t, c).DeleteRecords(ctx, []kafka.TopicPartition{{Topic: &topic, Partition: p, Offset: kafka.Offset(before)}})
+	res, err := kafkaAdmin(t, c).DeleteRecords(ctx, []kafka.TopicPartition{{Topic: &topic, Partition: p, Offset: kafka.Offset(before)}})
 	require.NoError(t, err)
 	require.Len(t, res.DeleteRecordsResults, 1)
 	require.NoError(t, res.DeleteRecordsResults[0].TopicPartition.Error)
@@ -98,7 +99,7 @@ func commitGroup(t *testing.T, c *kafkatest.Cluster, group, topic string, offset
 	for p, o := range offsets {
 		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p, Offset: kafka.Offset(o)})
 	}
-	res, err := admin(t, c).AlterConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: tps}})
+	res, err := kafkaAdmin(t, c).AlterConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: tps}})
 	require.NoError(t, err)
 	for _, g := range res.ConsumerGroupsTopicPartitions {
 		for _, tp := range g.Partitions {
@@ -421,11 +422,11 @@ func TestStartFromGroup(t *testing.T) {
 
 		// Read-only: the source group's offsets are as committed, and the
 		// group that never committed still has none.
-		tps := []consumer.TopicPartition{{Topic: topic, Partition: 0}, {Topic: topic, Partition: 1}, {Topic: topic, Partition: 2}, {Topic: topic, Partition: 3}}
-		after, err := s.GroupOffsets(ctx, group, tps)
+		tps := []admin.TopicPartition{{Topic: topic, Partition: 0}, {Topic: topic, Partition: 1}, {Topic: topic, Partition: 2}, {Topic: topic, Partition: 3}}
+		after, err := groupOffsets(t, c).GroupOffsets(ctx, group, tps)
 		require.NoError(t, err)
 		require.Equal(t, []int64{6, 2, -1, 9}, committedOffsets(after))
-		after, err = s.GroupOffsets(ctx, none, tps)
+		after, err = groupOffsets(t, c).GroupOffsets(ctx, none, tps)
 		require.NoError(t, err)
 		require.Equal(t, []int64{-1, -1, -1, -1}, committedOffsets(after))
 
@@ -440,7 +441,17 @@ func TestStartFromGroup(t *testing.T) {
 	})
 }
 
-func committedOffsets(cs []consumer.Committed) []int64 {
+// groupOffsets returns a kord admin client of c, closed when t ends: what
+// reads a group's committed offsets.
+func groupOffsets(t *testing.T, c *kafkatest.Cluster) *admin.Client {
+	t.Helper()
+	a, err := admin.New(admin.Brokers(c.Brokers))
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+func committedOffsets(cs []admin.Committed) []int64 {
 	out := make([]int64, len(cs))
 	for i, c := range cs {
 		out[i] = c.Offset

@@ -47,9 +47,9 @@ func NewClient(opts ...Opt) (*Client, error) {
 // classify marks an error no restart can cure as permanent (keyed
 // stops the job with it rather than restarting): a refused configuration,
 // or a cluster that refuses the client (producer.ErrAuth, the same value
-// as consumer.ErrAuth).
+// as consumer.ErrAuth and admin.ErrAuth).
 func classify(err error) error {
-	if errors.Is(err, consumer.ErrConfig) || errors.Is(err, producer.ErrConfig) || errors.Is(err, producer.ErrAuth) {
+	if errors.Is(err, consumer.ErrConfig) || errors.Is(err, producer.ErrConfig) || errors.Is(err, admin.ErrConfig) || errors.Is(err, producer.ErrAuth) {
 		return keyed.Permanent(err)
 	}
 	return err
@@ -90,11 +90,11 @@ func (c *Client) logger(fallback *slog.Logger) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// consumer creates a consumer with the client's configuration, extra
-// settings (later ones win) and log.
-// admin returns an admin client of the client's settings.
-func (c *Client) admin() (*admin.Client, error) {
-	opts := []admin.Opt{admin.Logger(c.logger(nil))}
+// admin returns an admin client of the client's settings, logging to
+// log unless the client has a logger of its own. Its Close ends its
+// goroutines.
+func (c *Client) admin(log *slog.Logger) (*admin.Client, error) {
+	opts := []admin.Opt{admin.Logger(c.logger(log))}
 	for k, v := range c.Settings() {
 		opts = append(opts, admin.Set(k, v))
 	}
@@ -102,6 +102,8 @@ func (c *Client) admin() (*admin.Client, error) {
 	return a, classify(err)
 }
 
+// consumer creates a consumer with the client's configuration, extra
+// settings (later ones win) and log.
 func (c *Client) consumer(log *slog.Logger, extra map[string]string) (*consumer.Source, error) {
 	opts := []consumer.Opt{consumer.Logger(c.logger(log))}
 	for k, v := range c.Settings() {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/failpoint"
@@ -599,11 +600,14 @@ func committedAll(t *testing.T, c *kafkatest.Cluster, f *fixture) bool {
 	defer cancel()
 	parts, err := src.Partitions(ctx, f.in)
 	require.NoError(t, err)
-	tps := make([]consumer.TopicPartition, len(parts))
+	tps := make([]admin.TopicPartition, len(parts))
 	for i, p := range parts {
-		tps[i] = consumer.TopicPartition{Topic: f.in, Partition: p}
+		tps[i] = admin.TopicPartition{Topic: f.in, Partition: p}
 	}
-	got, err := src.GroupOffsets(ctx, kafkaio.CommitGroup(f.name), tps)
+	a, err := admin.New(admin.Brokers(c.Brokers))
+	require.NoError(t, err)
+	defer a.Close()
+	got, err := a.GroupOffsets(ctx, kafkaio.CommitGroup(f.name), tps)
 	if err != nil {
 		return false
 	}

@@ -98,7 +98,7 @@ func (r *Repartition[T]) Source(opts ...Opt) connector.Source[T] {
 // checks an existing one's partition count: it is the job proper's key
 // group count, which cannot change under its state.
 func (r *Repartition[T]) CreateTopic(ctx context.Context) error {
-	c, err := r.c.admin()
+	c, err := r.c.admin(nil)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
@@ -243,7 +244,7 @@ func (s *sink[T]) Released() {
 // recordedParts reads every input partition's committed offset and record
 // in the commit group (stable offsets: a pending transactional commit is
 // waited for).
-func (s *sink[T]) recordedParts(ctx context.Context, group string, offs []consumer.Committed) (*connector.Recorded, error) {
+func (s *sink[T]) recordedParts(ctx context.Context, group string, offs []admin.Committed) (*connector.Recorded, error) {
 	rec := &connector.Recorded{Where: "commit group " + group}
 	for _, o := range offs {
 		if o.Offset < 0 {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
@@ -57,7 +58,7 @@ type sink[T any] struct {
 	// timeout, so that librdkafka never sends a commit again by itself.
 	commitDeadline time.Duration
 	tooLarge       atomic.Int64
-	commits        *consumer.Source // at-least-once: commits to the commit group
+	commits        *admin.Client // at-least-once: commits to the commit group
 	// Instance: the group member, from the first Reset to Close, and its
 	// assignment.
 	member   *consumer.Member
@@ -226,12 +227,12 @@ func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error
 		}
 	}
 	if !s.exactlyOnce() {
-		c, err := s.c.consumer(s.log, nil)
+		a, err := s.c.admin(s.log)
 		if err != nil {
 			p.Close()
 			return err
 		}
-		s.p, s.commits = p, c
+		s.p, s.commits = p, a
 		return nil
 	}
 	if err := p.InitTransactions(ictx); err != nil {
@@ -346,7 +347,7 @@ func (s *sink[T]) checkSettings(info connector.SinkInfo) (map[string]string, tim
 // it is produced, where the sink sends it to its dead letters or fails, instead of the broker
 // failing every transaction that carries it.
 func (s *sink[T]) sizedSettings(ctx context.Context, settings map[string]string) (map[string]string, error) {
-	c, err := s.c.consumer(s.log, nil)
+	c, err := s.c.admin(s.log)
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +356,7 @@ func (s *sink[T]) sizedSettings(ctx context.Context, settings map[string]string)
 	for _, topic := range s.topics() {
 		if _, err := c.Partitions(ctx, topic); err != nil {
 			// An unknown topic is producer.ErrUnknownTopic too: the same
-			// value as consumer.ErrUnknownTopic (internal/kafkaconf).
+			// value as admin.ErrUnknownTopic (internal/kafkaconf).
 			return nil, fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err)
 		}
 		v, err := c.TopicConfig(ctx, topic, "max.message.bytes")
@@ -398,19 +399,19 @@ func (s *sink[T]) Recorded(ctx context.Context) (*connector.Recorded, error) {
 	if len(inputs) == 0 {
 		return nil, fmt.Errorf("kafkaio: sink %s: Recorded before Reset", s.topic)
 	}
-	c, err := s.c.consumer(s.log, nil)
+	c, err := s.c.admin(s.log)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	var tps []consumer.TopicPartition
+	var tps []admin.TopicPartition
 	for _, topic := range inputs {
 		parts, err := c.Partitions(ctx, topic)
 		if err != nil {
 			return nil, err
 		}
 		for _, p := range parts {
-			tps = append(tps, consumer.TopicPartition{Topic: topic, Partition: p})
+			tps = append(tps, admin.TopicPartition{Topic: topic, Partition: p})
 		}
 	}
 	offs, err := c.GroupOffsets(ctx, group, tps)
@@ -442,17 +443,21 @@ func (s *sink[T]) Recorded(ctx context.Context) (*connector.Recorded, error) {
 }
 
 // Forget implements connector.Forgetter (Job.Forget): it deletes the job's
-// commit group, and with it the record of which checkpoint committed.
+// commit group, and with it the record of which checkpoint committed. A
+// commit group that does not exist is not an error.
 func (s *sink[T]) Forget(ctx context.Context, info connector.SinkInfo) error {
 	if s.c == nil || s.c.BrokerList() == "" {
 		return fmt.Errorf("kafkaio: sink %s: no brokers", s.topic)
 	}
-	c, err := s.c.consumer(info.Logger, nil)
+	c, err := s.c.admin(info.Logger)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	return c.DeleteGroup(ctx, CommitGroup(info.Job))
+	if err := c.DeleteGroup(ctx, CommitGroup(info.Job)); err != nil && !errors.Is(err, admin.ErrUnknownGroup) {
+		return err
+	}
+	return nil
 }
 
 // Write implements connector.Sink. It blocks while the epoch buffer is full,
@@ -658,9 +663,9 @@ func (s *sink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []chec
 		if err := s.p.Flush(ctx); err != nil {
 			return fail("flush", err)
 		}
-		cs := make([]consumer.Committed, len(offs))
+		cs := make([]admin.Committed, len(offs))
 		for i, o := range offs {
-			cs[i] = consumer.Committed{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Metadata: o.Metadata}
+			cs[i] = admin.Committed{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Metadata: o.Metadata}
 		}
 		if err := s.commits.CommitGroupOffsets(ctx, group, cs); err != nil {
 			return fail("commit offsets", err)
@@ -788,7 +793,7 @@ func (s *sink[T]) drain(ctx context.Context, upTo uint64) error {
 	return nil
 }
 
-// closeClients closes the producer and the commit consumer, with abort
+// closeClients closes the producer and the commit client, with abort
 // first aborting the open transaction, unless its state is unknown (an
 // abort is never sent after a call whose outcome is unknown: the next
 // producer's InitTransactions settles it); called with s.mu held.

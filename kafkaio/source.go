@@ -92,7 +92,7 @@ func (k *source[T]) Partitions(ctx context.Context) ([]int32, error) {
 // them, and a restore onto another cluster or a recreated topic is refused
 // (checkpoint.ErrProvenance).
 func (k *source[T]) Provenance(ctx context.Context) (checkpoint.SourceRef, error) {
-	c, err := k.consumer()
+	c, err := k.c.admin(k.cfg.log)
 	if err != nil {
 		return checkpoint.SourceRef{}, err
 	}

@@ -97,18 +97,31 @@ var paths = []struct {
 		_, err = src.Partitions(ctx, e.topic)
 		return err
 	}},
-	{name: "consumer topic config (admin)", missing: consumer.ErrUnknownTopic, run: func(t *testing.T, ctx context.Context, e env) error {
-		src, err := consumer.New(consumer.Properties(e.props), consumer.Logger(e.log))
+	{name: "admin topic config", missing: admin.ErrUnknownTopic, run: func(t *testing.T, ctx context.Context, e env) error {
+		a, err := admin.New(admin.Properties(e.props), admin.Logger(e.log))
 		require.NoError(t, err)
-		defer src.Close()
-		_, err = src.TopicConfig(ctx, e.topic, "max.message.bytes")
+		defer a.Close()
+		_, err = a.TopicConfig(ctx, e.topic, "max.message.bytes")
 		return err
 	}},
-	{name: "consumer group offsets (admin)", run: func(t *testing.T, ctx context.Context, e env) error {
-		src, err := consumer.New(consumer.Properties(e.props), consumer.Logger(e.log))
+	{name: "admin group offsets", run: func(t *testing.T, ctx context.Context, e env) error {
+		a, err := admin.New(admin.Properties(e.props), admin.Logger(e.log))
 		require.NoError(t, err)
-		defer src.Close()
-		_, err = src.GroupOffsets(ctx, e.group, []consumer.TopicPartition{{Topic: e.topic, Partition: 0}})
+		defer a.Close()
+		_, err = a.GroupOffsets(ctx, e.group, []admin.TopicPartition{{Topic: e.topic, Partition: 0}})
+		return err
+	}},
+	{name: "admin commit group offsets", run: func(t *testing.T, ctx context.Context, e env) error {
+		a, err := admin.New(admin.Properties(e.props), admin.Logger(e.log))
+		require.NoError(t, err)
+		defer a.Close()
+		return a.CommitGroupOffsets(ctx, e.group, []admin.Committed{{Topic: e.topic, Partition: 0, Offset: 0}})
+	}},
+	{name: "admin identity", missing: admin.ErrUnknownTopic, run: func(t *testing.T, ctx context.Context, e env) error {
+		a, err := admin.New(admin.Properties(e.props), admin.Logger(e.log))
+		require.NoError(t, err)
+		defer a.Close()
+		_, _, err = a.Identity(ctx, e.topic)
 		return err
 	}},
 	{name: "producer", missing: producer.ErrUnknownTopic, run: func(t *testing.T, ctx context.Context, e env) error {
