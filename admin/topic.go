@@ -57,7 +57,7 @@ func (c *Client) Identity(ctx context.Context, topic string) (cluster, topicID s
 		switch d.Error.Code() {
 		case kafka.ErrNoError:
 		case kafka.ErrUnknownTopicOrPart, kafka.ErrUnknownTopic:
-			return fmt.Errorf("%w: %q", ErrUnknownTopic, topic)
+			return ErrUnknownTopic // do names the topic
 		default:
 			return d.Error
 		}

@@ -2,6 +2,7 @@ package kafkaio_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/serde"
 )
 
@@ -28,19 +30,19 @@ func TestOptionsMisplaced(t *testing.T) {
 	c := mustClient(kafkaio.Brokers("b:9092"))
 	src := kafkaio.NewSource(c, "in", serde.String(), kafkaio.Key(func(s string) string { return s }, serde.String()), kafkaio.Brokers("x:1"))
 	err = src.(interface{ Validate() error }).Validate()
-	require.ErrorContains(t, err, "source in: option Key does not configure a source")
-	require.ErrorContains(t, err, "source in: option Brokers does not configure a source")
+	require.ErrorContains(t, err, `source of topic "in": option Key does not configure a source`)
+	require.ErrorContains(t, err, `source of topic "in": option Brokers does not configure a source`)
 	require.ErrorIs(t, err, keyed.ErrPermanent)
 
 	sink := kafkaio.NewSink(c, "out", serde.String(), kafkaio.StartFrom(consumer.Earliest), kafkaio.Partitions(3)).(*kafkaio.Sink[string])
 	info := connector.SinkInfo{Job: "j", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: time.Minute, CommitTimeout: 10 * time.Second}
 	err = sink.ValidateSink(info)
-	require.ErrorContains(t, err, "sink out: option StartFrom does not configure a sink")
-	require.ErrorContains(t, err, "sink out: option Partitions does not configure a sink")
+	require.ErrorContains(t, err, `sink to topic "out": option StartFrom does not configure a sink`)
+	require.ErrorContains(t, err, `sink to topic "out": option Partitions does not configure a sink`)
 
 	// A Key of another type than the sink's records.
 	sink = kafkaio.NewSink(c, "out", serde.String(), kafkaio.Key(func(n int) string { return "" }, serde.String())).(*kafkaio.Sink[string])
-	require.ErrorContains(t, sink.ValidateSink(info), "sink out: its Key takes another type than the sink's string")
+	require.ErrorContains(t, sink.ValidateSink(info), `sink to topic "out": its Key takes another type than the sink's string`)
 
 	// The options that configure every part are taken by each.
 	_, err = kafkaio.NewClient(kafkaio.Brokers("b:9092"), kafkaio.Set("client.id", "x"), kafkaio.Logger(nil))
@@ -75,5 +77,54 @@ func TestSinkNullKey(t *testing.T) {
 		require.Equal(t, "a", string(recs[2].Key))
 		require.NotNil(t, recs[3].Key, "the empty string is an empty key, not a null one")
 		require.Empty(t, recs[3].Key)
+	})
+}
+
+// TestErrorChains: a job's error names each layer once, in order (the
+// job, its part, the Kafka edge, the client below), and says which name
+// is a job and which a topic; errors.Is still finds the class.
+func TestErrorChains(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		in, out := c.CreateTopic(t, 1, nil), c.CreateTopic(t, 1, nil)
+		run := func(in, out string, opts ...kafkaio.Opt) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+			defer cancel()
+			j := keyed.NewJob("chains", keyed.Dir(t.TempDir()), keyed.RestartStrategy(keyed.FixedDelay(0, 0)))
+			s := keyed.FromSource(j, "hits", 1, kafkaio.NewSource(client(c), in, serde.String()))
+			o := keyed.ProcessFunc(keyed.ByPartition(s), "copy", 1, func(_ []byte, v string, out *keyed.Collector[string]) error {
+				out.Emit(v)
+				return nil
+			})
+			keyed.ToSink(o, "counts", kafkaio.NewSink(client(c), out, serde.String(), opts...))
+			return j.Run(ctx)
+		}
+		once := func(err error, layers ...string) {
+			t.Helper()
+			for _, l := range []string{"keyed:", "kafkaio:", "admin:", "producer:", "consumer:"} {
+				want := 0
+				if slices.Contains(layers, l) {
+					want = 1
+				}
+				require.Equal(t, want, strings.Count(err.Error(), l), "%s in %v", l, err)
+			}
+		}
+
+		err := run(in, out, kafkaio.DeadLetterTopic(in+".dlq"))
+		require.ErrorIs(t, err, producer.ErrUnknownTopic)
+		require.Regexp(t, `^keyed: job "chains": sink "counts": reset: kafkaio: sink to topic "`+out+`": its dead-letter topic \(brokers [^)]+\): admin: .*unknown topic "`+in+`\.dlq"$`, err.Error())
+		once(err, "keyed:", "kafkaio:", "admin:")
+
+		err = run(in, out, kafkaio.Set("transactional.id", "x"))
+		require.ErrorIs(t, err, producer.ErrConfig)
+		require.ErrorIs(t, err, keyed.ErrPermanent)
+		require.Regexp(t, `^keyed: job "chains": sink "counts": kafkaio: sink to topic "`+out+`": producer setting transactional.id is derived from the job name`, err.Error())
+		once(err, "keyed:", "kafkaio:")
+
+		err = run(in+".missing", out)
+		require.ErrorIs(t, err, consumer.ErrUnknownTopic)
+		require.Regexp(t, `^keyed: job "chains": source "hits": `, err.Error())
+		require.Contains(t, err.Error(), `topic "`+in+`.missing": unknown topic`)
+		require.Equal(t, 1, strings.Count(err.Error(), in+".missing"), "the topic named once: %v", err)
+		once(err, "keyed:", "admin:")
 	})
 }

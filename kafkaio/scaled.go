@@ -81,13 +81,13 @@ func (s *sink[T]) join(ctx context.Context, info connector.SinkInfo) error {
 		}
 		s.fencings = append(recent, now)
 		if len(s.fencings) >= maxFencings {
-			return keyed.Permanent(fmt.Errorf("kafkaio: sink %s: instance %q fell out of group %s %d times within %v, last: %w; another running process may use the same instance id (keyed.Instance: give each process its own), or this one cannot heartbeat within session.timeout.ms (kafkaio.SessionTimeout)",
-				s.topic, s.info.Instance, CommitGroup(info.Job), len(s.fencings), fenceWindow, merr))
+			return keyed.Permanent(sinkErrorf(s.topic, "instance %q fell out of group %s %d times within %v, last: %w; another running process may use the same instance id (keyed.Instance: give each process its own), or this one cannot heartbeat within session.timeout.ms (kafkaio.SessionTimeout)",
+				s.info.Instance, CommitGroup(info.Job), len(s.fencings), fenceWindow, merr))
 		}
 		s.log.Warn("kafkaio: sink: the group member fell out of the group; joining again", "instance", s.info.Instance, "group", CommitGroup(info.Job), "err", merr)
 	}
 	if !s.exactlyOnce() {
-		return keyed.Permanent(fmt.Errorf("kafkaio: sink %s: keyed.Instance (several processes) runs exactly-once jobs only", s.topic))
+		return keyed.Permanent(sinkErrorf(s.topic, "keyed.Instance (several processes) runs exactly-once jobs only"))
 	}
 	ms := &membership{owned: map[consumer.TopicPartition]bool{}, changed: make(chan struct{})}
 	opts := []consumer.Opt{consumer.Logger(s.log), consumer.Group(CommitGroup(info.Job)), consumer.InstanceID(s.info.Instance)}
@@ -194,7 +194,7 @@ func (s *sink[T]) Assignment(ctx context.Context) (map[string][]int32, <-chan st
 	m, ms := s.member, s.ms
 	s.mu.Unlock()
 	if m == nil {
-		return nil, nil, fmt.Errorf("kafkaio: sink %s: Assignment before Reset", s.topic)
+		return nil, nil, sinkErrorf(s.topic, "Assignment before Reset")
 	}
 	for {
 		ms.mu.Lock()
@@ -214,7 +214,7 @@ func (s *sink[T]) Assignment(ctx context.Context) (map[string][]int32, <-chan st
 		wait, failed := ms.changed, ms.failed
 		ms.mu.Unlock()
 		if failed != nil {
-			return nil, nil, outOfGroup(fmt.Errorf("kafkaio: sink %s: instance %q: %w", s.topic, s.info.Instance, failed))
+			return nil, nil, outOfGroup(sinkErrorf(s.topic, "instance %q: %w", s.info.Instance, failed))
 		}
 		select {
 		case <-wait:

@@ -109,30 +109,30 @@ func (s *sink[T]) route() func(T) string {
 func (s *sink[T]) ValidateSink(info connector.SinkInfo) error {
 	var errs []error
 	if s.c == nil || s.c.BrokerList() == "" {
-		errs = append(errs, fmt.Errorf("kafkaio: sink %s: no brokers (kafkaio.Brokers, or bootstrap.servers, in its Client)", s.topic))
+		errs = append(errs, sinkErrorf(s.topic, "no brokers (kafkaio.Brokers, or bootstrap.servers, in its Client)"))
 	}
 	if s.topic == "" {
 		errs = append(errs, errors.New("kafkaio: sink: no topic"))
 	}
 	if s.values == nil {
-		errs = append(errs, fmt.Errorf("kafkaio: sink %s: no serde for its values", s.topic))
+		errs = append(errs, sinkErrorf(s.topic, "no serde for its values"))
 	}
 	if s.key == nil {
 		var zero T
-		errs = append(errs, fmt.Errorf("kafkaio: sink %s: its Key takes another type than the sink's %T", s.topic, zero))
+		errs = append(errs, sinkErrorf(s.topic, "its Key takes another type than the sink's %T", zero))
 	}
-	errs = append(errs, s.cfg.misplaced("sink "+s.topic))
+	errs = append(errs, s.cfg.misplaced(fmt.Sprintf("sink to topic %q", s.topic)))
 	if s.cfg.topicOf != nil && s.route() == nil {
 		var zero T
-		errs = append(errs, fmt.Errorf("kafkaio: sink %s: SideOutput's route is a %T, want a func(%T) string", s.topic, s.cfg.topicOf, zero))
+		errs = append(errs, sinkErrorf(s.topic, "SideOutput's route is a %T, want a func(%T) string", s.cfg.topicOf, zero))
 	}
 	if s.cfg.deadLetters != "" && s.cfg.deadLetters == s.topic {
-		errs = append(errs, fmt.Errorf("kafkaio: sink %s: DeadLetterTopic is the output topic", s.topic))
+		errs = append(errs, sinkErrorf(s.topic, "DeadLetterTopic is the output topic"))
 	}
 	for _, in := range info.Inputs {
 		for _, out := range s.topics() {
 			if in == out {
-				errs = append(errs, fmt.Errorf("kafkaio: sink %s: topic %s is also an input of the job", s.topic, out))
+				errs = append(errs, sinkErrorf(s.topic, "topic %s is also an input of the job", out))
 			}
 		}
 	}
@@ -185,7 +185,7 @@ func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error
 		return keyed.Permanent(err)
 	}
 	if info.Job == "" || len(info.Inputs) == 0 {
-		return keyed.Permanent(fmt.Errorf("%w: kafkaio: sink %s: the job gave no name or no input topics", producer.ErrConfig, s.topic))
+		return keyed.Permanent(sinkConfigErrorf(s.topic, "the job gave no name or no input topics"))
 	}
 	settings, deadline, err := s.checkSettings(info)
 	if err != nil {
@@ -223,7 +223,7 @@ func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error
 	for _, topic := range s.topics() {
 		if _, err := p.Partition(ictx, producer.Record[[]byte, []byte]{Topic: topic}); err != nil {
 			p.Close()
-			return classify(fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err))
+			return classify(sinkErrorf(s.topic, "on brokers %s: %w", s.c.BrokerList(), err))
 		}
 	}
 	if !s.exactlyOnce() {
@@ -238,12 +238,12 @@ func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error
 	if err := p.InitTransactions(ictx); err != nil {
 		p.Close()
 		if errors.Is(err, producer.ErrConfig) || errors.Is(err, producer.ErrFenced) || errors.Is(err, producer.ErrAuth) {
-			return keyed.Permanent(fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err))
+			return keyed.Permanent(sinkErrorf(s.topic, "on brokers %s: %w", s.c.BrokerList(), err))
 		}
 		if ctx.Err() == nil && ictx.Err() != nil {
-			return fmt.Errorf("kafkaio: sink %s: no transaction coordinator reached at %s within %v (InitTimeout): %w", s.topic, s.c.BrokerList(), timeout, err)
+			return sinkErrorf(s.topic, "no transaction coordinator reached at %s within %v (InitTimeout): %w", s.c.BrokerList(), timeout, err)
 		}
-		return fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err)
+		return sinkErrorf(s.topic, "on brokers %s: %w", s.c.BrokerList(), err)
 	}
 	if err := p.BeginTransaction(); err != nil {
 		p.Close()
@@ -251,6 +251,17 @@ func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error
 	}
 	s.p = p
 	return nil
+}
+
+// role names what topic is to the sink, for errors.
+func (s *sink[T]) role(topic string) string {
+	switch topic {
+	case s.topic:
+		return "its topic"
+	case s.cfg.deadLetters:
+		return "its dead-letter topic"
+	}
+	return "its side output"
 }
 
 // topics lists every topic the sink writes.
@@ -281,18 +292,18 @@ func (s *sink[T]) checkSettings(info connector.SinkInfo) (map[string]string, tim
 	}
 	txn := info.TransactionTimeout
 	if _, ok := all["transactional.id"]; ok {
-		return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: producer setting transactional.id is derived from the job name (%s); remove it",
-			producer.ErrConfig, s.topic, TransactionalID(info.Job))
+		return nil, 0, sinkConfigErrorf(s.topic, "producer setting transactional.id is derived from the job name (%s); remove it",
+			TransactionalID(info.Job))
 	}
 	if _, ok := all["transaction.timeout.ms"]; ok {
-		return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: producer setting transaction.timeout.ms is derived from the checkpoint settings (%v now: interval, timeout, min pause and tolerable failures, capped at keyed.TransactionMaxTimeout); remove it and change those instead",
-			producer.ErrConfig, s.topic, txn)
+		return nil, 0, sinkConfigErrorf(s.topic, "producer setting transaction.timeout.ms is derived from the checkpoint settings (%v now: interval, timeout, min pause and tolerable failures, capped at keyed.TransactionMaxTimeout); remove it and change those instead",
+			txn)
 	}
 	if info.Mode == checkpoint.AtLeastOnce {
 		return out, info.CommitTimeout, nil
 	}
 	if txn <= 0 {
-		return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: the job gave no transaction timeout", producer.ErrConfig, s.topic)
+		return nil, 0, sinkConfigErrorf(s.topic, "the job gave no transaction timeout")
 	}
 	// A shorter message timeout only fails a produce sooner (an abort and
 	// a replay), so it is accepted.
@@ -300,10 +311,10 @@ func (s *sink[T]) checkSettings(info connector.SinkInfo) (map[string]string, tim
 		ms, err := strconv.ParseInt(v, 10, 64)
 		switch {
 		case err != nil || ms < 1:
-			return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: producer setting message.timeout.ms %q: want a positive number of milliseconds", producer.ErrConfig, s.topic, v)
+			return nil, 0, sinkConfigErrorf(s.topic, "producer setting message.timeout.ms %q: want a positive number of milliseconds", v)
 		case time.Duration(ms)*time.Millisecond > txn:
-			return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: producer setting message.timeout.ms %d exceeds the transaction timeout %d ms (transaction.timeout.ms, derived from the checkpoint settings); lower it or leave it unset (it defaults to the transaction timeout)",
-				producer.ErrConfig, s.topic, ms, txn.Milliseconds())
+			return nil, 0, sinkConfigErrorf(s.topic, "producer setting message.timeout.ms %d exceeds the transaction timeout %d ms (transaction.timeout.ms, derived from the checkpoint settings); lower it or leave it unset (it defaults to the transaction timeout)",
+				ms, txn.Milliseconds())
 		}
 	} else {
 		out["message.timeout.ms"] = strconv.FormatInt(txn.Milliseconds(), 10)
@@ -323,15 +334,15 @@ func (s *sink[T]) checkSettings(info connector.SinkInfo) (map[string]string, tim
 	// shorter deadline instead.
 	commit := info.CommitTimeout
 	if commit <= 0 {
-		return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: the job gave no commit timeout", producer.ErrConfig, s.topic)
+		return nil, 0, sinkConfigErrorf(s.topic, "the job gave no commit timeout")
 	}
 	const maxSocket = 300 * time.Second
 	deadline := min(commit, maxSocket-5*time.Second)
 	if v, ok := all["socket.timeout.ms"]; ok && !testNoSocketGuard {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || time.Duration(ms)*time.Millisecond <= deadline {
-			return nil, 0, fmt.Errorf("%w: kafkaio: sink %s: producer setting socket.timeout.ms %q must exceed the commit timeout %d ms (keyed.CheckpointTimeout): librdkafka would otherwise send a timed-out commit again by itself while the sink still uses the producer (DESIGN.md, on KIP-890); leave it unset",
-				producer.ErrConfig, s.topic, v, deadline.Milliseconds())
+			return nil, 0, sinkConfigErrorf(s.topic, "producer setting socket.timeout.ms %q must exceed the commit timeout %d ms (keyed.CheckpointTimeout): librdkafka would otherwise send a timed-out commit again by itself while the sink still uses the producer (DESIGN.md, on KIP-890); leave it unset",
+				v, deadline.Milliseconds())
 		}
 	} else if !ok {
 		socket := min(max(60*time.Second, deadline+5*time.Second), txn, maxSocket)
@@ -357,15 +368,15 @@ func (s *sink[T]) sizedSettings(ctx context.Context, settings map[string]string)
 		if _, err := c.Partitions(ctx, topic); err != nil {
 			// An unknown topic is producer.ErrUnknownTopic too: the same
 			// value as admin.ErrUnknownTopic (internal/kafkaconf).
-			return nil, fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err)
+			return nil, sinkErrorf(s.topic, "%s (brokers %s): %w", s.role(topic), s.c.BrokerList(), err)
 		}
 		v, err := c.TopicConfig(ctx, topic, "max.message.bytes")
 		if err != nil {
-			return nil, fmt.Errorf("kafkaio: sink %s (brokers %s): %w", s.topic, s.c.BrokerList(), err)
+			return nil, sinkErrorf(s.topic, "%s (brokers %s): %w", s.role(topic), s.c.BrokerList(), err)
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("kafkaio: sink %s: topic %s: max.message.bytes %q: %w", s.topic, topic, v, err)
+			return nil, sinkErrorf(s.topic, "topic %s: max.message.bytes %q: %w", topic, v, err)
 		}
 		if limit < 0 || n < limit {
 			limit = n
@@ -377,7 +388,7 @@ func (s *sink[T]) sizedSettings(ctx context.Context, settings map[string]string)
 	own := int64(1_000_000) // librdkafka's default message.max.bytes
 	if v, ok := settings["message.max.bytes"]; ok {
 		if own, err = strconv.ParseInt(v, 10, 64); err != nil {
-			return nil, keyed.Permanent(fmt.Errorf("%w: kafkaio: sink %s: message.max.bytes %q: %w", producer.ErrConfig, s.topic, v, err))
+			return nil, keyed.Permanent(sinkConfigErrorf(s.topic, "message.max.bytes %q: %w", v, err))
 		}
 	}
 	if limit < own {
@@ -397,7 +408,7 @@ func (s *sink[T]) Recorded(ctx context.Context) (*connector.Recorded, error) {
 	inputs, group := s.info.Inputs, CommitGroup(s.info.Job)
 	s.mu.Unlock()
 	if len(inputs) == 0 {
-		return nil, fmt.Errorf("kafkaio: sink %s: Recorded before Reset", s.topic)
+		return nil, sinkErrorf(s.topic, "Recorded before Reset")
 	}
 	c, err := s.c.admin(s.log)
 	if err != nil {
@@ -447,7 +458,7 @@ func (s *sink[T]) Recorded(ctx context.Context) (*connector.Recorded, error) {
 // commit group that does not exist is not an error.
 func (s *sink[T]) Forget(ctx context.Context, info connector.SinkInfo) error {
 	if s.c == nil || s.c.BrokerList() == "" {
-		return fmt.Errorf("kafkaio: sink %s: no brokers", s.topic)
+		return sinkErrorf(s.topic, "no brokers")
 	}
 	c, err := s.c.admin(info.Logger)
 	if err != nil {
@@ -465,11 +476,11 @@ func (s *sink[T]) Forget(ctx context.Context, info connector.SinkInfo) error {
 func (s *sink[T]) Write(ctx context.Context, epoch uint64, v T) error {
 	key, err := s.key(v)
 	if err != nil {
-		return fmt.Errorf("kafkaio: sink %s: encoding a key: %w", s.topic, err)
+		return sinkErrorf(s.topic, "encoding a key: %w", err)
 	}
 	val, err := s.values.Encode(nil, v)
 	if err != nil {
-		return fmt.Errorf("kafkaio: sink %s: encoding a value: %w", s.topic, err)
+		return sinkErrorf(s.topic, "encoding a value: %w", err)
 	}
 	topic := s.topic
 	if route := s.route(); route != nil {
@@ -491,7 +502,7 @@ func (s *sink[T]) write(ctx context.Context, epoch uint64, rec producer.Record[[
 			return s.err
 		}
 		if s.p == nil {
-			return fmt.Errorf("kafkaio: sink %s: not reset", s.topic)
+			return sinkErrorf(s.topic, "not reset")
 		}
 		open := epoch <= s.committed+1 // the open transaction's epoch, or one before
 		if !s.exactlyOnce() || (open && !s.committing) {
@@ -537,7 +548,7 @@ func (s *sink[T]) epochBuffer() int {
 // with epoch's output.
 func (s *sink[T]) DeadLetter(ctx context.Context, epoch uint64, b connector.BadRecord) error {
 	if s.cfg.deadLetters == "" {
-		return fmt.Errorf("kafkaio: sink %s: %s[%d] offset %d cannot be decoded and the sink has no DeadLetterTopic: %w", s.topic, b.Topic, b.Partition, b.Offset, b.Err)
+		return sinkErrorf(s.topic, "%s[%d] offset %d cannot be decoded and the sink has no DeadLetterTopic: %w", b.Topic, b.Partition, b.Offset, b.Err)
 	}
 	rec := producer.Record[[]byte, []byte]{Topic: s.cfg.deadLetters, Key: b.Key, Value: b.Value, Timestamp: b.Timestamp, Headers: []producer.Header{
 		{Key: "kord.dlq.topic", Value: []byte(b.Topic)},
@@ -563,7 +574,7 @@ func (s *sink[T]) produce(ctx context.Context, rec producer.Record[[]byte, []byt
 	err := s.p.Produce(ctx, rec, nil)
 	if errors.Is(err, producer.ErrRecordTooLarge) {
 		if s.cfg.deadLetters == "" || rec.Topic == s.cfg.deadLetters {
-			err = fmt.Errorf("kafkaio: sink %s: output record for %s with key %q cannot be written, and there is no DeadLetterTopic for a stand-in: %w", s.topic, rec.Topic, rec.Key, err)
+			err = sinkErrorf(s.topic, "output record for %s with key %q cannot be written, and there is no DeadLetterTopic for a stand-in: %w", rec.Topic, rec.Key, err)
 		} else {
 			s.tooLarge.Add(1)
 			s.log.Warn("kafkaio: sink: output record too large; a stand-in goes to the dead-letter topic", "topic", rec.Topic, "key", string(rec.Key), "bytes", len(rec.Key)+len(rec.Value), "dead_letter_topic", s.cfg.deadLetters)
@@ -609,7 +620,7 @@ func (s *sink[T]) failed(err error) error {
 	} else {
 		err = keyed.OutcomeUnknown(err)
 	}
-	s.err, s.unknown = fmt.Errorf("kafkaio: sink %s: %w", s.topic, err), true
+	s.err, s.unknown = sinkErrorf(s.topic, "%w", err), true
 	s.wake()
 	return s.err
 }
@@ -642,7 +653,7 @@ func (s *sink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []chec
 		defer cancel()
 	}
 	if s.p == nil {
-		return fmt.Errorf("kafkaio: sink %s: not reset", s.topic)
+		return sinkErrorf(s.topic, "not reset")
 	}
 	if s.err != nil {
 		return s.err
@@ -676,7 +687,7 @@ func (s *sink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []chec
 	if err := s.memberErr(); err != nil {
 		// The group may have given the partitions to another member: this
 		// transaction must not commit; the next producer aborts it.
-		s.err, s.unknown = fmt.Errorf("kafkaio: sink %s: checkpoint %s not committed: instance %q: %w", s.topic, ref, s.info.Instance, outOfGroup(err)), true
+		s.err, s.unknown = sinkErrorf(s.topic, "checkpoint %s not committed: instance %q: %w", ref, s.info.Instance, outOfGroup(err)), true
 		s.wake()
 		return s.err
 	}

@@ -56,15 +56,15 @@ func NewSource[T any](c *Client, topic string, values serde.Serde[T], opts ...Op
 func (k *source[T]) Validate() error {
 	var errs []error
 	if k.c == nil || k.c.BrokerList() == "" {
-		errs = append(errs, fmt.Errorf("kafkaio: source %s: no brokers (kafkaio.Brokers, or bootstrap.servers, in its Client)", k.topic))
+		errs = append(errs, sourceErrorf(k.topic, "no brokers (kafkaio.Brokers, or bootstrap.servers, in its Client)"))
 	}
 	if k.topic == "" {
 		errs = append(errs, errors.New("kafkaio: source: no topic"))
 	}
 	if k.values == nil {
-		errs = append(errs, fmt.Errorf("kafkaio: source %s: no serde for its values", k.topic))
+		errs = append(errs, sourceErrorf(k.topic, "no serde for its values"))
 	}
-	errs = append(errs, k.cfg.misplaced("source "+k.topic))
+	errs = append(errs, k.cfg.misplaced(fmt.Sprintf("source of topic %q", k.topic)))
 	return errors.Join(errs...)
 }
 
@@ -129,7 +129,7 @@ func (k *source[T]) start(ctx context.Context, partitions []int32, from consumer
 	for i, p := range partitions {
 		off, ok := at[p]
 		if !ok {
-			return nil, fmt.Errorf("kafkaio: source %s: partition %d not found when resolving %s", k.topic, p, from)
+			return nil, sourceErrorf(k.topic, "partition %d not found when resolving %s", p, from)
 		}
 		out[i] = connector.Position{Partition: p, Offset: off}
 	}
@@ -154,7 +154,7 @@ func (k *source[T]) bounds(ctx context.Context) (map[int32]int64, error) {
 		defer c.Close()
 		ends, err := c.Resolve(ctx, k.topic, consumer.Latest)
 		if err != nil {
-			k.endsErr = classify(fmt.Errorf("kafkaio: source %s: resolving its end (Bounded): %w", k.topic, err))
+			k.endsErr = classify(sourceErrorf(k.topic, "resolving its end (Bounded): %w", err))
 			return
 		}
 		k.ends = map[int32]int64{}

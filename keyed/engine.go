@@ -227,11 +227,12 @@ func (r *run) point(name string) error { return r.fp.point(name) }
 // restart and each recovery restores the checkpoint the sink recorded as
 // committed, with a new incarnation of the sink.
 func (j *Job) Run(ctx context.Context) (err error) {
+	defer func() { err = j.named(err) }()
 	if err := pointsErr(); err != nil {
-		return fmt.Errorf("keyed: %w", err)
+		return err
 	}
 	if err := j.Validate(); err != nil {
-		return err
+		return Permanent(err) // no restart mends the job's own declaration
 	}
 	// The job owns what it was given: its sink is closed when Run returns
 	// (a Kafka sink aborts what is open and closes its producer). A later
