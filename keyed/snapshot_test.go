@@ -14,6 +14,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/rig/uuids"
 	"github.com/kordproject/kord/internal/statefile"
 	"github.com/kordproject/kord/keyed/internal/keygroup"
 	"github.com/kordproject/kord/serde"
@@ -542,7 +543,7 @@ func fillCounters(tb testing.TB, n int) (*Backend, [][]byte, []int) {
 	keys := make([][]byte, n)
 	kgs := make([]int, n)
 	for i := range keys {
-		keys[i] = []byte(fakeUUID(r))
+		keys[i] = []byte(uuids.V4(r))
 		kgs[i] = keygroup.Of(keys[i], testMaxP)
 		b.setCurrentKey(keys[i], kgs[i])
 		v.Set(int64(i))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/kordproject/kord/internal/rig/uuids"
 	"github.com/kordproject/kord/keyed/internal/keygroup"
 	"github.com/kordproject/kord/serde"
 )
@@ -274,7 +275,7 @@ func TestValueStateMemory(t *testing.T) {
 	keys := make([][]byte, n)
 	kgs := make([]int, n)
 	for i := range keys {
-		keys[i] = []byte(fakeUUID(r))
+		keys[i] = []byte(uuids.V4(r))
 		kgs[i] = keygroup.Of(keys[i], testMaxP)
 	}
 	var before, after runtime.MemStats

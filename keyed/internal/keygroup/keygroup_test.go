@@ -1,11 +1,11 @@
 package keygroup
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/kordproject/kord/internal/rig/uuids"
 	"github.com/stretchr/testify/require"
 )
 
@@ -129,17 +129,6 @@ func TestPartitionedMode(t *testing.T) {
 	require.Equal(t, Range{4, 7}, RangeFor(1, maxP, 3))
 }
 
-// fakeUUID returns a random version-4 UUID string from r.
-func fakeUUID(r *rand.Rand) string {
-	var b [16]byte
-	for i := range b {
-		b[i] = byte(r.Uint32())
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
 // TestKeyGroupUniform checks that 100,000 uuid keys spread over the key
 // groups as a uniform draw would: Pearson's chi-square statistic within six
 // standard deviations of its mean (k-1, standard deviation sqrt(2(k-1))).
@@ -148,7 +137,7 @@ func TestKeyGroupUniform(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	keys := make([][]byte, 100_000)
 	for i := range keys {
-		keys[i] = []byte(fakeUUID(r))
+		keys[i] = []byte(uuids.V4(r))
 	}
 	for _, maxP := range []int{128, 1000, 4096} {
 		counts := make([]int, maxP)
