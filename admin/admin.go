@@ -49,6 +49,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/kordproject/kord/cluster"
 	"github.com/kordproject/kord/internal/kafkaconf"
 	"github.com/kordproject/kord/runlog"
 )
@@ -82,11 +83,26 @@ type cfg struct {
 	log      *slog.Logger
 	timeout  time.Duration
 	err      error
+	checked  map[string]string // Cluster's: checked when it was made
 }
 
 // Brokers sets the bootstrap servers (librdkafka and Java
 // bootstrap.servers).
 func Brokers(addrs ...string) Opt { return func(c *cfg) { c.brokers = append(c.brokers, addrs...) } }
+
+// Cluster connects to the cluster c describes: its bootstrap servers and
+// settings, checked once when c was made (cluster.New). Settings and
+// brokers given by this client's own options win over c's.
+func Cluster(cl *cluster.Config) Opt {
+	return func(c *cfg) {
+		for k, v := range cl.Settings() {
+			if _, set := c.settings[k]; !set {
+				c.settings[k] = v
+			}
+		}
+		c.checked = cl.Settings()
+	}
+}
 
 // Set passes a librdkafka setting through by its own name (security
 // settings, client.id, ...). go.logs.channel.enable is kord's.
@@ -164,7 +180,7 @@ func New(opts ...Opt) (*Client, error) {
 	if settings["bootstrap.servers"] == "" {
 		return nil, fmt.Errorf("%w: no brokers (admin.Brokers or bootstrap.servers)", ErrConfig)
 	}
-	if err := kafkaconf.Check(settings); err != nil {
+	if err := kafkaconf.CheckBeyond(settings, c.checked); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	cm := kafka.ConfigMap{"go.logs.channel.enable": true, "go.delivery.reports": false}

@@ -170,7 +170,7 @@ func Join(ctx context.Context, topics []string, hooks Hooks, opts ...Opt) (*Memb
 	for k, v := range cm {
 		settings[k] = fmt.Sprint(v)
 	}
-	if err := kafkaconf.Check(settings); err != nil {
+	if err := kafkaconf.CheckBeyond(settings, c.checked); err != nil {
 		return nil, fmt.Errorf("%w: member of group %q: %w", ErrConfig, c.group, err)
 	}
 	kc, err := kafka.NewConsumer(&cm)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/kordproject/kord/cluster"
 	"github.com/kordproject/kord/internal/kafkaconf"
 	"github.com/kordproject/kord/runlog"
 )
@@ -138,13 +139,28 @@ type cfg struct {
 	settings map[string]string
 	log      *slog.Logger
 	timeout  time.Duration
-	instance string // Member: group.instance.id
-	protocol string // Member: group.protocol
-	err      error  // from an option that could not be applied (Properties)
+	instance string            // Member: group.instance.id
+	protocol string            // Member: group.protocol
+	err      error             // from an option that could not be applied (Properties)
+	checked  map[string]string // Cluster's: checked when it was made
 }
 
 // Brokers sets the bootstrap servers (librdkafka and Java bootstrap.servers).
 func Brokers(addrs ...string) Opt { return func(c *cfg) { c.brokers = append(c.brokers, addrs...) } }
+
+// Cluster connects to the cluster c describes: its bootstrap servers and
+// settings, checked once when c was made (cluster.New). Settings and
+// brokers given by this client's own options win over c's.
+func Cluster(cl *cluster.Config) Opt {
+	return func(c *cfg) {
+		for k, v := range cl.Settings() {
+			if _, set := c.settings[k]; !set {
+				c.settings[k] = v
+			}
+		}
+		c.checked = cl.Settings()
+	}
+}
 
 // Group sets the group id the underlying librdkafka consumer carries
 // (librdkafka requires one). The source never joins it and never commits
@@ -273,7 +289,7 @@ func New(opts ...Opt) (*Source, error) {
 	for k, v := range cm {
 		settings[k] = fmt.Sprint(v)
 	}
-	if err := kafkaconf.Check(settings); err != nil {
+	if err := kafkaconf.CheckBeyond(settings, c.checked); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	kc, err := kafka.NewConsumer(&cm)

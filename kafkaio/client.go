@@ -4,44 +4,49 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/kordproject/kord/admin"
+	"github.com/kordproject/kord/cluster"
 	"github.com/kordproject/kord/consumer"
-	"github.com/kordproject/kord/internal/kafkaconf"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/producer"
 )
 
-// Client is a Kafka client configuration, given once: every client a
-// job's sources and sinks create (consumers, the transactional producer,
-// admin requests) is configured from it. It opens no connection itself.
+// Client is the Kafka cluster a job's sources and sinks reach, configured
+// once: every client they create (consumers, the transactional producer,
+// admin requests) is made from its checked cluster configuration. It
+// opens no connection itself.
 type Client struct {
-	brokers  []string
-	settings map[string]string
+	cl       *cluster.Config
+	settings map[string]string // cl's
 	log      *slog.Logger
 }
 
-// NewClient returns a client configuration (options Brokers, Properties,
-// Set, Logger). It fails when a properties file cannot be read or mapped
-// (Properties), or when the settings ask for what the linked librdkafka
-// was not built with (GSSAPI, say): at once, before any job runs.
+// NewClient returns a client of the cluster Cluster names, or of the one
+// Brokers, Properties and Set describe (checked as cluster.New checks
+// them); Logger receives the clients' log. It fails when a properties file
+// cannot be read or mapped, when no brokers are given, or when the
+// settings ask for what the linked librdkafka was not built with (GSSAPI,
+// say): at once, before any job runs.
 func NewClient(opts ...Opt) (*Client, error) {
 	o := apply(toClient, opts)
 	if err := errors.Join(o.err, o.misplaced("NewClient")); err != nil {
 		return nil, err
 	}
-	c := &Client{brokers: o.brokers, settings: o.settings, log: o.log}
-	if c.settings == nil {
-		c.settings = map[string]string{}
+	cl := o.cluster
+	if cl == nil {
+		var copts []cluster.Opt
+		for k, v := range o.settings {
+			copts = append(copts, cluster.Set(k, v))
+		}
+		var err error
+		if cl, err = cluster.New(append(copts, cluster.Brokers(o.brokers...))...); err != nil {
+			return nil, fmt.Errorf("kafkaio: %w", err)
+		}
+	} else if len(o.brokers) > 0 || len(o.settings) > 0 {
+		return nil, errors.New("kafkaio: NewClient: Cluster, or Brokers, Properties and Set: not both")
 	}
-	if err := kafkaconf.FoldAliases(c.settings); err != nil {
-		return nil, fmt.Errorf("kafkaio: %w", err)
-	}
-	if err := kafkaconf.Check(c.settings); err != nil {
-		return nil, fmt.Errorf("kafkaio: %w", err)
-	}
-	return c, nil
+	return &Client{cl: cl, settings: cl.Settings(), log: o.log}, nil
 }
 
 // classify marks an error no restart can cure as permanent (keyed
@@ -55,29 +60,14 @@ func classify(err error) error {
 	return err
 }
 
-// BrokerList returns the bootstrap servers, comma-separated: those of
-// Brokers, else the bootstrap.servers setting.
-func (c *Client) BrokerList() string {
-	if len(c.brokers) == 0 {
-		return c.settings["bootstrap.servers"]
-	}
-	return strings.Join(c.brokers, ",")
-}
+// BrokerList returns the bootstrap servers, comma-separated.
+func (c *Client) BrokerList() string { return c.cl.Brokers() }
 
-// Settings returns the librdkafka settings every client gets (the
-// bootstrap servers included), by librdkafka's names: for a client of the
-// same cluster made outside kord (an independent reader, say). It holds
-// the configuration's secrets: never log it.
-func (c *Client) Settings() map[string]string {
-	out := make(map[string]string, len(c.settings)+1)
-	for k, v := range c.settings {
-		out[k] = v
-	}
-	if b := c.BrokerList(); b != "" {
-		out["bootstrap.servers"] = b
-	}
-	return out
-}
+// Cluster returns the client's cluster configuration: for a producer,
+// consumer or admin client of the same cluster (producer.Cluster,
+// consumer.Cluster, admin.Cluster), or a client made outside kord
+// (Settings).
+func (c *Client) Cluster() *cluster.Config { return c.cl }
 
 // logger returns the client's logger, or fallback when none was set.
 func (c *Client) logger(fallback *slog.Logger) *slog.Logger {
@@ -94,21 +84,14 @@ func (c *Client) logger(fallback *slog.Logger) *slog.Logger {
 // log unless the client has a logger of its own. Its Close ends its
 // goroutines.
 func (c *Client) admin(log *slog.Logger) (*admin.Client, error) {
-	opts := []admin.Opt{admin.Logger(c.logger(log))}
-	for k, v := range c.Settings() {
-		opts = append(opts, admin.Set(k, v))
-	}
-	a, err := admin.New(opts...)
+	a, err := admin.New(admin.Cluster(c.cl), admin.Logger(c.logger(log)))
 	return a, classify(err)
 }
 
 // consumer creates a consumer with the client's configuration, extra
 // settings (later ones win) and log.
 func (c *Client) consumer(log *slog.Logger, extra map[string]string) (*consumer.Source, error) {
-	opts := []consumer.Opt{consumer.Logger(c.logger(log))}
-	for k, v := range c.Settings() {
-		opts = append(opts, consumer.Set(k, v))
-	}
+	opts := []consumer.Opt{consumer.Cluster(c.cl), consumer.Logger(c.logger(log))}
 	for k, v := range extra {
 		opts = append(opts, consumer.Set(k, v))
 	}
@@ -118,10 +101,7 @@ func (c *Client) consumer(log *slog.Logger, extra map[string]string) (*consumer.
 // producerOpts returns the producer options of the client's configuration,
 // with extra settings (later ones win) and log.
 func (c *Client) producerOpts(log *slog.Logger, extra map[string]string) []producer.Opt {
-	opts := []producer.Opt{producer.Logger(c.logger(log))}
-	for k, v := range c.Settings() {
-		opts = append(opts, producer.Set(k, v))
-	}
+	opts := []producer.Opt{producer.Cluster(c.cl), producer.Logger(c.logger(log))}
 	for k, v := range extra {
 		opts = append(opts, producer.Set(k, v))
 	}

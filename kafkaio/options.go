@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/kordproject/kord/cluster"
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/kafkaconf"
 	"github.com/kordproject/kord/keyed"
@@ -52,6 +53,7 @@ type options struct {
 	err      error    // Properties
 
 	// Client, and the part's own settings for a source or a sink.
+	cluster  *cluster.Config
 	brokers  []string
 	settings map[string]string
 	log      *slog.Logger
@@ -113,8 +115,20 @@ func (o *options) set(key, value string) {
 	o.settings[key] = value
 }
 
+// Cluster makes a Client of the cluster c describes (cluster.New): the
+// same configuration a program's producer, consumers and admin client
+// take. Configures a Client; instead of Brokers, Properties and Set.
+func Cluster(c *cluster.Config) Opt {
+	return func(o *options) {
+		if o.is("Cluster", toClient) {
+			o.cluster = c
+		}
+	}
+}
+
 // Brokers are the bootstrap servers, host:port (Kafka's
-// bootstrap.servers). Configures a Client; required.
+// bootstrap.servers). Configures a Client; required, unless Cluster or a
+// Properties file gives them.
 func Brokers(addrs ...string) Opt {
 	return func(o *options) {
 		if o.is("Brokers", toClient) {

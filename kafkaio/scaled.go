@@ -90,10 +90,7 @@ func (s *sink[T]) join(ctx context.Context, info connector.SinkInfo) error {
 		return keyed.Permanent(sinkErrorf(s.topic, "keyed.Instance (several processes) runs exactly-once jobs only"))
 	}
 	ms := &membership{owned: map[consumer.TopicPartition]bool{}, changed: make(chan struct{})}
-	opts := []consumer.Opt{consumer.Logger(s.log), consumer.Group(CommitGroup(info.Job)), consumer.InstanceID(s.info.Instance)}
-	for k, v := range s.c.Settings() {
-		opts = append(opts, consumer.Set(k, v))
-	}
+	opts := []consumer.Opt{consumer.Cluster(s.c.Cluster()), consumer.Logger(s.log), consumer.Group(CommitGroup(info.Job)), consumer.InstanceID(s.info.Instance)}
 	for k, v := range s.cfg.memberSettings() {
 		opts = append(opts, consumer.Set(k, v))
 	}

@@ -134,11 +134,7 @@ func CreateTopic(ctx context.Context, brokers []string, name string, partitions 
 // committed, on an in-process cluster (Cluster.Client) or any other. It
 // holds every record in memory: for tests, tools and small topics.
 func ReadCommitted(ctx context.Context, client *kafkaio.Client, topic string) ([]consumer.Record, error) {
-	opts := []consumer.Opt{}
-	for k, v := range client.Settings() {
-		opts = append(opts, consumer.Set(k, v))
-	}
-	src, err := consumer.New(opts...)
+	src, err := consumer.New(consumer.Cluster(client.Cluster()))
 	if err != nil {
 		return nil, fmt.Errorf("kordtest: read %s: %w", topic, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kordproject/kord/cluster"
 	"github.com/kordproject/kord/internal/kafkaconf"
 	"github.com/kordproject/kord/partitioner"
 )
@@ -31,7 +32,8 @@ type cfg struct {
 	allowReordering bool
 	transactionalID string
 	noReports       bool
-	err             error // from an option that could not be applied (Properties)
+	err             error             // from an option that could not be applied (Properties)
+	checked         map[string]string // Cluster's: checked when it was made
 }
 
 func defaultCfg() cfg {
@@ -59,6 +61,20 @@ func Brokers(addrs ...string) Opt {
 // both names to different values is refused.
 func Set(key, value string) Opt {
 	return opt(func(c *cfg) { c.settings[key] = value })
+}
+
+// Cluster connects to the cluster c describes: its bootstrap servers and
+// settings, checked once when c was made (cluster.New). Settings and
+// brokers given by this client's own options win over c's.
+func Cluster(cl *cluster.Config) Opt {
+	return opt(func(c *cfg) {
+		for k, v := range cl.Settings() {
+			if _, set := c.settings[k]; !set {
+				c.settings[k] = v
+			}
+		}
+		c.checked = cl.Settings()
+	})
 }
 
 // Properties applies a Java client.properties file, the one a Java or

@@ -230,7 +230,7 @@ func newClient(opts []Opt) (*client, error) {
 		return nil, err
 	}
 	c.log = c.cfg.log
-	if err := kafkaconf.Check(settings); err != nil {
+	if err := kafkaconf.CheckBeyond(settings, c.cfg.checked); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	c.conn = kafkaconf.NewConn(settings)

@@ -266,7 +266,7 @@ func (o options) newClient() (*kafkaio.Client, error) {
 // client of its own (the checking readers), with extra.
 func (o options) configMap(extra kafka.ConfigMap) *kafka.ConfigMap {
 	cm := kafka.ConfigMap{}
-	for k, v := range o.client.Settings() {
+	for k, v := range o.client.Cluster().Settings() {
 		cm[k] = v
 	}
 	for k, v := range extra {
@@ -305,11 +305,7 @@ func (o options) logger() *slog.Logger {
 
 // admin is an admin client of the run's configuration.
 func (o options) admin() (*admin.Client, error) {
-	opts := []admin.Opt{admin.Logger(o.logger())}
-	for k, v := range o.client.Settings() {
-		opts = append(opts, admin.Set(k, v))
-	}
-	return admin.New(opts...)
+	return admin.New(admin.Cluster(o.client.Cluster()), admin.Logger(o.logger()))
 }
 
 func (o options) say(format string, args ...any) {
@@ -320,10 +316,7 @@ func (o options) say(format string, args ...any) {
 
 // produce writes the events through kord's producer.
 func produce(ctx context.Context, o options, parts int) error {
-	opts := []producer.Opt{producer.Set("linger.ms", "10"), producer.Logger(o.logger())}
-	for k, v := range o.client.Settings() {
-		opts = append(opts, producer.Set(k, v))
-	}
+	opts := []producer.Opt{producer.Cluster(o.client.Cluster()), producer.Set("linger.ms", "10"), producer.Logger(o.logger())}
 	p, err := producer.New(serde.String(), serde.JSON[Event](), opts...)
 	if err != nil {
 		return err

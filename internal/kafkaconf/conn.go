@@ -360,3 +360,16 @@ func FoldAliases(settings map[string]string) error {
 	}
 	return nil
 }
+
+// CheckBeyond checks, as Check does, the settings that are not already in
+// checked with the same value: those a client adds to a cluster's checked
+// configuration (cluster.Config).
+func CheckBeyond(settings, checked map[string]string) error {
+	own := map[string]string{}
+	for k, v := range settings {
+		if cv, ok := checked[k]; !ok || cv != v {
+			own[k] = v
+		}
+	}
+	return Check(own)
+}

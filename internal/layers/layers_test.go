@@ -41,6 +41,8 @@ var rules = []struct {
 		"object storage is checkpoint/blobstore's: a program that keeps its checkpoints on disk links no cloud SDK"},
 	{"checkpoint/blobstore", append([]string{mod + "/keyed", mod + "/producer", mod + "/consumer", mod + "/kafkaio"}, kafkaClients...),
 		"checkpoint storage is part of the core: no Kafka, nothing above it"},
+	{"cluster", []string{mod + "/producer", mod + "/consumer", mod + "/admin", mod + "/kafkaio", mod + "/keyed", mod + "/checkpoint", mod + "/kordtest", "github.com/twmb/franz-go"},
+		"a cluster's configuration is below every client that takes it"},
 	{"serde", append([]string{mod + "/producer", mod + "/consumer", mod + "/admin", mod + "/kafkaio", mod + "/keyed", mod + "/checkpoint", mod + "/kordtest"}, kafkaClients...),
 		"records' one description is ground: the clients, the engine and the file sinks all use it, and it knows none of them"},
 	{"partitioner", []string{mod + "/"},
