@@ -95,12 +95,7 @@ func Brokers(addrs ...string) Opt { return func(c *cfg) { c.brokers = append(c.b
 // brokers given by this client's own options win over c's.
 func Cluster(cl *cluster.Config) Opt {
 	return func(c *cfg) {
-		for k, v := range cl.Settings() {
-			if _, set := c.settings[k]; !set {
-				c.settings[k] = v
-			}
-		}
-		c.checked = cl.Settings()
+		c.checked = kafkaconf.Adopt(c.settings, cl.Settings())
 	}
 }
 

@@ -68,12 +68,7 @@ func Set(key, value string) Opt {
 // brokers given by this client's own options win over c's.
 func Cluster(cl *cluster.Config) Opt {
 	return opt(func(c *cfg) {
-		for k, v := range cl.Settings() {
-			if _, set := c.settings[k]; !set {
-				c.settings[k] = v
-			}
-		}
-		c.checked = cl.Settings()
+		c.checked = kafkaconf.Adopt(c.settings, cl.Settings())
 	})
 }
 

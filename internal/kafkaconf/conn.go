@@ -373,3 +373,15 @@ func CheckBeyond(settings, checked map[string]string) error {
 	}
 	return Check(own)
 }
+
+// Adopt adds a cluster's checked settings (cluster.Config) to a client's
+// own, where the client has none of its own, and returns them, for
+// CheckBeyond: the merge every client's Cluster option does.
+func Adopt(own, checked map[string]string) map[string]string {
+	for k, v := range checked {
+		if _, set := own[k]; !set {
+			own[k] = v
+		}
+	}
+	return checked
+}
