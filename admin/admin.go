@@ -253,6 +253,17 @@ func (c *Client) Close() error {
 // do makes one call through kafkaconf's Conn.Do: bounded by the request
 // timeout and ctx, sliced, cancelled at a refusal, classified. Errors
 // name what.
+//
+// The slices bound the wait only (ctx), never librdkafka's own request
+// timeout (SetAdminRequestTimeout), which stays at its default
+// (socket.timeout.ms): an admin request that times out inside librdkafka
+// while its response is on the way takes a path with a reference-count bug
+// (librdkafka issue 4605, "rd_kafka_enq_once_del_source_return: Assertion
+// eonce->refcnt > 0 failed", met from confluent-kafka-go's
+// ListConsumerGroupOffsets). With 1 s request timeouts on a broker still
+// loading its group coordinator, test processes died of SIGSEGV in a
+// librdkafka thread (TestBrokerRestart, twice); consumer.Source's admin
+// calls, which never set it, never did.
 func (c *Client) do(ctx context.Context, what string, call func(ctx context.Context, slice time.Duration) error) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -322,8 +333,7 @@ func (c *Client) CreateTopic(ctx context.Context, topic string, partitions int32
 	// -1: the broker's default.replication.factor (KIP-464). A retry
 	// after a create that did succeed finds the topic there.
 	err = c.do(ctx, what, func(ctx context.Context, slice time.Duration) error {
-		res, err := c.a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: topic, NumPartitions: int(partitions), ReplicationFactor: -1, Config: configs}},
-			kafka.SetAdminRequestTimeout(slice))
+		res, err := c.a.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: topic, NumPartitions: int(partitions), ReplicationFactor: -1, Config: configs}})
 		if err != nil {
 			return err
 		}
@@ -356,7 +366,7 @@ func (c *Client) DeleteTopics(ctx context.Context, topics ...string) error {
 	var missing []string
 	err := c.do(ctx, fmt.Sprintf("delete topics %q", topics), func(ctx context.Context, slice time.Duration) error {
 		missing = missing[:0]
-		res, err := c.a.DeleteTopics(ctx, topics, kafka.SetAdminRequestTimeout(slice))
+		res, err := c.a.DeleteTopics(ctx, topics)
 		if err != nil {
 			return err
 		}
@@ -386,7 +396,7 @@ func (c *Client) DeleteTopics(ctx context.Context, topics ...string) error {
 // ErrUnknownGroup.
 func (c *Client) DeleteGroup(ctx context.Context, group string) error {
 	return c.do(ctx, fmt.Sprintf("delete group %q", group), func(ctx context.Context, slice time.Duration) error {
-		res, err := c.a.DeleteConsumerGroups(ctx, []string{group}, kafka.SetAdminRequestTimeout(slice))
+		res, err := c.a.DeleteConsumerGroups(ctx, []string{group})
 		if err != nil {
 			return err
 		}
@@ -429,7 +439,7 @@ func (c *Client) ListOffsets(ctx context.Context, topic string) ([]Offsets, erro
 			req[kafka.TopicPartition{Topic: &topic, Partition: id}] = spec
 		}
 		err := c.do(ctx, fmt.Sprintf("offsets of topic %q", topic), func(ctx context.Context, slice time.Duration) error {
-			res, err := c.a.ListOffsets(ctx, req, kafka.SetAdminIsolationLevel(kafka.IsolationLevelReadUncommitted), kafka.SetAdminRequestTimeout(slice))
+			res, err := c.a.ListOffsets(ctx, req, kafka.SetAdminIsolationLevel(kafka.IsolationLevelReadUncommitted))
 			if err != nil {
 				return err
 			}

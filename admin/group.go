@@ -47,7 +47,7 @@ func (c *Client) GroupOffsets(ctx context.Context, group string, partitions []To
 		if err := c.do(ctx, what, func(ctx context.Context, slice time.Duration) error {
 			var err error
 			res, err = c.a.ListConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: req}},
-				kafka.SetAdminRequireStableOffsets(true), kafka.SetAdminRequestTimeout(slice))
+				kafka.SetAdminRequireStableOffsets(true))
 			var kerr kafka.Error
 			if errors.As(err, &kerr) && (kerr.Code() == kafka.ErrUnstableOffsetCommit || kerr.Code() == kafka.ErrGroupIDNotFound) {
 				answer, err = err, nil
@@ -129,8 +129,7 @@ func (c *Client) CommitGroupOffsets(ctx context.Context, group string, offsets [
 	var res kafka.AlterConsumerGroupOffsetsResult
 	err := c.do(ctx, what, func(ctx context.Context, slice time.Duration) error {
 		var err error
-		res, err = c.a.AlterConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: tps}},
-			kafka.SetAdminRequestTimeout(slice))
+		res, err = c.a.AlterConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: tps}})
 		return err
 	})
 	if err != nil {

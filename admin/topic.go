@@ -17,7 +17,7 @@ func (c *Client) TopicConfig(ctx context.Context, topic, name string) (string, e
 	var res []kafka.ConfigResourceResult
 	err := c.do(ctx, what, func(ctx context.Context, slice time.Duration) error {
 		var err error
-		res, err = c.a.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}}, kafka.SetAdminRequestTimeout(slice))
+		res, err = c.a.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}})
 		return err
 	})
 	if err != nil {
@@ -42,11 +42,11 @@ func (c *Client) TopicConfig(ctx context.Context, topic, name string) (string, e
 // not give it. A topic that does not exist fails with ErrUnknownTopic.
 func (c *Client) Identity(ctx context.Context, topic string) (cluster, topicID string, err error) {
 	err = c.do(ctx, fmt.Sprintf("cluster id and topic id of topic %q", topic), func(ctx context.Context, slice time.Duration) error {
-		cl, err := c.a.DescribeCluster(ctx, kafka.SetAdminRequestTimeout(slice))
+		cl, err := c.a.DescribeCluster(ctx)
 		if err != nil {
 			return err
 		}
-		res, err := c.a.DescribeTopics(ctx, kafka.NewTopicCollectionOfTopicNames([]string{topic}), kafka.SetAdminRequestTimeout(slice))
+		res, err := c.a.DescribeTopics(ctx, kafka.NewTopicCollectionOfTopicNames([]string{topic}))
 		if err != nil {
 			return err
 		}
