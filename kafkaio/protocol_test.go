@@ -356,7 +356,22 @@ func readMeta(t *testing.T, dir, run string, id uint64) *checkpoint.Metadata {
 func TestEpochBufferBackpressure(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		f := newFixture(t, c, 6, 50)
-		prodErr := f.produceInBackground(2_000, 1_000, 2*time.Minute)
+		// The input comes while the job runs, from its first commit on: a
+		// job that started late (a loaded machine) would otherwise read
+		// all of it before its first barrier, and no record would ever
+		// wait behind one (a fresh-clone CI run saw a peak of 0).
+		const n = 2_000
+		f.mu.Lock()
+		f.planned += n
+		f.mu.Unlock()
+		pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		t.Cleanup(pcancel)
+		prodErr := make(chan error, 1)
+		var produce sync.Once
+		started := keyed.OnCommit(func(uint64) error {
+			produce.Do(func() { go func() { prodErr <- f.producePlanned(pctx, n, 1_000) }() })
+			return nil
+		})
 		var mu sync.Mutex
 		peak, full := 0, 0
 		kafkaio.SetEpochBufferHook(func(n int) {
@@ -375,7 +390,7 @@ func TestEpochBufferBackpressure(t *testing.T) {
 			return nil
 		})
 		j, _, sink := f.build(func(s *jobSpec) {
-			s.opts = []keyed.Opt{keyed.FS(fs)}
+			s.opts = []keyed.Opt{keyed.FS(fs), started}
 			s.sinkOpts = []kafkaio.Opt{kafkaio.EpochBuffer(7)}
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
