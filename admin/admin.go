@@ -145,6 +145,15 @@ type Client struct {
 	mu     sync.RWMutex // guards closed against calls in flight
 	closed bool
 	wg     sync.WaitGroup
+
+	cm kafka.ConfigMap // the handle's configuration, for the group handle
+	// The group handle (groupAdmin): a consumer with a group id, made at
+	// the first group call, closed by Close.
+	gmu     sync.Mutex
+	gc      *kafka.Consumer
+	ga      *kafka.AdminClient
+	gstop   chan struct{}
+	gpolled chan struct{}
 }
 
 // New creates a client. It opens no connection until the first call.
@@ -194,7 +203,7 @@ func New(opts ...Opt) (*Client, error) {
 		p.Close()
 		return nil, fmt.Errorf("admin: %w", err)
 	}
-	cl := &Client{p: p, a: a, conn: kafkaconf.NewConn(settings), log: c.log, timeout: c.timeout}
+	cl := &Client{p: p, a: a, conn: kafkaconf.NewConn(settings), log: c.log, timeout: c.timeout, cm: cm}
 	cl.wg.Add(2)
 	go cl.events()
 	go cl.logs()
@@ -246,8 +255,79 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	c.a.Close()
 	c.p.Close()
+	c.gmu.Lock()
+	if c.gc != nil {
+		close(c.gstop)
+		<-c.gpolled // the poller no longer uses the handle
+		c.ga.Close()
+		if err := c.gc.Close(); err != nil {
+			c.log.Debug("kord admin: closing the group handle", "err", err)
+		}
+	}
+	c.gmu.Unlock()
 	c.wg.Wait()
 	return nil
+}
+
+// groupAdmin returns the admin client of the group handle: a consumer
+// with a group id, that never joins its group. Group calls
+// (ListConsumerGroupOffsets, AlterConsumerGroupOffsets) go through it,
+// not through the producer handle: librdkafka handles NOT_COORDINATOR in
+// an OffsetFetch response by calling into the handle's consumer group
+// (rd_kafka_handle_OffsetFetch -> rd_kafka_cgrp_op), which a producer
+// handle does not have: a NULL dereference in librdkafka's main thread.
+// Test processes died of it (SIGSEGV, TestBrokerRestart's fresh broker;
+// the core's backtrace: rd_kafka_cgrp_op <
+// rd_kafka_handle_OffsetFetch < rd_kafka_ListConsumerGroupOffsetsResponse_parse
+// < rd_kafka_admin_worker). consumer.Source's group calls, on its own
+// consumer handle, never met it. Called with c.mu held (shared).
+func (c *Client) groupAdmin() (*kafka.AdminClient, error) {
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	if c.ga != nil {
+		return c.ga, nil
+	}
+	cm := kafka.ConfigMap{}
+	for k, v := range c.cm {
+		cm[k] = v
+	}
+	delete(cm, "go.delivery.reports")
+	cm["group.id"] = "kord.admin"
+	cm["enable.auto.commit"] = false
+	gc, err := kafka.NewConsumer(&cm)
+	if err != nil {
+		return nil, fmt.Errorf("%w: group handle: %w", ErrConfig, err)
+	}
+	ga, err := kafka.NewAdminClientFromConsumer(gc)
+	if err != nil {
+		_ = gc.Close()
+		return nil, fmt.Errorf("admin: group handle: %w", err)
+	}
+	c.gc, c.ga, c.gstop, c.gpolled = gc, ga, make(chan struct{}), make(chan struct{})
+	c.wg.Add(1)
+	go func() { // its log, until its Close
+		defer c.wg.Done()
+		for l := range gc.Logs() {
+			c.conn.Log(l.Tag, l.Message)
+			c.log.Log(context.Background(), runlog.SyslogLevel(l.Level), "librdkafka: "+l.Message, "tag", l.Tag, "client", l.Name)
+		}
+	}()
+	go func() { // its client-level errors, until Close stops it
+		defer close(c.gpolled)
+		for {
+			select {
+			case <-c.gstop:
+				return
+			default:
+			}
+			if e, ok := gc.Poll(100).(kafka.Error); ok {
+				if err := c.conn.Event(e); err != nil {
+					c.log.Error("kord admin: the cluster refused the client", "err", err)
+				}
+			}
+		}
+	}()
+	return ga, nil
 }
 
 // do makes one call through kafkaconf's Conn.Do: bounded by the request

@@ -46,7 +46,11 @@ func (c *Client) GroupOffsets(ctx context.Context, group string, partitions []To
 		var answer error // the broker's answer for the group as a whole
 		if err := c.do(ctx, what, func(ctx context.Context, slice time.Duration) error {
 			var err error
-			res, err = c.a.ListConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: req}},
+			ga, err := c.groupAdmin()
+			if err != nil {
+				return err
+			}
+			res, err = ga.ListConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: req}},
 				kafka.SetAdminRequireStableOffsets(true))
 			var kerr kafka.Error
 			if errors.As(err, &kerr) && (kerr.Code() == kafka.ErrUnstableOffsetCommit || kerr.Code() == kafka.ErrGroupIDNotFound) {
@@ -129,7 +133,11 @@ func (c *Client) CommitGroupOffsets(ctx context.Context, group string, offsets [
 	var res kafka.AlterConsumerGroupOffsetsResult
 	err := c.do(ctx, what, func(ctx context.Context, slice time.Duration) error {
 		var err error
-		res, err = c.a.AlterConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: tps}})
+		ga, err := c.groupAdmin()
+		if err != nil {
+			return err
+		}
+		res, err = ga.AlterConsumerGroupOffsets(ctx, []kafka.ConsumerGroupTopicPartitions{{Group: group, Partitions: tps}})
 		return err
 	})
 	if err != nil {
