@@ -336,14 +336,10 @@ func (c *Client) groupAdmin() (*kafka.AdminClient, error) {
 //
 // The slices bound the wait only (ctx), never librdkafka's own request
 // timeout (SetAdminRequestTimeout), which stays at its default
-// (socket.timeout.ms): an admin request that times out inside librdkafka
-// while its response is on the way takes a path with a reference-count bug
-// (librdkafka issue 4605, "rd_kafka_enq_once_del_source_return: Assertion
-// eonce->refcnt > 0 failed", met from confluent-kafka-go's
-// ListConsumerGroupOffsets). With 1 s request timeouts on a broker still
-// loading its group coordinator, test processes died of SIGSEGV in a
-// librdkafka thread (TestBrokerRestart, twice); consumer.Source's admin
-// calls, which never set it, never did.
+// (socket.timeout.ms), as consumer.Source's admin calls had it: a request
+// that times out inside librdkafka while its response is on the way takes
+// a path with a known reference-count bug (librdkafka issue 4605, met from
+// confluent-kafka-go's ListConsumerGroupOffsets).
 func (c *Client) do(ctx context.Context, what string, call func(ctx context.Context, slice time.Duration) error) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
