@@ -180,6 +180,7 @@ func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error
 	}
 	s.closeClients(false) // the new producer's InitTransactions aborts what it left
 	s.buffer, s.bufEpochs, s.err, s.unknown = nil, nil, nil, false
+	s.committed = 0 // until Resume says what the run restored
 	s.wake()
 	if err := s.ValidateSink(info); err != nil {
 		return keyed.Permanent(err)
@@ -447,11 +448,22 @@ func (s *sink[T]) Recorded(ctx context.Context) (*connector.Recorded, error) {
 	if rec == nil {
 		return nil, nil
 	}
-	s.mu.Lock()
-	s.committed = rec.Checkpoint
-	s.mu.Unlock()
 	return &connector.Recorded{Ref: checkpoint.Ref{Run: rec.Run, ID: rec.Checkpoint}, Offsets: recorded, Where: "commit group " + group}, nil
 }
+
+// Resume implements connector.Resumer: the open transaction takes epoch
+// after+1; later epochs wait in the epoch buffer for its commit. The
+// engine calls it after Reset, once the run has restored (in a run of one
+// of several processes, after is 0: its checkpoints are numbered from 1
+// again, and a number kept from the run before would let the next epoch's
+// output into the first transaction, committed with the offsets before it).
+func (s *sink[T]) Resume(after uint64) {
+	s.mu.Lock()
+	s.committed = after
+	s.mu.Unlock()
+}
+
+var _ connector.Resumer = (*sink[int])(nil)
 
 // Forget implements connector.Forgetter (Job.Forget): it deletes the job's
 // commit group, and with it the record of which checkpoint committed. A

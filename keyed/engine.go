@@ -42,6 +42,9 @@ type opNode interface {
 type sinkNode interface {
 	reset(ctx context.Context, info connector.SinkInfo) error
 	recorded(ctx context.Context) (*connector.Recorded, error)
+	// resume tells the sink the checkpoint the run resumes after
+	// (connector.Resumer).
+	resume(after uint64)
 	commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error
 	sinkName() string
 	sinkValue() any // the user's Sink
@@ -516,14 +519,15 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 	if err != nil {
 		return false, err
 	}
+	committed := uint64(0)
+	if !rs.fresh {
+		committed = rs.meta.ID
+	}
+	j.sink.resume(committed)
 	if err := j.op.build(rctx, r, rs); err != nil {
 		cancel(err)
 		r.wg.Wait()
 		return false, err
-	}
-	committed := uint64(0)
-	if !rs.fresh {
-		committed = rs.meta.ID
 	}
 	progressed, err = r.coordinate(ctx, rctx, committed, rs.maxP)
 	if err == nil && r.reassigned && ctx.Err() == nil {

@@ -76,6 +76,11 @@ type sinkOf[O any] struct {
 func (s *sinkOf[O]) reset(ctx context.Context, info connector.SinkInfo) error {
 	return s.sink.Reset(ctx, info)
 }
+func (s *sinkOf[O]) resume(after uint64) {
+	if r, ok := s.sink.(connector.Resumer); ok {
+		r.Resume(after)
+	}
+}
 func (s *sinkOf[O]) sinkName() string { return s.name }
 func (s *sinkOf[O]) sinkValue() any   { return s.sink }
 func (s *sinkOf[O]) recorded(ctx context.Context) (*connector.Recorded, error) {

@@ -5,7 +5,6 @@ package keyed_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,68 +16,6 @@ import (
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
 )
-
-// memberSink is a MemorySink that runs its job as one of several processes
-// (connector.Membership) holding every partition, with a record per partition
-// as a Kafka commit group keeps them.
-type memberSink struct {
-	*keyed.MemorySink[result]
-	topic string
-	parts int32
-	mu    sync.Mutex
-	recs  map[int32]connector.PartitionRecord
-}
-
-func newMemberSink(topic string, parts int) *memberSink {
-	return &memberSink{MemorySink: keyed.NewMemorySink[result](), topic: topic, parts: int32(parts), recs: map[int32]connector.PartitionRecord{}}
-}
-
-func (s *memberSink) Assignment(context.Context) (map[string][]int32, <-chan struct{}, error) {
-	var ps []int32
-	for p := range s.parts {
-		ps = append(ps, p)
-	}
-	return map[string][]int32{s.topic: ps}, make(chan struct{}), nil
-}
-
-func (s *memberSink) Released() {}
-
-func (s *memberSink) Commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
-	if err := s.MemorySink.Commit(ctx, ref, offsets); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, o := range offsets {
-		s.recs[o.Partition] = connector.PartitionRecord{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Ref: ref}
-	}
-	return nil
-}
-
-func (s *memberSink) Recorded(context.Context) (*connector.Recorded, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.recs) == 0 {
-		return nil, nil
-	}
-	rec := &connector.Recorded{Where: "member sink"}
-	for p := range s.parts {
-		if r, ok := s.recs[p]; ok {
-			rec.Parts = append(rec.Parts, r)
-		}
-	}
-	return rec, nil
-}
-
-func (s *memberSink) named() map[checkpoint.Ref]bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	named := map[checkpoint.Ref]bool{}
-	for _, r := range s.recs {
-		named[r.Ref] = true
-	}
-	return named
-}
 
 // TestSweepOtherRuns: a job on shared storage, as one of several
 // processes, crashes twice, leaving two earlier runs' checkpoints behind.

@@ -168,6 +168,20 @@ type Forgetter interface {
 	Forget(ctx context.Context, info SinkInfo) error
 }
 
+// Resumer is a sink that writes every epoch's output into one open
+// transaction (a Kafka sink): the transaction takes the epoch after the
+// last commit, and later epochs wait for it to commit. Such a sink cannot
+// tell that epoch from the Writes: after a restore it is the restored
+// checkpoint's id plus one, and a run of one of several processes numbers
+// its checkpoints from 1 again. The engine calls Resume after Reset and
+// before the run's first Write. A sink that keeps each epoch's output apart
+// until Commit (keyed.MemorySink) needs no Resume.
+type Resumer interface {
+	// Resume says the run resumes after checkpoint after (0 for a run
+	// that restored none): its epochs are after+1, after+2, ...
+	Resume(after uint64)
+}
+
 // SinkInfo describes the job to its sink, at each Reset.
 type SinkInfo struct {
 	// Job is the job's name (keyed.NewJob): a Kafka sink derives its
