@@ -86,7 +86,7 @@ func newJob(s jobSpec) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result
 	if s.mode == checkpoint.AtLeastOnce {
 		newOp = func() keyed.Operator[event, result] { return &tolerantCounter{} }
 	}
-	var out *keyed.Output[result]
+	var out *keyed.Stream[result]
 	if s.byPartition {
 		out = keyed.Process(keyed.ByPartition(st), "count", s.parallelism, newOp)
 	} else {

@@ -188,7 +188,7 @@ func BenchmarkWindows(b *testing.B) {
 				j := keyed.NewJob("bench", keyed.Dir(b.TempDir()), keyed.CheckpointInterval(time.Second))
 				s := keyed.FromSource(j, "behavior", 2, connector.Source[behavior](g)).Watermarks(time.Second)
 				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
-				var out *keyed.Output[int64]
+				var out *keyed.Stream[int64]
 				if windowed {
 					out = keyed.WindowAggregate(k, "count", 2, keyed.Tumbling(time.Minute), serde.Int64(),
 						keyed.Aggregator[behavior, int64]{Init: func() int64 { return 0 }, Add: func(n int64, _ behavior) int64 { return n + 1 }},

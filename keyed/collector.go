@@ -10,7 +10,8 @@ import (
 // record it is processing (its context, as Flink's ProcessFunction.Context
 // and Kafka Streams' ProcessorContext do).
 type Collector[O any] struct {
-	out    *channel.Outbox[O]
+	emit   emit[O]
+	direct *channel.Outbox[O] // instead of emit: to the sink alone
 	err    error
 	key    []byte
 	ts     int64
@@ -18,13 +19,18 @@ type Collector[O any] struct {
 	timers *timers // nil unless the operator is a TimerOperator
 }
 
-// Emit sends v on. It blocks while downstream is backpressured, until the
+// Emit sends v on, with the time of the record being processed (or of the
+// timer firing). It blocks while downstream is backpressured, until the
 // run stops.
 func (c *Collector[O]) Emit(v O) {
 	if c.err != nil {
 		return
 	}
-	c.err = c.out.Add(0, channel.Element[O]{V: v})
+	if c.direct != nil {
+		c.err = c.direct.Add(0, channel.Element[O]{V: v, TS: c.ts})
+		return
+	}
+	c.err = c.emit(channel.Element[O]{V: v, TS: c.ts})
 }
 
 // Timestamp is the time of the record being processed, at millisecond

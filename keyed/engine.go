@@ -24,36 +24,6 @@ import (
 	"github.com/kordproject/kord/keyed/internal/channel"
 )
 
-// Type-erased graph nodes; the generic ones below implement them.
-type sourceNode interface {
-	sourceName() string
-	topic() string
-	sourceValue() any // the user's Source
-}
-
-type opNode interface {
-	validate(cfg config) error
-	opName() string
-	// build creates every task of the job (sources, operator, sink) for
-	// run r from restore state rs.
-	build(ctx context.Context, r *run, rs *restoreState) error
-}
-
-type sinkNode interface {
-	reset(ctx context.Context, info connector.SinkInfo) error
-	recorded(ctx context.Context) (*connector.Recorded, error)
-	// resume tells the sink the checkpoint the run resumes after
-	// (connector.Resumer).
-	resume(after uint64)
-	commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error
-	sinkName() string
-	sinkValue() any // the user's Sink
-}
-
-type outputNode[O any] interface {
-	opNode
-}
-
 // restoreState is what a run starts from.
 type restoreState struct {
 	fresh     bool
@@ -144,15 +114,15 @@ type run struct {
 
 	tasks     int
 	names     []string
-	triggers  []chan trigger         // per source task
-	cancels   []chan uint64          // per operator and sink task
-	acks      chan ack               // to the coordinator
-	exhausted chan int               // source tasks whose input ended
-	failures  chan error             // task failures
-	wg        sync.WaitGroup         // tasks
-	bg        sync.WaitGroup         // snapshot writers
-	align     *alignmentStats        // alignment times
-	opRef     checkpoint.OperatorRef // the keyed operator and its keying mode
+	triggers  []chan trigger           // per source task
+	cancels   []chan uint64            // per operator and sink task
+	acks      chan ack                 // to the coordinator
+	exhausted chan int                 // source tasks whose input ended
+	failures  chan error               // task failures
+	wg        sync.WaitGroup           // tasks
+	bg        sync.WaitGroup           // snapshot writers
+	align     *alignmentStats          // alignment times
+	opRefs    []checkpoint.OperatorRef // the keyed stages and their keying modes
 
 	// A job on several processes (Membership): the partitions this run
 	// covers, by topic, and the channel closed when they are about to
@@ -524,7 +494,7 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 		committed = rs.meta.ID
 	}
 	j.sink.resume(committed)
-	if err := j.op.build(rctx, r, rs); err != nil {
+	if err := j.build(rctx, r, rs); err != nil {
 		cancel(err)
 		r.wg.Wait()
 		return false, err
@@ -699,7 +669,7 @@ func (j *Job) waysForward(err error) string {
 // freshStart writes checkpoint 0 (start offsets, no state) and commits it
 // through the sink; it is called by build once the partitions are known.
 func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkpoint.PartitionOffset) error {
-	m := &checkpoint.Metadata{Run: r.runID, ID: 0, Created: time.Now(), MaxParallelism: rs.maxP, Offsets: offsets, Operators: []checkpoint.OperatorRef{r.opRef}, Sources: r.sources}
+	m := &checkpoint.Metadata{Run: r.runID, ID: 0, Created: time.Now(), MaxParallelism: rs.maxP, Offsets: offsets, Operators: append([]checkpoint.OperatorRef(nil), r.opRefs...), Sources: r.sources}
 	if err := checkpoint.WriteCheckpoint(ctx, r.store, m, nil); err != nil {
 		return err
 	}
@@ -824,7 +794,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 					}
 					return c.offsets[a].Partition < c.offsets[b].Partition
 				})
-				m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: maxP, Offsets: c.offsets, Files: c.files, Operators: dedupRefs(append(c.refs, r.opRef)), Sources: r.sources}
+				m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: maxP, Offsets: c.offsets, Files: c.files, Operators: dedupRefs(append(c.refs, r.opRefs...)), Sources: r.sources}
 				if c.wm != channel.NoTime && c.wm != channel.EndOfTime {
 					wm := c.wm
 					m.Watermark = &wm

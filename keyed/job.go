@@ -3,6 +3,7 @@ package keyed
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,17 +53,20 @@ func ExponentialBackoff(attempts int, initial, max time.Duration) Restart {
 	}}
 }
 
-// Job is a dataflow declared before it runs: sources, one keyed operator
-// stage and one sink. Declare it with FromSource, KeyBy or ByPartition,
-// Process and ToSink; Validate reports every declaration error; Run runs
-// it. A Job holds no global state; Run may be called again after it
-// returns.
+// Job is a dataflow declared before it runs: sources, keyed stages and a
+// sink, joined by streams. Declare it with FromSource, MapValues, Filter,
+// FlatMapValues, KeyBy or ByPartition, Process (or ProcessFunc, ProcessValue,
+// WindowAggregate, WindowApply) and ToSink; a keyed stage's output is a
+// stream like a source's, so stages follow one another, and a stream may
+// feed several stages (fan-out) and a stage take several streams (union).
+// Validate reports every declaration error; Run runs it. A Job holds no
+// global state; Run may be called again after it returns.
 type Job struct {
 	name string
 	cfg  config
 
 	sources []sourceNode
-	op      opNode
+	ops     []opNode
 	sink    sinkNode
 	errs    []error
 
@@ -96,8 +100,8 @@ func (j *Job) Validate() error {
 	if len(j.sources) == 0 {
 		errs = append(errs, errors.New("keyed: job has no source"))
 	}
-	if j.op == nil {
-		errs = append(errs, errors.New("keyed: job has no keyed operator (Process)"))
+	if len(j.ops) == 0 {
+		errs = append(errs, errors.New("keyed: job has no keyed stage (Process)"))
 	}
 	if j.sink == nil {
 		errs = append(errs, errors.New("keyed: job has no sink (ToSink)"))
@@ -116,27 +120,23 @@ func (j *Job) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if j.op != nil {
-		if err := j.op.validate(j.cfg); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	// Sources, the operator and the sink name their state files: the
+	errs = append(errs, j.validateGraph()...)
+	// Sources, the keyed stages and the sink name their state files: the
 	// names must differ.
 	names := map[string]bool{}
 	var all []string
 	for _, s := range j.sources {
 		all = append(all, s.sourceName())
 	}
-	if j.op != nil {
-		all = append(all, j.op.opName())
+	for _, o := range j.ops {
+		all = append(all, o.stageName())
 	}
 	if j.sink != nil {
 		all = append(all, j.sink.sinkName())
 	}
 	for _, n := range all {
 		if names[n] {
-			errs = append(errs, fmt.Errorf("keyed: two parts of the job are named %q: sources, the operator and the sink need distinct names", n))
+			errs = append(errs, fmt.Errorf("keyed: two parts of the job are named %q: sources, keyed stages and the sink need distinct names", n))
 		}
 		names[n] = true
 	}
@@ -175,30 +175,33 @@ type Operator[T, O any] interface {
 	Process(key []byte, v T, out *Collector[O]) error
 }
 
-// Stream is a stream of records from a source.
+// Stream is a stream of records: a source's (FromSource), a keyed
+// stage's output (Process), or either through MapValues, Filter and FlatMapValues.
 type Stream[T any] struct {
-	j    *Job
-	node *sourceOf[T]
+	j   *Job
+	out outlet[T]
+	// src is the source when the stream is its records as read (what
+	// Timestamps, Watermarks and Idleness apply to); nil otherwise.
+	src *sourceOf[T]
+}
+
+// name names the stages s's records come from, for errors.
+func (s *Stream[T]) name() string {
+	var names []string
+	for _, o := range s.out.origins() {
+		names = append(names, o.stageName())
+	}
+	return strings.Join(names, "+")
 }
 
 // KeyedStream is a stream partitioned by a key of type K.
 type KeyedStream[K, T any] struct {
-	j     *Job
-	in    *keyedIn[T]
-	keyOf func([]byte) K // the key as the user keyed by, from its bytes
-}
-
-// keyedIn is how a keyed stream's records reach the keyed operator.
-type keyedIn[T any] struct {
-	srcs        []*sourceOf[T]
-	key         func(T) []byte // keyBy mode
+	j       *Job
+	streams []outlet[T]
+	key     func(T) []byte // KeyBy; nil with ByPartition
+	// byPartition: the key group is the source partition (ByPartition).
 	byPartition bool
-}
-
-// Output is a keyed operator's output stream.
-type Output[O any] struct {
-	j  *Job
-	op outputNode[O]
+	keyOf       func([]byte) K // the key as the user keyed by, from its bytes
 }
 
 // FromSource adds a source read by parallelism tasks. Parallelism 0 is
@@ -220,7 +223,16 @@ func FromSource[T any](j *Job, name string, parallelism int, s connector.Source[
 		j.errs = append(j.errs, fmt.Errorf("keyed: source %q: parallelism %d (0 is the default: the partition count, at most the CPUs)", name, parallelism))
 	}
 	j.sources = append(j.sources, n)
-	return &Stream[T]{j: j, node: n}
+	return &Stream[T]{j: j, out: n, src: n}
+}
+
+// source is the source s's records are as read, or nil after a note on
+// the job that method needs one.
+func (s *Stream[T]) source(method string) *sourceOf[T] {
+	if s.src == nil {
+		s.j.errs = append(s.j.errs, fmt.Errorf("keyed: %s of stream from %q: it applies to a source's stream (FromSource), before MapValues, Filter or FlatMapValues", method, s.name()))
+	}
+	return s.src
 }
 
 // Timestamps makes extract give each record of s its time, from the
@@ -232,7 +244,9 @@ func FromSource[T any](j *Job, name string, parallelism int, s connector.Source[
 // partition and offset, as Kafka Streams' default FailOnInvalidTimestamp
 // does: it is never processed without a time nor skipped silently.
 func (s *Stream[T]) Timestamps(extract func(v T, recordTime time.Time) time.Time) *Stream[T] {
-	s.node.extract = extract
+	if src := s.source("Timestamps"); src != nil {
+		src.extract = extract
+	}
 	return s
 }
 
@@ -245,7 +259,9 @@ func (s *Stream[T]) Timestamps(extract func(v T, recordTime time.Time) time.Time
 // them. A partition that has had no record holds the watermark back; a
 // bounded input's end releases it. Without Watermarks a source sends none.
 func (s *Stream[T]) Watermarks(lateness time.Duration) *Stream[T] {
-	s.node.watermarks, s.node.lateness = true, lateness
+	if src := s.source("Watermarks"); src != nil {
+		src.watermarks, src.lateness = true, lateness
+	}
 	return s
 }
 
@@ -259,13 +275,16 @@ func (s *Stream[T]) Watermarks(lateness time.Duration) *Stream[T] {
 // Records of a partition that was idle may be late when they come. Needs
 // Watermarks; default: no idleness.
 func (s *Stream[T]) Idleness(d time.Duration) *Stream[T] {
-	s.node.idleness = d
+	if src := s.source("Idleness"); src != nil {
+		src.idleness = d
+	}
 	return s
 }
 
 // KeyBy keys streams by key(record): key group = xxhash64(key) %
-// maxParallelism, records shuffled to the task owning the key group.
-// Several streams are unioned; their barriers are aligned.
+// maxParallelism, records shuffled to the task owning the key group. The
+// streams may be sources' or keyed stages' outputs; several are unioned,
+// and their barriers aligned.
 func KeyBy[T any](key func(T) []byte, streams ...*Stream[T]) *KeyedStream[[]byte, T] {
 	return keyBy(key, func(b []byte) []byte { return b }, streams)
 }
@@ -274,9 +293,9 @@ func keyBy[K, T any](key func(T) []byte, keyOf func([]byte) K, streams []*Stream
 	if len(streams) == 0 {
 		panic("keyed: KeyBy of no stream")
 	}
-	k := &KeyedStream[K, T]{j: streams[0].j, in: &keyedIn[T]{key: key}, keyOf: keyOf}
+	k := &KeyedStream[K, T]{j: streams[0].j, key: key, keyOf: keyOf}
 	for _, s := range streams {
-		k.in.srcs = append(k.in.srcs, s.node)
+		k.streams = append(k.streams, s.out)
 	}
 	return k
 }
@@ -295,41 +314,50 @@ func KeyByString[T any](key func(T) string, streams ...*Stream[T]) *KeyedStream[
 // ByPartition keys a stream by its records' key, for input already
 // partitioned by that key (events produced with kord's Java-exact
 // partitioner): the key group is the source partition and nothing is
-// shuffled (Flink reinterpretAsKeyedStream).
+// shuffled (Flink reinterpretAsKeyedStream). s must come from one source,
+// through MapValues, Filter or FlatMapValues or not: a record keeps its partition and
+// Kafka key through them.
 func ByPartition[T any](s *Stream[T]) *KeyedStream[[]byte, T] {
-	return &KeyedStream[[]byte, T]{j: s.j, in: &keyedIn[T]{srcs: []*sourceOf[T]{s.node}, byPartition: true}, keyOf: func(b []byte) []byte { return b }}
+	if o := s.out.origins(); len(o) != 1 {
+		s.j.errs = append(s.j.errs, fmt.Errorf("keyed: ByPartition of a union of %q: partition mode takes one source", s.name()))
+	} else if _, ok := o[0].(sourceNode); !ok {
+		s.j.errs = append(s.j.errs, fmt.Errorf("keyed: ByPartition of the output of %q: partition mode keys a source's records by their partition; key a stage's output with KeyBy", s.name()))
+	}
+	return &KeyedStream[[]byte, T]{j: s.j, streams: []outlet[T]{s.out}, byPartition: true, keyOf: func(b []byte) []byte { return b }}
 }
 
-// Process adds the keyed operator stage: parallelism tasks, each with an
-// Operator from newOp and keyed state for its key-group range (Flink's
-// KeyedProcessFunction; Kafka Streams' Processor with state stores). For
-// a function with no state or one value per key, ProcessFunc and
+// Process adds a keyed stage: parallelism tasks, each with an Operator
+// from newOp and keyed state for its key-group range (Flink's
+// KeyedProcessFunction; Kafka Streams' Processor with state stores). Its
+// output is a stream: to a sink (ToSink), or keyed again (KeyBy) into a
+// further stage, with barriers aligned and watermarks carried at every
+// hop. For a function with no state or one value per key, ProcessFunc and
 // ProcessValue are shorter.
 //
-// Parallelism 0 is the default: as many tasks as the stage's source topics
+// Parallelism 0 is the default: as many tasks as the job's source topics
 // have partitions together, at most runtime.NumCPU() and the max
 // parallelism, at least one; it is resolved each time the job runs, when
 // the partitions are known, and a restore at another parallelism
 // redistributes the key groups. A negative parallelism is an error, and so
 // is an explicit one above the max parallelism (in partition mode, the
-// partition count).
-func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, newOp func() Operator[T, O]) *Output[O] {
+// partition count). Every keyed stage of a job has the job's max
+// parallelism (in partition mode, the partition count).
+func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, newOp func() Operator[T, O]) *Stream[O] {
 	j := k.j
-	if j.op != nil {
-		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: only one keyed operator stage per job is supported", name))
-	}
 	if err := layout.ValidateOperator(name); err != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator name: %w", err))
 	}
 	if parallelism < 0 {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: parallelism %d (0 is the default: the partition count, at most the CPUs)", name, parallelism))
 	}
-	if k.in.byPartition && len(k.in.srcs) != 1 {
-		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: partition mode takes one source", name))
+	ex := &keyedExchange[T]{key: k.key, byPartition: k.byPartition}
+	op := &opOf[T, O]{name: name, parallelism: parallelism, newOp: newOp, in: ex}
+	for _, s := range k.streams {
+		s.attach(ex)
+		op.inputs = append(op.inputs, s.origins()...)
 	}
-	op := &opOf[T, O]{name: name, parallelism: parallelism, newOp: newOp, in: k.in}
-	j.op = op
-	return &Output[O]{j: j, op: op}
+	j.ops = append(j.ops, op)
+	return &Stream[O]{j: j, out: op}
 }
 
 // ProcessFunc adds a keyed operator stage that keeps no state: fn is
@@ -337,7 +365,7 @@ func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, ne
 // (a KeyByString key is a string). The key is only valid during the call:
 // copy it (strings.Clone, bytes.Clone) to keep it. Parallelism as
 // Process: 0 is the default, the partition count at most the CPUs.
-func ProcessFunc[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, fn func(key K, v T, out *Collector[O]) error) *Output[O] {
+func ProcessFunc[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, fn func(key K, v T, out *Collector[O]) error) *Stream[O] {
 	keyOf := k.keyOf
 	return Process(k, name, parallelism, func() Operator[T, O] {
 		return &funcOp[K, T, O]{keyOf: keyOf, fn: fn}
@@ -360,7 +388,7 @@ func (f *funcOp[K, T, O]) Process(key []byte, v T, out *Collector[O]) error {
 // key's state (Flink's ValueState in a KeyedProcessFunction). Parallelism
 // as Process: 0 is the default, the partition count at most the CPUs.
 func ProcessValue[K, T, S, O any](k *KeyedStream[K, T], name string, parallelism int, codec serde.Serde[S],
-	fn func(key K, v T, state *ValueState[S], out *Collector[O]) error) *Output[O] {
+	fn func(key K, v T, state *ValueState[S], out *Collector[O]) error) *Stream[O] {
 	keyOf := k.keyOf
 	return Process(k, name, parallelism, func() Operator[T, O] {
 		return &valueOp[K, T, S, O]{codec: codec, keyOf: keyOf, fn: fn}
@@ -383,12 +411,15 @@ func (v *valueOp[K, T, S, O]) Process(key []byte, x T, out *Collector[O]) error 
 	return v.fn(v.keyOf(key), x, v.state, out)
 }
 
-// ToSink sends the operator's output to s, through one sink task that
-// aligns barriers across all operator tasks.
-func ToSink[O any](o *Output[O], name string, s connector.Sink[O]) {
-	j := o.j
+// ToSink sends s's records to sink, through one sink task that aligns
+// barriers across every task upstream. A job has one sink.
+func ToSink[O any](s *Stream[O], name string, sink connector.Sink[O]) {
+	j := s.j
 	if j.sink != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: sink %q: only one sink per job is supported", name))
+		return
 	}
-	j.sink = &sinkOf[O]{name: name, sink: s, op: o.op}
+	ex := &sinkExchange[O]{}
+	s.out.attach(ex)
+	j.sink = &sinkOf[O]{name: name, sink: sink, in: ex}
 }

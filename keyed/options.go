@@ -20,23 +20,24 @@ type Opt func(*config)
 
 // config is a job's configuration, set by options.
 type config struct {
-	name             string
-	MaxParallelism   int
-	Mode             checkpoint.Mode
-	Checkpoint       lifecycle.Config
-	FS               vfs.FS
-	Dir              string
-	Storage          checkpoint.Storage
-	Restart          Restart
-	BatchSize        int
-	BufferTimeout    time.Duration
-	PartitionDisc    time.Duration
-	Credits          int
-	AcceptDuplicates bool
-	Failover         bool
-	Instance         string
-	OnCommit         func(checkpoint uint64) error
-	Logger           *slog.Logger
+	name                  string
+	MaxParallelism        int
+	Mode                  checkpoint.Mode
+	Checkpoint            lifecycle.Config
+	FS                    vfs.FS
+	Dir                   string
+	Storage               checkpoint.Storage
+	Restart               Restart
+	BatchSize             int
+	BufferTimeout         time.Duration
+	PartitionDisc         time.Duration
+	Credits               int
+	AcceptDuplicates      bool
+	Failover              bool
+	AllowNonRestoredState bool
+	Instance              string
+	OnCommit              func(checkpoint uint64) error
+	Logger                *slog.Logger
 	// warnLog receives what a user must see even with no Logger given:
 	// a restore that had to guess, a bounded run that read nothing. The
 	// Logger when given, else slog.Default().
@@ -149,6 +150,13 @@ func CheckpointStorage(s checkpoint.Storage) Opt { return func(c *config) { c.St
 // in this process (Kafka Streams: one application.id on several
 // instances; Flink: a job's parallel subtasks on several TaskManagers).
 func Instance(id string) Opt { return func(c *config) { c.Instance = id } }
+
+// AllowNonRestoredState lets a restore drop the state of a keyed stage the
+// job no longer has (Flink's allowNonRestoredState, the savepoint option of
+// the same name). Default: such a restore is refused, naming the stage, so
+// that renaming a stage never starts it empty by mistake. A stage the
+// checkpoint does not know starts empty either way.
+func AllowNonRestoredState() Opt { return func(c *config) { c.AllowNonRestoredState = true } }
 
 // FS is the file system the checkpoints are written through. Default the
 // operating system's (vfs.Default); vfs.NewMem keeps them in memory, for

@@ -140,7 +140,7 @@ func TestAtLeastOnce(t *testing.T) {
 			// Incarnations alternate KeyBy and KeyByString: both must put
 			// every key in the same key group, or a restore loses counts.
 			newOp := func() keyed.Operator[event, result] { return &tolerantCounter{} }
-			var out *keyed.Output[result]
+			var out *keyed.Stream[result]
 			if inc%2 == 0 {
 				out = keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 1+r.IntN(3), newOp)
 			} else {

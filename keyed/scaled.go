@@ -125,13 +125,13 @@ func (rs *restoreState) restoreScaled(b *Backend) error {
 }
 
 // checkScaled refuses a job that cannot run on several processes yet.
-func (o *opOf[T, O]) checkScaled(j *Job) error {
-	if !o.in.byPartition {
-		return fmt.Errorf("keyed: on several processes the key group must be the partition (ByPartition): to key by a field, put a repartition stage before the job (kafkaio.NewRepartition), which exchanges records between processes through a repartition topic")
+func (j *Job) checkScaled() error {
+	if len(j.ops) != 1 || !j.ops[0].byPartition() {
+		return fmt.Errorf("keyed: on several processes the key group must be the partition (ByPartition) of the one keyed stage: to key by a field, put a repartition stage before the job (kafkaio.NewRepartition), which exchanges records between processes through a repartition topic")
 	}
-	for _, s := range o.in.srcs {
-		if _, ok := s.src.(connector.OperatorState); ok {
-			return fmt.Errorf("keyed: source %q keeps operator state, which does not follow partitions across processes", s.name)
+	for _, s := range j.sources {
+		if _, ok := s.sourceValue().(connector.OperatorState); ok {
+			return fmt.Errorf("keyed: source %q keeps operator state, which does not follow partitions across processes", s.sourceName())
 		}
 	}
 	if _, ok := j.sink.sinkValue().(connector.OperatorState); ok {

@@ -126,7 +126,7 @@ type Aggregator[T, A any] struct {
 // Parallelism as Process: 0 is the default, the partition count at most
 // the CPUs.
 func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec serde.Serde[A], agg Aggregator[T, A],
-	result func(key K, win Window, acc A) O, late func(key K, v T) (O, bool)) *Output[O] {
+	result func(key K, win Window, acc A) O, late func(key K, v T) (O, bool)) *Stream[O] {
 	j, keyOf := k.j, k.keyOf
 	if err := w.validate(); err != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: %w", name, err))
@@ -157,7 +157,7 @@ func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallel
 // Lateness, late records and parallelism (0: the partition count, at
 // most the CPUs) as WindowAggregate.
 func WindowApply[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, w Windows, codec serde.Serde[T],
-	fn func(key K, win Window, records []T) O, late func(key K, v T) (O, bool)) *Output[O] {
+	fn func(key K, win Window, records []T) O, late func(key K, v T) (O, bool)) *Stream[O] {
 	agg := Aggregator[T, []T]{
 		Init: func() []T { return nil },
 		// Appending never writes below a slice's length, which is all a

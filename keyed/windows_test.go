@@ -71,7 +71,7 @@ func windowResult(key []byte, w keyed.Window, a countSum) windowCount {
 
 // countWindows counts k's records per window w with parallelism par:
 // handed their records (WindowApply) or folding them (WindowAggregate).
-func countWindows(k *keyed.KeyedStream[[]byte, event], par int, w keyed.Windows, apply bool, late func([]byte, event) (windowCount, bool)) *keyed.Output[windowCount] {
+func countWindows(k *keyed.KeyedStream[[]byte, event], par int, w keyed.Windows, apply bool, late func([]byte, event) (windowCount, bool)) *keyed.Stream[windowCount] {
 	if apply {
 		return keyed.WindowApply(k, "windows", par, w, serde.JSON[event](),
 			func(key []byte, win keyed.Window, es []event) windowCount {

@@ -176,7 +176,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 			kafkaio.Key(func(r Result) string { return r.UUID }, serde.String()))
 		s := keyed.FromSource(j, "events", 2, src)
 		newOp := func() keyed.Operator[Event, Result] { return &userCounter{atLeastOnce: o.atLeastOnce} }
-		var out *keyed.Output[Result]
+		var out *keyed.Stream[Result]
 		if o.keyBy && o.instance == "" {
 			out = keyed.Process(keyed.KeyByString(func(e Event) string { return e.UUID }, s), "count", 2, newOp)
 		} else {

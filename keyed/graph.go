@@ -1,0 +1,397 @@
+package keyed
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kordproject/kord/keyed/internal/channel"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
+)
+
+// The declared graph. Stages run tasks: sources and keyed stages (the sink
+// runs one task of its own). A stage's records reach the next stage through
+// an exchange: a key-group shuffle into a keyed stage, or the sink's
+// input. Between a stage and an exchange, Map, Filter and FlatMap are
+// chained: they run in the upstream task, as Flink chains operators, with
+// no channel hop and no goroutine of their own. A stage may feed several
+// exchanges (fan-out), and an exchange take several stages (union).
+//
+// Only the plan (plan.go) knows the run mode; the pieces below know their
+// own types and nothing else.
+
+// emit hands one element on from a task: through the chained functions,
+// to an exchange's outbox.
+type emit[T any] func(e channel.Element[T]) error
+
+// stageNode is a stage, type-erased: what exchanges count and the plan
+// resolves.
+type stageNode interface {
+	stageName() string
+	// tasks is the stage's parallelism in the run being built.
+	tasks() int
+}
+
+// outlet is where a stream's records come from: a stage's output,
+// possibly through chained functions.
+type outlet[T any] interface {
+	// attach sends the records on to in as well.
+	attach(in inlet[T])
+	// origins are the stages whose tasks emit the records: one, or
+	// several after Union.
+	origins() []stageNode
+}
+
+// inlet takes records of type T from the tasks of a stage.
+type inlet[T any] interface {
+	// target is the exchange the records end in, past any chained
+	// functions.
+	target() exchange
+	// connect gives one upstream task its emit function for this inlet,
+	// adding the outbox it sends through to outs. Called once per task of
+	// every stage attached, after the run opened the exchange.
+	connect(r *run, outs *outputs) emit[T]
+}
+
+// exchange is where records cross from the tasks of the stages that feed
+// it to the tasks downstream.
+type exchange interface {
+	// feed records that s's tasks send here.
+	feed(s stageNode)
+	// upstreams is how many tasks send here in the run being built.
+	upstreams() int
+}
+
+// feeders is an exchange's record of the stages that feed it.
+type feeders []stageNode
+
+func (f *feeders) feed(s stageNode) { *f = append(*f, s) }
+
+func (f *feeders) upstreams() int {
+	n := 0
+	for _, s := range *f {
+		n += s.tasks()
+	}
+	return n
+}
+
+// keyedExchange is a keyed stage's input: each record goes to the task
+// owning its key group, its key computed here (KeyBy), or taken from the
+// record's Kafka key with the partition as the key group (ByPartition).
+type keyedExchange[T any] struct {
+	feeders
+	key         func(T) []byte
+	byPartition bool
+	// The run being built: the downstream tasks' inboxes, the key groups,
+	// and the next upstream index to give out.
+	in   []*channel.Inbox[T]
+	maxP int
+	next int
+}
+
+func (x *keyedExchange[T]) target() exchange { return x }
+
+// open makes the inboxes of the p downstream tasks for a run.
+func (x *keyedExchange[T]) open(p, maxP, credits int) {
+	x.in = make([]*channel.Inbox[T], p)
+	for d := range x.in {
+		x.in[d] = channel.NewInbox[T](x.upstreams(), credits)
+	}
+	x.maxP, x.next = maxP, 0
+}
+
+func (x *keyedExchange[T]) connect(r *run, outs *outputs) emit[T] {
+	return x.router(r, outs).add
+}
+
+// router is one upstream task's way into a keyed exchange. A source task
+// that feeds one exchange and nothing else calls add directly, not through
+// an emit function: the per-record path of a one-stage job stays a direct
+// call (BenchmarkPipeline).
+type router[T any] struct {
+	ob          *channel.Outbox[T]
+	key         func(T) []byte
+	byPartition bool
+	maxP, p     int
+}
+
+func (x *keyedExchange[T]) router(r *run, outs *outputs) *router[T] {
+	from := make([]int, len(x.in))
+	for d := range from {
+		from[d] = x.next
+	}
+	x.next++
+	ob := channel.NewOutbox(r.stop, x.in, from, r.cfg.BatchSize)
+	*outs = append(*outs, ob)
+	return &router[T]{ob: ob, key: x.key, byPartition: x.byPartition, maxP: x.maxP, p: len(x.in)}
+}
+
+// add sends e to the task owning its key group: in partition mode the
+// source set Key (the record's) and KG (its partition); otherwise the key
+// is computed here.
+func (rt *router[T]) add(e channel.Element[T]) error {
+	if !rt.byPartition {
+		e.Key = rt.key(e.V)
+		e.KG = int32(keygroup.Of(e.Key, rt.maxP))
+	}
+	return rt.ob.Add(keygroup.OperatorIndex(int(e.KG), rt.maxP, rt.p), e)
+}
+
+// sinkExchange is the sink task's input.
+type sinkExchange[O any] struct {
+	feeders
+	in   *channel.Inbox[O]
+	next int
+}
+
+func (x *sinkExchange[O]) target() exchange { return x }
+
+func (x *sinkExchange[O]) open(credits int) {
+	x.in, x.next = channel.NewInbox[O](x.upstreams(), credits), 0
+}
+
+func (x *sinkExchange[O]) connect(r *run, outs *outputs) emit[O] {
+	ob := x.outbox(r, outs)
+	return func(e channel.Element[O]) error { return ob.Add(0, e) }
+}
+
+// outbox is one upstream task's outbox to the sink task.
+func (x *sinkExchange[O]) outbox(r *run, outs *outputs) *channel.Outbox[O] {
+	ob := channel.NewOutbox(r.stop, []*channel.Inbox[O]{x.in}, []int{x.next}, r.cfg.BatchSize)
+	x.next++
+	*outs = append(*outs, ob)
+	return ob
+}
+
+// fanOut is the emit function of a task whose stage feeds inlets ins.
+func fanOut[T any](r *run, ins []inlet[T], outs *outputs) emit[T] {
+	emits := make([]emit[T], len(ins))
+	for i, in := range ins {
+		emits[i] = in.connect(r, outs)
+	}
+	if len(emits) == 1 {
+		return emits[0]
+	}
+	return func(e channel.Element[T]) error {
+		for _, em := range emits {
+			if err := em(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// outputs is a task's outboxes, one per inlet it feeds: barriers,
+// watermarks and flushes go to each.
+type outputs []outbox
+
+type outbox interface {
+	Broadcast(barrier uint64) error
+	Advance(wm int64)
+	SetIdle(idle bool)
+	Pending() bool
+	FlushDue(timeout time.Duration) error
+	FlushAll() error
+}
+
+func (o outputs) Broadcast(barrier uint64) error {
+	for _, b := range o {
+		if err := b.Broadcast(barrier); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o outputs) Advance(wm int64) {
+	for _, b := range o {
+		b.Advance(wm)
+	}
+}
+
+func (o outputs) SetIdle(idle bool) {
+	for _, b := range o {
+		b.SetIdle(idle)
+	}
+}
+
+func (o outputs) Pending() bool {
+	for _, b := range o {
+		if b.Pending() {
+			return true
+		}
+	}
+	return false
+}
+
+func (o outputs) FlushDue(timeout time.Duration) error {
+	for _, b := range o {
+		if err := b.FlushDue(timeout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o outputs) FlushAll() error {
+	for _, b := range o {
+		if err := b.FlushAll(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Chained functions: each wraps the inlet after it.
+
+type mapped[T, U any] struct {
+	up outlet[T]
+	f  func(T) U
+}
+
+func (m *mapped[T, U]) attach(in inlet[U])   { m.up.attach(&mapIn[T, U]{f: m.f, next: in}) }
+func (m *mapped[T, U]) origins() []stageNode { return m.up.origins() }
+
+type mapIn[T, U any] struct {
+	f    func(T) U
+	next inlet[U]
+}
+
+func (m *mapIn[T, U]) target() exchange { return m.next.target() }
+
+func (m *mapIn[T, U]) connect(r *run, outs *outputs) emit[T] {
+	next, f := m.next.connect(r, outs), m.f
+	return func(e channel.Element[T]) error {
+		return next(channel.Element[U]{V: f(e.V), Key: e.Key, KG: e.KG, TS: e.TS})
+	}
+}
+
+type filtered[T any] struct {
+	up   outlet[T]
+	keep func(T) bool
+}
+
+func (f *filtered[T]) attach(in inlet[T])   { f.up.attach(&filterIn[T]{keep: f.keep, next: in}) }
+func (f *filtered[T]) origins() []stageNode { return f.up.origins() }
+
+type filterIn[T any] struct {
+	keep func(T) bool
+	next inlet[T]
+}
+
+func (f *filterIn[T]) target() exchange { return f.next.target() }
+
+func (f *filterIn[T]) connect(r *run, outs *outputs) emit[T] {
+	next, keep := f.next.connect(r, outs), f.keep
+	return func(e channel.Element[T]) error {
+		if !keep(e.V) {
+			return nil
+		}
+		return next(e)
+	}
+}
+
+type flatMapped[T, U any] struct {
+	up outlet[T]
+	f  func(v T, emit func(U))
+}
+
+func (m *flatMapped[T, U]) attach(in inlet[U])   { m.up.attach(&flatMapIn[T, U]{f: m.f, next: in}) }
+func (m *flatMapped[T, U]) origins() []stageNode { return m.up.origins() }
+
+type flatMapIn[T, U any] struct {
+	f    func(v T, emit func(U))
+	next inlet[U]
+}
+
+func (m *flatMapIn[T, U]) target() exchange { return m.next.target() }
+
+func (m *flatMapIn[T, U]) connect(r *run, outs *outputs) emit[T] {
+	// One yield per task, made once: the element it copies the key and
+	// time from, and the first error, live beside it.
+	fm := &flatMapper[T, U]{next: m.next.connect(r, outs), f: m.f}
+	fm.yield = fm.emit
+	return fm.run
+}
+
+type flatMapper[T, U any] struct {
+	next  emit[U]
+	f     func(v T, emit func(U))
+	yield func(U)
+	cur   channel.Element[T]
+	err   error
+}
+
+func (fm *flatMapper[T, U]) run(e channel.Element[T]) error {
+	fm.cur, fm.err = e, nil
+	fm.f(e.V, fm.yield)
+	return fm.err
+}
+
+func (fm *flatMapper[T, U]) emit(u U) {
+	if fm.err == nil {
+		fm.err = fm.next(channel.Element[U]{V: u, Key: fm.cur.Key, KG: fm.cur.KG, TS: fm.cur.TS})
+	}
+}
+
+// MapValues makes a stream of f(v) for each record v of s, chained into
+// the task that makes s's records (Kafka Streams' mapValues; Flink's map):
+// no channel hop, no goroutine. A record keeps its time, and on a source's
+// stream its partition and Kafka key (so ByPartition still applies); a key
+// is what KeyBy makes of the value. (keyed.Map is map state.)
+func MapValues[T, U any](s *Stream[T], f func(T) U) *Stream[U] {
+	if f == nil {
+		s.j.errs = append(s.j.errs, fmt.Errorf("keyed: MapValues of stream %q: nil function", s.name()))
+	}
+	return &Stream[U]{j: s.j, out: &mapped[T, U]{up: s.out, f: f}}
+}
+
+// Filter makes a stream of s's records for which keep returns true,
+// chained as MapValues is (Flink's and Kafka Streams' filter).
+func (s *Stream[T]) Filter(keep func(T) bool) *Stream[T] {
+	if keep == nil {
+		s.j.errs = append(s.j.errs, fmt.Errorf("keyed: Filter of stream %q: nil function", s.name()))
+	}
+	return &Stream[T]{j: s.j, out: &filtered[T]{up: s.out, keep: keep}}
+}
+
+// FlatMapValues makes a stream of what f emits for each record of s, none
+// or any number, in order, chained as MapValues is (Kafka Streams'
+// flatMapValues; Flink's flatMap). emit is valid only during the call.
+func FlatMapValues[T, U any](s *Stream[T], f func(v T, emit func(U))) *Stream[U] {
+	if f == nil {
+		s.j.errs = append(s.j.errs, fmt.Errorf("keyed: FlatMapValues of stream %q: nil function", s.name()))
+	}
+	return &Stream[U]{j: s.j, out: &flatMapped[T, U]{up: s.out, f: f}}
+}
+
+type union[T any] []outlet[T]
+
+func (u union[T]) attach(in inlet[T]) {
+	for _, up := range u {
+		up.attach(in)
+	}
+}
+
+func (u union[T]) origins() []stageNode {
+	var out []stageNode
+	for _, up := range u {
+		out = append(out, up.origins()...)
+	}
+	return out
+}
+
+// Union makes one stream of the records of streams, of one job: each
+// stream's records in their order, interleaved in no set order (Flink's
+// and Kafka Streams' union, Kafka Streams' merge). A keyed stage or the
+// sink that takes it aligns barriers across all of them.
+func Union[T any](streams ...*Stream[T]) *Stream[T] {
+	if len(streams) == 0 {
+		panic("keyed: Union of no stream")
+	}
+	u := make(union[T], len(streams))
+	for i, s := range streams {
+		u[i] = s.out
+	}
+	return &Stream[T]{j: streams[0].j, out: u}
+}

@@ -1,0 +1,185 @@
+package keyed_test
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/serde"
+	"github.com/kordproject/kord/vfs"
+)
+
+// tally is a second stage's answer: the n-th record of its bucket (n from
+// 1), naming the user event it came from and the user's count stage one
+// gave it.
+type tally struct {
+	Bucket string
+	UUID   string
+	Seq    int64
+	Count  int64 // stage one's
+	N      int64 // stage two's, per bucket
+	Path   string
+}
+
+// bucketOf is a user's bucket: the first hex digit of the uuid.
+func bucketOf(uuid string) string { return uuid[:1] }
+
+// tallyStage counts per bucket (stage two).
+func tallyStage(path string) func(key string, r result, n *keyed.ValueState[int64], out *keyed.Collector[tally]) error {
+	return func(key string, r result, n *keyed.ValueState[int64], out *keyed.Collector[tally]) error {
+		c, _ := n.Get()
+		c++
+		n.Set(c)
+		out.Emit(tally{Bucket: key, UUID: r.UUID, Seq: r.Seq, Count: r.Count, N: c, Path: path})
+		return nil
+	}
+}
+
+// checkTallies checks a two-stage pipeline's committed output against the
+// input: every kept event once (no loss, no duplicate), each user's in seq
+// order with stage one's count right, and each bucket's (and path's)
+// numbers 1..n with no gap or repeat.
+func checkTallies(t *testing.T, out []tally, want map[string]int64, keep func(seq int64) bool, path func(seq int64) string) {
+	t.Helper()
+	// Order is FIFO per (upstream task, key) at every stage: a user's
+	// events on one path keep their order; across paths they interleave.
+	next := map[string]int64{} // uuid/path -> the next seq on that path
+	on := func(seq int64, p string) bool { return (keep == nil || keep(seq)) && path(seq) == p }
+	per := map[string][]int64{} // path/bucket -> N in commit order
+	for _, r := range out {
+		k := r.UUID + "/" + r.Path
+		for next[k] < r.Seq && !on(next[k], r.Path) {
+			next[k]++
+		}
+		require.Equal(t, next[k], r.Seq, "user %s on path %s: result for seq %d, want %d (duplicate, loss or reorder)", r.UUID, r.Path, r.Seq, next[k])
+		require.Equal(t, r.Seq+1, r.Count, "user %s seq %d: stage one's count", r.UUID, r.Seq)
+		require.Equal(t, bucketOf(r.UUID), r.Bucket)
+		require.Equal(t, path(r.Seq), r.Path, "user %s seq %d went the wrong way", r.UUID, r.Seq)
+		next[k] = r.Seq + 1
+		b := r.Path + "/" + r.Bucket
+		per[b] = append(per[b], r.N)
+	}
+	wantPer := map[string]int{}
+	for u, n := range want {
+		for seq := int64(0); seq < n; seq++ {
+			if keep == nil || keep(seq) {
+				wantPer[path(seq)+"/"+bucketOf(u)]++
+			}
+		}
+		// Past its last result on each path, a user has no event left
+		// for that path.
+		for seq := int64(0); seq < n; seq++ {
+			if keep == nil || keep(seq) {
+				p := path(seq)
+				require.Greater(t, next[u+"/"+p], seq, "user %s: no result for seq %d (path %s)", u, seq, p)
+			}
+		}
+	}
+	require.Len(t, per, len(wantPer))
+	for k, ns := range per {
+		// Within a bucket the order of users is the interleaving of
+		// stage one's tasks: not defined, but the numbers are 1..n.
+		sorted := append([]int64(nil), ns...)
+		sort.Slice(sorted, func(a, b int) bool { return sorted[a] < sorted[b] })
+		for i, n := range sorted {
+			require.Equal(t, int64(i+1), n, "%s: numbers %v", k, sorted)
+		}
+		require.Len(t, ns, wantPer[k], "%s", k)
+	}
+}
+
+// failOnce fails the run after checkpoint id commits, the first time;
+// *failed says whether it has.
+func failOnce(id uint64) (keyed.Opt, *bool) {
+	failed := new(bool)
+	return keyed.OnCommit(func(c uint64) error {
+		if c == id && !*failed {
+			*failed = true
+			return errors.New("on purpose")
+		}
+		return nil
+	}), failed
+}
+
+// TestTwoStages: per-user counts (stage one, by partition), a chained
+// Filter and MapValues, re-keyed by bucket into per-bucket counts (stage
+// two), with a failure after the first commit and a restart: every kept
+// event's tally is committed once, each user's in order, each bucket's
+// numbered 1..n, at several parallelisms.
+func TestTwoStages(t *testing.T) {
+	for _, par := range []struct{ src, one, two int }{{1, 1, 1}, {2, 2, 3}, {4, 3, 2}} {
+		t.Run(fmt.Sprintf("%d-%d-%d", par.src, par.one, par.two), func(t *testing.T) {
+			src, want := input(11, 4, 60, 6_000)
+			sink := keyed.NewMemorySink[tally]()
+			fail, failed := failOnce(1)
+			j := keyed.NewJob("pipeline", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond),
+				keyed.RestartStrategy(keyed.FixedDelay(1, time.Millisecond)), fail)
+			events := keyed.FromSource(j, "events", par.src, connector.Source[event](src))
+			users := keyed.Process(keyed.ByPartition(events), "users", par.one, func() keyed.Operator[event, result] { return &counter{} })
+			kept := users.Filter(func(r result) bool { return r.Seq%3 != 2 })
+			byBucket := keyed.KeyByString(func(r result) string { return bucketOf(r.UUID) }, keyed.MapValues(kept, func(r result) result { return r }))
+			tallies := keyed.ProcessValue(byBucket, "buckets", par.two, serde.Int64(), tallyStage("all"))
+			keyed.ToSink(tallies, "out", connector.Sink[tally](sink))
+			require.NoError(t, j.Validate())
+			require.NoError(t, runJob(t, j))
+			require.True(t, *failed, "the job failed and restarted")
+			checkTallies(t, sink.Committed(), want, func(seq int64) bool { return seq%3 != 2 }, func(int64) string { return "all" })
+		})
+	}
+}
+
+// TestFanOutUnion: stage one's output goes two ways (fan-out), even and
+// odd events, each re-keyed by bucket into a stage of its own; the sink
+// takes the union of both stages, with a FlatMapValues on one way that
+// makes each record once (and none for seq 7). Barriers align across the
+// union; a failure and restart keep it exactly-once.
+func TestFanOutUnion(t *testing.T) {
+	src, want := input(12, 4, 50, 5_000)
+	sink := keyed.NewMemorySink[tally]()
+	fail, failed := failOnce(1)
+	j := keyed.NewJob("fanout", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond),
+		keyed.RestartStrategy(keyed.FixedDelay(1, time.Millisecond)), fail)
+	events := keyed.FromSource(j, "events", 2, connector.Source[event](src))
+	users := keyed.Process(keyed.ByPartition(events), "users", 2, func() keyed.Operator[event, result] { return &counter{} })
+	even := keyed.KeyByString(func(r result) string { return bucketOf(r.UUID) }, users.Filter(func(r result) bool { return r.Seq%2 == 0 }))
+	odd := keyed.KeyByString(func(r result) string { return bucketOf(r.UUID) },
+		keyed.FlatMapValues(users.Filter(func(r result) bool { return r.Seq%2 == 1 }), func(r result, emit func(result)) {
+			if r.Seq != 7 {
+				emit(r)
+			}
+		}))
+	a := keyed.ProcessValue(even, "even", 2, serde.Int64(), tallyStage("even"))
+	b := keyed.ProcessValue(odd, "odd", 3, serde.Int64(), tallyStage("odd"))
+	keyed.ToSink(keyed.Union(a, b), "out", connector.Sink[tally](sink))
+	require.NoError(t, j.Validate())
+	require.NoError(t, runJob(t, j))
+	path := func(seq int64) string {
+		if seq%2 == 0 {
+			return "even"
+		}
+		return "odd"
+	}
+	require.True(t, *failed, "the job failed and restarted")
+	checkTallies(t, sink.Committed(), want, func(seq int64) bool { return seq != 7 }, path)
+}
+
+// TestGraphErrors: what Validate refuses in a graph, naming the stage.
+func TestGraphErrors(t *testing.T) {
+	src, _ := input(13, 4, 10, 100)
+	j := keyed.NewJob("graph", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"))
+	events := keyed.FromSource(j, "events", 1, connector.Source[event](src))
+	users := keyed.Process(keyed.ByPartition(events), "users", 1, func() keyed.Operator[event, result] { return &counter{} })
+	keyed.Process(keyed.ByPartition(users), "again", 1, func() keyed.Operator[result, result] { return nil })
+	keyed.MapValues(users, func(r result) int { return 0 }).Watermarks(time.Second)
+	err := j.Validate()
+	require.ErrorContains(t, err, `ByPartition of the output of "users": partition mode keys a source's records by their partition`)
+	require.ErrorContains(t, err, `stage "again": its output goes nowhere`)
+	require.ErrorContains(t, err, `Watermarks of stream from "users": it applies to a source's stream`)
+	require.ErrorContains(t, err, `job has no sink`)
+}

@@ -1,0 +1,586 @@
+package keyed
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sort"
+	"time"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/internal/align"
+	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/keyed/internal/channel"
+	"github.com/kordproject/kord/keyed/internal/keygroup"
+)
+
+// The stages of the declared graph, and the plan that builds a run's tasks
+// from them. Only the plan knows the run mode (one process or several, a
+// restore or a fresh start); each stage builds its own tasks from what the
+// plan resolved.
+
+// sourceNode is a source stage, type-erased.
+type sourceNode interface {
+	stageNode
+	sourceName() string
+	topic() string
+	sourceValue() any // the user's Source
+	partitions(ctx context.Context) ([]int32, error)
+	start(ctx context.Context, missing []int32, useNew bool) ([]connector.Position, error)
+	// feeds reports whether the source's records go anywhere, and whether
+	// to a partition-mode stage.
+	feeds() (used, partitionMode bool)
+	setTasks(p int)
+	parallelismSet() int
+	// build starts the stage's tasks over positions (partition order).
+	build(ctx, rctx context.Context, r *run, rs *restoreState, b srcBuild) error
+}
+
+// srcBuild is what the plan resolved for a source stage.
+type srcBuild struct {
+	parts []int32
+	pos   map[int32]int64
+	// partitionLayout gives each task the partitions of a contiguous
+	// key-group range (partition mode), not round-robin.
+	partitionLayout bool
+	all             int // the topic's partition count (several processes: assigned here or not)
+	maxP            int
+	epoch           uint64
+}
+
+// opNode is a keyed stage, type-erased.
+type opNode interface {
+	stageNode
+	validate(cfg config) error
+	byPartition() bool
+	inputStages() []stageNode
+	hasOutputs() bool
+	setTasks(p int)
+	parallelismSet() int
+	openInput(maxP, credits int)
+	build(ctx, rctx context.Context, r *run, rs *restoreState, maxP int) error
+}
+
+// sinkNode is the sink stage, type-erased.
+type sinkNode interface {
+	reset(ctx context.Context, info connector.SinkInfo) error
+	recorded(ctx context.Context) (*connector.Recorded, error)
+	commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error
+	// resume tells the sink the checkpoint the run resumes after
+	// (connector.Resumer).
+	resume(after uint64)
+	sinkName() string
+	sinkValue() any // the user's Sink
+	openInput(credits int)
+	build(rctx context.Context, r *run, rs *restoreState, epoch uint64) error
+}
+
+type sourceOf[T any] struct {
+	name        string
+	parallelism int
+	src         connector.Source[T]
+	extract     func(v T, recordTime time.Time) time.Time // Stream.Timestamps; nil: the record's timestamp
+	// Stream.Watermarks: whether the source makes watermarks, and the
+	// out-of-orderness they allow.
+	watermarks bool
+	lateness   time.Duration
+	idleness   time.Duration // Stream.Idleness; 0: none
+	outs       []inlet[T]
+	p          int // tasks in the run being built
+}
+
+func (s *sourceOf[T]) sourceName() string { return s.name }
+func (s *sourceOf[T]) stageName() string  { return s.name }
+func (s *sourceOf[T]) topic() string      { return s.src.Topic() }
+func (s *sourceOf[T]) sourceValue() any   { return s.src }
+func (s *sourceOf[T]) tasks() int         { return s.p }
+func (s *sourceOf[T]) setTasks(p int)     { s.p = p }
+func (s *sourceOf[T]) parallelismSet() int {
+	return s.parallelism
+}
+func (s *sourceOf[T]) origins() []stageNode { return []stageNode{s} }
+func (s *sourceOf[T]) attach(in inlet[T]) {
+	s.outs = append(s.outs, in)
+	in.target().feed(s)
+}
+
+func (s *sourceOf[T]) feeds() (used, partitionMode bool) {
+	pm := false
+	for _, in := range s.outs {
+		if x, ok := in.target().(interface{ partitionMode() bool }); ok && x.partitionMode() {
+			pm = true
+		}
+	}
+	return len(s.outs) > 0, pm
+}
+
+func (s *sourceOf[T]) partitions(ctx context.Context) ([]int32, error) {
+	parts, err := s.src.Partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(parts, func(a, b int) bool { return parts[a] < parts[b] })
+	return parts, nil
+}
+
+func (s *sourceOf[T]) start(ctx context.Context, missing []int32, useNew bool) ([]connector.Position, error) {
+	if ns, ok := s.src.(connector.NewPartitionStarter); ok && useNew {
+		return ns.StartNew(ctx, missing)
+	}
+	return s.src.Start(ctx, missing)
+}
+
+type opOf[T, O any] struct {
+	name        string
+	parallelism int
+	newOp       func() Operator[T, O]
+	in          *keyedExchange[T]
+	inputs      []stageNode // the stages whose records come in
+	outs        []inlet[O]
+	p           int // tasks in the run being built
+}
+
+func (o *opOf[T, O]) stageName() string           { return o.name }
+func (o *opOf[T, O]) tasks() int                  { return o.p }
+func (o *opOf[T, O]) setTasks(p int)              { o.p = p }
+func (o *opOf[T, O]) parallelismSet() int         { return o.parallelism }
+func (o *opOf[T, O]) byPartition() bool           { return o.in.byPartition }
+func (o *opOf[T, O]) inputStages() []stageNode    { return o.inputs }
+func (o *opOf[T, O]) hasOutputs() bool            { return len(o.outs) > 0 }
+func (o *opOf[T, O]) origins() []stageNode        { return []stageNode{o} }
+func (o *opOf[T, O]) openInput(maxP, credits int) { o.in.open(o.p, maxP, credits) }
+func (o *opOf[T, O]) attach(in inlet[O]) {
+	o.outs = append(o.outs, in)
+	in.target().feed(o)
+}
+
+func (x *keyedExchange[T]) partitionMode() bool { return x.byPartition }
+
+func (o *opOf[T, O]) validate(cfg config) error {
+	if o.in.byPartition && cfg.MaxParallelism != 0 {
+		return fmt.Errorf("keyed: operator %q: partition mode takes its max parallelism from the partition count; leave MaxParallelism unset", o.name)
+	}
+	if !o.in.byPartition && o.in.key == nil {
+		return fmt.Errorf("keyed: operator %q: nil key function", o.name)
+	}
+	if o.newOp == nil {
+		return fmt.Errorf("keyed: operator %q: nil operator constructor", o.name)
+	}
+	return nil
+}
+
+type sinkOf[O any] struct {
+	name string
+	sink connector.Sink[O]
+	in   *sinkExchange[O]
+}
+
+func (s *sinkOf[O]) reset(ctx context.Context, info connector.SinkInfo) error {
+	return s.sink.Reset(ctx, info)
+}
+func (s *sinkOf[O]) resume(after uint64) {
+	if r, ok := s.sink.(connector.Resumer); ok {
+		r.Resume(after)
+	}
+}
+func (s *sinkOf[O]) sinkName() string      { return s.name }
+func (s *sinkOf[O]) sinkValue() any        { return s.sink }
+func (s *sinkOf[O]) openInput(credits int) { s.in.open(credits) }
+func (s *sinkOf[O]) recorded(ctx context.Context) (*connector.Recorded, error) {
+	return s.sink.Recorded(ctx)
+}
+func (s *sinkOf[O]) commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
+	return s.sink.Commit(ctx, ref, offsets)
+}
+
+// validateGraph checks how the stages connect.
+func (j *Job) validateGraph() []error {
+	var errs []error
+	topics := map[string]bool{}
+	for _, s := range j.sources {
+		if s.sourceValue() == nil {
+			errs = append(errs, fmt.Errorf("keyed: source %q is nil", s.sourceName()))
+			continue
+		}
+		if topics[s.topic()] {
+			errs = append(errs, fmt.Errorf("keyed: two sources read topic %q", s.topic()))
+		}
+		topics[s.topic()] = true
+		if used, _ := s.feeds(); !used {
+			errs = append(errs, fmt.Errorf("keyed: source %q feeds nothing: key it (KeyBy, ByPartition) into a stage", s.sourceName()))
+		}
+	}
+	for _, o := range j.ops {
+		if err := o.validate(j.cfg); err != nil {
+			errs = append(errs, err)
+		}
+		if !o.hasOutputs() {
+			errs = append(errs, fmt.Errorf("keyed: stage %q: its output goes nowhere: send it to the sink (ToSink) or key it into a further stage (KeyBy)", o.stageName()))
+		}
+		if o.byPartition() && len(o.inputStages()) != 1 {
+			errs = append(errs, fmt.Errorf("keyed: operator %q: partition mode takes one source", o.stageName()))
+		}
+	}
+	if j.cfg.Instance != "" && len(j.ops) > 1 {
+		errs = append(errs, fmt.Errorf("keyed: stages %q and %q: a job of several processes (Instance) has one keyed stage, whose key group is the partition; chain further stages through a repartition topic (kafkaio.NewRepartition)", j.ops[0].stageName(), j.ops[1].stageName()))
+	}
+	return errs
+}
+
+// numCPU is runtime.NumCPU; tests replace it.
+var numCPU = runtime.NumCPU
+
+// defaultParallelism is set, the parallelism a job gave a stage, if it is
+// not 0; otherwise the partition count, at most the CPUs, and always at
+// least 1.
+func defaultParallelism(set, partitions int) int {
+	if set != 0 {
+		return set
+	}
+	return max(1, min(partitions, numCPU()))
+}
+
+// build plans the run and creates and starts every task under rctx, the
+// run's context: it resolves partitions, positions, key groups and
+// parallelism, checks them against the restored checkpoint, opens every
+// exchange, then starts the stages' tasks. Setting up (listing
+// partitions, a fresh start's commit, opening readers) is bounded by a
+// minute.
+func (j *Job) build(rctx context.Context, r *run, rs *restoreState) error {
+	ctx, cancel := context.WithTimeout(rctx, time.Minute)
+	defer cancel()
+	cfg := r.cfg
+	if err := checkOpStateNames(j, rs); err != nil {
+		return Permanent(err)
+	}
+	if r.assigned != nil {
+		if err := j.checkScaled(); err != nil {
+			return Permanent(err)
+		}
+	}
+	srcs, offsets, fresh, err := j.positions(ctx, r, rs)
+	if err != nil {
+		return err
+	}
+	maxP, err := j.keyGroups(rs, srcs)
+	if err != nil {
+		return err
+	}
+	// Parallelism: what the job set, or by default the partition count,
+	// at most the CPUs (and, for a keyed stage, the key groups).
+	partitions := 0
+	for i, s := range j.sources {
+		s.setTasks(defaultParallelism(s.parallelismSet(), len(srcs[i].parts)))
+		partitions += len(srcs[i].parts)
+		if srcs[i].partitionLayout {
+			partitions = maxP // every partition of the topic, assigned here or not
+		}
+	}
+	for _, o := range j.ops {
+		p := defaultParallelism(o.parallelismSet(), min(partitions, maxP))
+		if err := keygroup.ValidateParallelism(p, maxP); err != nil {
+			return fmt.Errorf("keyed: operator %q: %w", o.stageName(), err)
+		}
+		o.setTasks(p)
+	}
+	if err := j.checkStages(r, rs, maxP); err != nil {
+		return err
+	}
+	if rs.fresh {
+		if err := r.freshStart(ctx, rs, offsets); err != nil {
+			return err
+		}
+	} else if r.assigned != nil && len(fresh) > 0 {
+		// Partitions no process ever committed, beside restored ones:
+		// their start is committed first, as a fresh start's is.
+		if err := r.freshStart(ctx, rs, fresh); err != nil {
+			return err
+		}
+	}
+	// Every exchange before any task: a task connects to those it feeds.
+	for _, o := range j.ops {
+		o.openInput(maxP, cfg.Credits)
+	}
+	j.sink.openInput(cfg.Credits)
+	// The first epoch: output after the restored (or fresh) checkpoint.
+	epoch := uint64(1)
+	if rs.meta != nil {
+		epoch = rs.meta.ID + 1
+	}
+	for i, s := range j.sources {
+		b := srcs[i]
+		b.maxP, b.epoch = maxP, epoch
+		if err := s.build(ctx, rctx, r, rs, b); err != nil {
+			return err
+		}
+	}
+	for _, o := range j.ops {
+		if err := o.build(ctx, rctx, r, rs, maxP); err != nil {
+			return err
+		}
+	}
+	return j.sink.build(rctx, r, rs, epoch)
+}
+
+// positions lists every source's partitions (those assigned to this
+// process, on several) and where each starts: the restored offset, or
+// the source's start for a partition the checkpoint does not know. It
+// returns the offsets the run starts from, and (several processes) those
+// of partitions no record names.
+func (j *Job) positions(ctx context.Context, r *run, rs *restoreState) (srcs []srcBuild, offsets, fresh []checkpoint.PartitionOffset, err error) {
+	srcs = make([]srcBuild, len(j.sources))
+	for i, s := range j.sources {
+		parts, err := s.partitions(ctx)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("keyed: source %q: %w", s.sourceName(), err)
+		}
+		_, pm := s.feeds()
+		all := len(parts)
+		if r.assigned != nil {
+			// One of several processes: the partition count sets the key
+			// groups; this run reads only the partitions assigned to it.
+			if err := checkPartitionMode(s.sourceName(), parts); err != nil {
+				return nil, nil, nil, err
+			}
+			parts = assignedOf(parts, r.assigned[s.topic()])
+		} else if pm {
+			if err := checkPartitionMode(s.sourceName(), parts); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+		pos := map[int32]int64{}
+		known := rs.positions[s.topic()]
+		var missing []int32
+		for _, p := range parts {
+			if off, ok := known[p]; ok {
+				pos[p] = off
+			} else {
+				missing = append(missing, p)
+			}
+		}
+		if len(missing) > 0 {
+			// A fresh start reads from the source's start, and so does a
+			// failover (its checkpoint's offsets belong elsewhere); a
+			// partition the restored checkpoint does not know appeared
+			// later and is read from its beginning.
+			start, err := s.start(ctx, missing, !rs.fresh && !rs.failover && r.assigned == nil)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("keyed: source %q: start offsets: %w", s.sourceName(), err)
+			}
+			for _, p := range start {
+				pos[p.Partition] = p.Offset
+				fresh = append(fresh, checkpoint.PartitionOffset{Topic: s.topic(), Partition: p.Partition, Offset: p.Offset})
+			}
+		}
+		for _, p := range parts {
+			offsets = append(offsets, checkpoint.PartitionOffset{Topic: s.topic(), Partition: p, Offset: pos[p]})
+		}
+		srcs[i] = srcBuild{parts: parts, pos: pos, partitionLayout: pm, all: all}
+	}
+	return srcs, offsets, fresh, nil
+}
+
+// keyGroups resolves the job's key groups: in partition mode the
+// partition count (which a restore must find unchanged), otherwise the
+// max parallelism the job set or the default (a restore keeps the
+// checkpoint's).
+func (j *Job) keyGroups(rs *restoreState, srcs []srcBuild) (int, error) {
+	n := 0
+	for i, s := range j.sources {
+		if !srcs[i].partitionLayout {
+			continue
+		}
+		if n != 0 && srcs[i].all != n {
+			return 0, fmt.Errorf("keyed: sources in partition mode have %d and %d partitions (source %q): the job's key groups are one partition count", n, srcs[i].all, s.sourceName())
+		}
+		n = srcs[i].all
+		if !rs.fresh && rs.maxP != n {
+			return 0, fmt.Errorf("keyed: source %q has %d partitions, checkpoint %s was taken with %d: partition mode cannot follow a change of partition count",
+				s.sourceName(), n, rs.meta.Ref(), rs.maxP)
+		}
+	}
+	if n != 0 {
+		rs.maxP = n
+	} else if rs.fresh {
+		rs.maxP = j.cfg.MaxParallelism
+		if rs.maxP == 0 {
+			rs.maxP = DefaultMaxParallelism
+		}
+	}
+	return rs.maxP, nil
+}
+
+// checkStages records each keyed stage's keying mode for the run's
+// checkpoints and checks them against the restored one: a stage keeps its
+// mode (what a key group means), a new stage starts empty, and a stage the
+// job no longer has is refused unless AllowNonRestoredState drops its state.
+func (j *Job) checkStages(r *run, rs *restoreState, maxP int) error {
+	r.opRefs = r.opRefs[:0]
+	stages := map[string]bool{}
+	for _, o := range j.ops {
+		mode := "keyed.keyby"
+		if o.byPartition() {
+			mode = "keyed.partition"
+		}
+		stages[o.stageName()] = true
+		r.opRefs = append(r.opRefs, checkpoint.OperatorRef{Name: o.stageName(), Type: mode, SchemaFingerprint: fmt.Sprintf("maxParallelism=%d", maxP)})
+		if rs.fresh {
+			continue
+		}
+		found := false
+		for _, ref := range rs.meta.Operators {
+			if ref.Name == o.stageName() {
+				found = true
+				if ref.Type != mode {
+					return fmt.Errorf("keyed: operator %q: checkpoint %s was taken in %s mode, the job now runs in %s mode: key groups would not match (restore is refused)", o.stageName(), rs.meta.Ref(), ref.Type, mode)
+				}
+			}
+		}
+		if !found {
+			r.log.Info("keyed: a stage the restored checkpoint does not know starts empty", "stage", o.stageName(), "checkpoint", rs.meta.Ref())
+		}
+	}
+	if rs.fresh {
+		return nil
+	}
+	for _, ref := range rs.meta.Operators {
+		if isStageRef(ref) && !stages[ref.Name] && !r.cfg.AllowNonRestoredState {
+			return Permanent(fmt.Errorf("keyed: checkpoint %s holds the state of stage %q, which the job no longer has: give the stage its name back, or drop its state with keyed.AllowNonRestoredState (Flink's allowNonRestoredState)",
+				rs.meta.Ref(), ref.Name))
+		}
+	}
+	return nil
+}
+
+// isStageRef reports whether ref names a keyed stage (its keying mode),
+// not one of its states.
+func isStageRef(ref checkpoint.OperatorRef) bool {
+	return ref.Type == "keyed.keyby" || ref.Type == "keyed.partition"
+}
+
+// build starts the source's tasks, and its partition discovery.
+func (s *sourceOf[T]) build(ctx, rctx context.Context, r *run, rs *restoreState, b srcBuild) error {
+	assign := make([][]connector.Position, s.p)
+	for k, p := range b.parts {
+		t := k % s.p
+		if b.partitionLayout {
+			t = keygroup.OperatorIndex(int(p), b.maxP, s.p)
+		}
+		assign[t] = append(assign[t], connector.Position{Partition: p, Offset: b.pos[p]})
+	}
+	var dead connector.DeadLetterSink
+	if d, ok := r.j.sink.sinkValue().(connector.DeadLetterSink); ok && d.TakesDeadLetters() {
+		dead = d
+	}
+	tasks := make([]*sourceTask[T], s.p)
+	for t := 0; t < s.p; t++ {
+		task := r.addTask(fmt.Sprintf("%s[%d]", s.name, t))
+		var outs outputs
+		var em emit[T]
+		var route *router[T]
+		if x, ok := s.outs[0].(*keyedExchange[T]); ok && len(s.outs) == 1 {
+			route = x.router(r, &outs)
+		} else {
+			em = fanOut(r, s.outs, &outs)
+		}
+		reader, err := s.src.Reader(ctx)
+		if err != nil {
+			return fmt.Errorf("keyed: source %q: %w", s.name, err)
+		}
+		if err := restoreOpState(rs, reader, s.name); err != nil {
+			reader.Close()
+			return fmt.Errorf("keyed: source %q task %d: %w", s.name, t, err)
+		}
+		if err := reader.Assign(ctx, assign[t]); err != nil {
+			reader.Close()
+			return fmt.Errorf("keyed: source %q task %d: %w", s.name, t, err)
+		}
+		trig := make(chan trigger, 1)
+		r.triggers = append(r.triggers, trig)
+		st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, emit: em, route: route, out: outs, trig: trig, positions: assign[t], extract: s.extract,
+			watermarks: s.watermarks, lateness: s.lateness.Milliseconds(), newest: map[int32]int64{},
+			idleness: s.idleness, heard: map[int32]time.Time{}, asked: map[int32]time.Time{}, behind: map[int32]bool{},
+			epoch: b.epoch, name: s.name, instance: t, dead: dead, restored: !rs.fresh && !rs.failover}
+		st.adds = make(chan []connector.Position, 1)
+		tasks[t] = st
+		r.goTask(rctx, task, st.run)
+	}
+	if r.cfg.PartitionDisc > 0 && r.assigned == nil { // scaled: the group assigns new partitions
+		d := &discoverer[T]{r: r, src: s, tasks: tasks, byPartition: b.partitionLayout, known: b.parts}
+		r.wg.Add(1)
+		go d.run(rctx, r.cfg.PartitionDisc)
+	}
+	return nil
+}
+
+// build starts the stage's tasks, each with its backend restored.
+func (o *opOf[T, O]) build(ctx, rctx context.Context, r *run, rs *restoreState, maxP int) error {
+	for d := 0; d < o.p; d++ {
+		task := r.addTask(fmt.Sprintf("%s[%d]", o.name, d))
+		rng := keygroup.RangeFor(d, maxP, o.p)
+		var bopts []backendOpt
+		if !o.in.byPartition {
+			bopts = append(bopts, keyGroupFunc(func(key []byte) int { return keygroup.Of(key, maxP) }))
+		}
+		b, err := newBackend(o.name, maxP, rng, bopts...)
+		if err != nil {
+			return err
+		}
+		op := o.newOp()
+		if err := op.Open(b); err != nil {
+			return fmt.Errorf("keyed: operator %q task %d: open: %w", o.name, d, err)
+		}
+		var tm *timers
+		if _, ok := op.(TimerOperator[T, O]); ok {
+			if tm, err = newTimers(b); err != nil {
+				return fmt.Errorf("keyed: operator %q task %d: %w", o.name, d, err)
+			}
+		}
+		if r.assigned != nil {
+			if err := rs.restoreScaled(b); err != nil {
+				return fmt.Errorf("keyed: operator %q task %d: %w", o.name, d, err)
+			}
+		} else if !rs.fresh {
+			if err := b.restore(rs.meta, rs.files); err != nil {
+				return fmt.Errorf("keyed: operator %q task %d: restore %s: %w", o.name, d, rs.meta.Ref(), err)
+			}
+		}
+		al, err := align.New(r.cfg.Mode, o.in.upstreams())
+		if err != nil {
+			return err
+		}
+		cancels := make(chan uint64, 16)
+		r.cancels = append(r.cancels, cancels)
+		var outs outputs
+		var em emit[O]
+		var direct *channel.Outbox[O]
+		if x, ok := o.outs[0].(*sinkExchange[O]); ok && len(o.outs) == 1 {
+			direct = x.outbox(r, &outs)
+		} else {
+			em = fanOut(r, o.outs, &outs)
+		}
+		if tm != nil {
+			tm.rebuild()
+		}
+		ot := &opTask[T, O]{r: r, task: task, in: o.in.in[d], al: al, cancels: cancels, op: op, b: b, emit: em, direct: direct, out: outs, restoredWm: rs.watermark(), timers: tm}
+		r.goTask(rctx, task, ot.run)
+	}
+	return nil
+}
+
+// build starts the sink task.
+func (s *sinkOf[O]) build(rctx context.Context, r *run, rs *restoreState, epoch uint64) error {
+	task := r.addTask(fmt.Sprintf("%s[0]", s.name))
+	al, err := align.New(r.cfg.Mode, s.in.upstreams())
+	if err != nil {
+		return err
+	}
+	cancels := make(chan uint64, 16)
+	r.cancels = append(r.cancels, cancels)
+	if err := restoreOpState(rs, s.sink, s.name); err != nil {
+		return fmt.Errorf("keyed: sink %q: %w", s.name, err)
+	}
+	kt := &sinkTask[O]{r: r, task: task, in: s.in.in, al: al, cancels: cancels, sink: s.sink, epoch: epoch, name: s.name}
+	r.goTask(rctx, task, kt.run)
+	return nil
+}
