@@ -183,3 +183,27 @@ func TestGraphErrors(t *testing.T) {
 	require.ErrorContains(t, err, `Watermarks of stream from "users": it applies to a source's stream`)
 	require.ErrorContains(t, err, `job has no sink`)
 }
+
+// TestGraphChange: state belongs to a stage's name. A restore into a job
+// without one of the checkpoint's stages is refused, naming it, unless
+// AllowNonRestoredState drops its state; a stage the checkpoint does not
+// know starts empty.
+func TestGraphChange(t *testing.T) {
+	fs := vfs.NewMem()
+	sink := keyed.NewMemorySink[tally]()
+	job := func(stageTwo string, opts ...keyed.Opt) *keyed.Job {
+		src, _ := input(14, 4, 20, 500)
+		j := keyed.NewJob("change", append([]keyed.Opt{keyed.FS(fs), keyed.Dir("/ckpt")}, opts...)...)
+		events := keyed.FromSource(j, "events", 1, connector.Source[event](src))
+		users := keyed.Process(keyed.ByPartition(events), "users", 1, func() keyed.Operator[event, result] { return &counter{} })
+		byBucket := keyed.KeyByString(func(r result) string { return bucketOf(r.UUID) }, users)
+		keyed.ToSink(keyed.ProcessValue(byBucket, stageTwo, 1, serde.Int64(), tallyStage(stageTwo)), "out", connector.Sink[tally](sink))
+		require.NoError(t, j.Validate())
+		return j
+	}
+	require.NoError(t, runJob(t, job("buckets")))
+	err := runJob(t, job("pages"))
+	require.ErrorContains(t, err, `holds the state of stage "buckets", which the job no longer has`)
+	require.ErrorContains(t, err, "keyed.AllowNonRestoredState")
+	require.NoError(t, runJob(t, job("pages", keyed.AllowNonRestoredState())))
+}
