@@ -52,6 +52,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -218,11 +219,8 @@ func run(ctx context.Context, o options) error {
 		}
 		norm.Rules = rules
 	}
-	client, err := o.newClient()
-	if err != nil {
-		return err
-	}
-	if client.BrokerList() == "" {
+	if o.brokers == "" && o.properties == "" && !slices.ContainsFunc(o.set, func(x string) bool { return strings.HasPrefix(x, "bootstrap.servers=") }) {
+		// No cluster named: the embedded default.
 		c, err := kordtest.NewCluster()
 		if err != nil {
 			return err
@@ -230,9 +228,10 @@ func run(ctx context.Context, o options) error {
 		defer c.Close()
 		o.brokers = strings.Join(c.Brokers(), ",")
 		o.say("embedded Kafka (kfake) at %s\n", o.brokers)
-		if client, err = o.newClient(); err != nil {
-			return err
-		}
+	}
+	client, err := o.newClient()
+	if err != nil {
+		return err
 	}
 	o.client, o.brokers = client, client.BrokerList()
 	if o.topic == "" {

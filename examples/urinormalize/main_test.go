@@ -160,3 +160,17 @@ func TestParseFlags(t *testing.T) {
 	require.Equal(t, "in.late", o.lateTopic())
 	require.Equal(t, "in.dlq", o.dlqTopic())
 }
+
+// TestRunEmbedded: with no cluster named (no -brokers, -properties or
+// -X bootstrap.servers), the job runs on the embedded default, as the
+// README's first command does.
+func TestRunEmbedded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o, err := parseFlags(nil)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	o.dir, o.stdout, o.events, o.quiet = t.TempDir(), &out, 2_000, true
+	require.NoError(t, run(ctx, o))
+	require.Equal(t, "2000", summaryOf(t, strings.TrimSpace(out.String()))["events_in"])
+}

@@ -33,6 +33,10 @@ type Result struct {
 	Seq    int64  `json:"seq"`
 	Count  int64  `json:"count"`
 	Action string `json:"action"`
+	// With -pages: the event's page, and the result's number within it
+	// (the page stage's count).
+	Page  string `json:"page,omitempty"`
+	PageN int64  `json:"page_n,omitempty"`
 }
 
 type summary struct {
@@ -61,15 +65,22 @@ func (c *userCounter) Open(b *keyed.Backend) (err error) {
 func (c *userCounter) Process(_ []byte, e Event, out *keyed.Collector[Result]) error {
 	n, _ := c.n.Get()
 	if c.atLeastOnce && e.Seq < n {
-		out.Emit(Result{UUID: e.UUID, Seq: e.Seq, Count: e.Seq + 1, Action: e.Action})
+		out.Emit(Result{UUID: e.UUID, Seq: e.Seq, Count: e.Seq + 1, Action: e.Action, Page: e.Page})
 		return nil
 	}
 	if e.Seq != n {
 		return fmt.Errorf("user %s: event %d after %d events: out of order", e.UUID, e.Seq, n)
 	}
 	c.n.Set(n + 1)
-	out.Emit(Result{UUID: e.UUID, Seq: e.Seq, Count: n + 1, Action: e.Action})
+	out.Emit(Result{UUID: e.UUID, Seq: e.Seq, Count: n + 1, Action: e.Action, Page: e.Page})
 	return nil
+}
+
+// normalizePage is a page's path in one form: lower case, no trailing
+// slash, no query.
+func normalizePage(p string) string {
+	p, _, _ = strings.Cut(p, "?")
+	return strings.ToLower(strings.TrimSuffix(p, "/"))
 }
 
 // repartitionStage names the repartition stage of -keyby on several
@@ -175,12 +186,29 @@ func process(ctx context.Context, o options, sum *summary) error {
 		sink := kafkaio.NewSink(client, o.output, serde.JSON[Result](), session,
 			kafkaio.Key(func(r Result) string { return r.UUID }, serde.String()))
 		s := keyed.FromSource(j, "events", 2, src)
+		if o.pages {
+			// The seed's identityUri normalization, chained into the source
+			// tasks.
+			s = keyed.MapValues(s, func(e Event) Event { e.Page = normalizePage(e.Page); return e })
+		}
 		newOp := func() keyed.Operator[Event, Result] { return &userCounter{atLeastOnce: o.atLeastOnce} }
 		var out *keyed.Stream[Result]
 		if o.keyBy && o.instance == "" {
 			out = keyed.Process(keyed.KeyByString(func(e Event) string { return e.UUID }, s), "count", 2, newOp)
 		} else {
 			out = keyed.Process(keyed.ByPartition(s), "count", 2, newOp)
+		}
+		if o.pages {
+			// The second stage: re-keyed by page, each result numbered
+			// within its page.
+			byPage := keyed.KeyByString(func(r Result) string { return r.Page }, out)
+			out = keyed.ProcessValue(byPage, "pages", 2, serde.Int64(), func(_ string, r Result, n *keyed.ValueState[int64], out *keyed.Collector[Result]) error {
+				c, _ := n.Get()
+				n.Set(c + 1)
+				r.PageN = c + 1
+				out.Emit(r)
+				return nil
+			})
 		}
 		keyed.ToSink(out, "results", sink)
 		return append(jobs, j), rep
@@ -263,6 +291,7 @@ func watch(ctx context.Context, o options, done func(), progress func(n int)) er
 	// (at-least-once output repeats some after a restart).
 	n := 0
 	next := map[string]int64{}
+	seen := map[string]map[int64]bool{} // -pages
 	last := time.Now()
 	for n < o.events {
 		if ctx.Err() != nil {
@@ -274,8 +303,20 @@ func watch(ctx context.Context, o options, done func(), progress func(n int)) er
 			if err := json.Unmarshal(m.Value, &res); err != nil {
 				return fmt.Errorf("%s[%d]@%d: %w", o.output, m.TopicPartition.Partition, m.TopicPartition.Offset, err)
 			}
-			if res.Seq == next[res.UUID] {
+			counted := false
+			if o.pages {
+				// Through the page stage a user's results come in order per
+				// page only: count each (user, seq) once.
+				if seen[res.UUID] == nil {
+					seen[res.UUID] = map[int64]bool{}
+				}
+				counted = !seen[res.UUID][res.Seq]
+				seen[res.UUID][res.Seq] = true
+			} else if res.Seq == next[res.UUID] {
 				next[res.UUID]++
+				counted = true
+			}
+			if counted {
 				n++
 				if progress != nil {
 					progress(n)

@@ -36,6 +36,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -72,6 +73,7 @@ type options struct {
 	partitions  int
 	seed        uint64
 	keyBy       bool
+	pages       bool // -pages: a second keyed stage, per page
 	crash       bool
 	interval    time.Duration
 	dir         string
@@ -144,6 +146,7 @@ func parseFlags(args []string) (options, error) {
 	flag.StringVar(&o.topic, "input", "", "input topic (default: a fresh user-behavior.<time> topic)")
 	flag.StringVar(&o.output, "output", "", "output topic (default: <input>.counts)")
 	flag.StringVar(&o.phase, "phase", "all", "all, produce, process or verify")
+	flag.BoolVar(&o.pages, "pages", false, "two keyed stages: the per-user counts, then re-keyed by page (normalized by a chained MapValues) into per-page counts, each result carrying its number within its page; one process only")
 	flag.BoolVar(&o.keyBy, "keyby", false, "key by the uuid extracted from the event instead of by the record key (key group = partition): xxhash key groups shuffled in process, or with -processes and -instance a repartition topic between the processes")
 	flag.BoolVar(&o.crash, "crash", true, "fail the job part-way, after its second checkpoint committed (keyed.OnCommit), and let the restart strategy recover it from the checkpoint Kafka recorded; with -processes, SIGKILL one process and start it again")
 	flag.DurationVar(&o.interval, "interval", time.Second, "checkpoint interval")
@@ -185,12 +188,12 @@ func run(ctx context.Context, o options) error {
 		if o.atLeastOnce {
 			return errors.New("-processes and -instance run exactly-once only")
 		}
+		if o.pages {
+			return errors.New("-pages runs on one process: a job of several processes has one keyed stage, by partition")
+		}
 	}
-	client, err := o.newClient()
-	if err != nil {
-		return err
-	}
-	if client.BrokerList() == "" {
+	if o.brokers == "" && o.properties == "" && !slices.ContainsFunc(o.set, func(x string) bool { return strings.HasPrefix(x, "bootstrap.servers=") }) {
+		// No cluster named: the embedded default.
 		c, err := kordtest.NewCluster()
 		if err != nil {
 			return err
@@ -198,9 +201,10 @@ func run(ctx context.Context, o options) error {
 		defer c.Close()
 		o.brokers = strings.Join(c.Brokers(), ",")
 		o.say("embedded Kafka (kfake) at %s\n", o.brokers)
-		if client, err = o.newClient(); err != nil {
-			return err
-		}
+	}
+	client, err := o.newClient()
+	if err != nil {
+		return err
 	}
 	o.client, o.brokers = client, client.BrokerList()
 	if o.topic == "" {
@@ -375,6 +379,11 @@ func verify(ctx context.Context, o options, parts int, sum *summary) error {
 	}
 	next := map[string]int64{}
 	dups, disorder, wrong, n := 0, 0, 0, 0
+	// -pages: a user's results come through the page stage's tasks, so
+	// their order holds per (user, page) only; each page numbers its
+	// results 1..n.
+	seen := map[string]map[int64]bool{}
+	pageNs := map[string][]int64{}
 	idle := time.Now()
 	for time.Since(idle) < 3*time.Second {
 		if err := ctx.Err(); err != nil {
@@ -393,17 +402,42 @@ func verify(ctx context.Context, o options, parts int, sum *summary) error {
 			return fmt.Errorf("%s[%d]@%d: %w", o.output, m.TopicPartition.Partition, m.TopicPartition.Offset, err)
 		}
 		n++
+		if res.Count != res.Seq+1 {
+			wrong++
+		}
+		if o.pages {
+			if seen[res.UUID] == nil {
+				seen[res.UUID] = map[int64]bool{}
+			}
+			up := res.UUID + " " + res.Page
+			switch {
+			case seen[res.UUID][res.Seq]:
+				dups++
+			case res.Seq < next[up]:
+				disorder++
+			}
+			seen[res.UUID][res.Seq] = true
+			next[up] = max(next[up], res.Seq+1)
+			pageNs[res.Page] = append(pageNs[res.Page], res.PageN)
+			continue
+		}
 		switch want := next[res.UUID]; {
 		case res.Seq < want:
 			dups++
 		case res.Seq > want:
 			disorder++
 		}
-		if res.Count != res.Seq+1 {
-			wrong++
-		}
 		if res.Seq >= next[res.UUID] {
 			next[res.UUID] = res.Seq + 1
+		}
+	}
+	for _, ns := range pageNs {
+		slices.Sort(ns)
+		for i, k := range ns {
+			if k != int64(i+1) {
+				wrong++ // a page's numbers are not 1..n: a result counted twice, or one lost
+				break
+			}
 		}
 	}
 	missing := o.events - n + dups // -events must name the input's size

@@ -21,7 +21,8 @@ import (
 // The main job runs end to end, crash and recovery included, and verifies
 // its own output with an independent read_committed reader (run returns an
 // error on any duplicate, loss, reorder or wrong count), in both keying
-// modes, on kfake and on the real broker.
+// modes and with a second keyed stage (-pages), on kfake and on the real
+// broker.
 func TestRunEndToEnd(t *testing.T) {
 	// Long mode: KORD_E2E_EVENTS=1000000.
 	events := 100_000
@@ -29,12 +30,13 @@ func TestRunEndToEnd(t *testing.T) {
 		events = n
 	}
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		for _, keyBy := range []bool{false, true} {
-			t.Run(fmt.Sprintf("keyby=%v", keyBy), func(t *testing.T) {
+		for _, mode := range []string{"keyby=false", "keyby=true", "pages"} {
+			keyBy, pages := mode == "keyby=true", mode == "pages"
+			t.Run(mode, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(3+events/20_000)*time.Minute)
 				defer cancel()
 				o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: events, users: 10_000, partitions: 12, seed: 3,
-					phase: "all", crash: true, keyBy: keyBy, interval: 500 * time.Millisecond, quiet: true, dir: t.TempDir()}
+					phase: "all", crash: true, keyBy: keyBy, pages: pages, interval: 500 * time.Millisecond, quiet: true, dir: t.TempDir()}
 				var out bytes.Buffer
 				o.stdout = &out
 				require.NoError(t, run(ctx, o))
@@ -168,7 +170,8 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv("USERBEHAVIOR_CHILD") == "1" {
 		o := options{brokers: os.Getenv("UB_BROKERS"), topic: os.Getenv("UB_INPUT"), events: tortureEvents(), users: 500, partitions: 6,
-			phase: "process", interval: 150 * time.Millisecond, dir: os.Getenv("UB_DIR"), quiet: true, atLeastOnce: os.Getenv("UB_AT_LEAST_ONCE") == "1"}
+			phase: "process", interval: 150 * time.Millisecond, dir: os.Getenv("UB_DIR"), quiet: true, atLeastOnce: os.Getenv("UB_AT_LEAST_ONCE") == "1",
+			pages: os.Getenv("UB_PAGES") == "1"}
 		if err := run(context.Background(), o); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(3)
@@ -186,4 +189,17 @@ func tortureEvents() int {
 		return 2_000 * n
 	}
 	return 24_000
+}
+
+// TestRunEmbedded: with no cluster named (no -brokers, -properties or
+// -X bootstrap.servers), the main job runs on the embedded default, as
+// the README's first command does.
+func TestRunEmbedded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o := options{events: 3_000, users: 300, partitions: 4, seed: 1, phase: "all", interval: 200 * time.Millisecond, quiet: true, dir: t.TempDir()}
+	var out bytes.Buffer
+	o.stdout = &out
+	require.NoError(t, run(ctx, o))
+	require.Contains(t, out.String(), "events_in=3000 results_out=3000 duplicates=0")
 }

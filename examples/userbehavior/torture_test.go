@@ -32,18 +32,20 @@ import (
 // torture may repeat results but must lose none, and counts stay right.
 func TestCrashTorture(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		t.Run("exactly-once", func(t *testing.T) { torture(t, c, false) })
-		t.Run("at-least-once", func(t *testing.T) { torture(t, c, true) })
+		t.Run("exactly-once", func(t *testing.T) { torture(t, c, false, false) })
+		t.Run("at-least-once", func(t *testing.T) { torture(t, c, true, false) })
+		// Two keyed stages (-pages): per user, then re-keyed by page.
+		t.Run("pages", func(t *testing.T) { torture(t, c, false, true) })
 	})
 }
 
-func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce bool) {
+func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce, pages bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	// Input keeps arriving (2,000 events/s) while the job is killed and
 	// restarted.
 	o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: tortureEvents(), users: 500, partitions: 6, seed: 9,
-		phase: "produce", quiet: true, rate: 2_000, atLeastOnce: atLeastOnce}
+		phase: "produce", quiet: true, rate: 2_000, atLeastOnce: atLeastOnce, pages: pages}
 	var err error
 	o.client, err = o.newClient()
 	require.NoError(t, err)
@@ -59,6 +61,9 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce bool) {
 		e := []string{"USERBEHAVIOR_CHILD=1", "UB_BROKERS=" + c.Brokers, "UB_INPUT=" + o.topic, "UB_DIR=" + dir, failpoint.Env + "=" + failpoints}
 		if atLeastOnce {
 			e = append(e, "UB_AT_LEAST_ONCE=1")
+		}
+		if pages {
+			e = append(e, "UB_PAGES=1")
 		}
 		return e
 	}
