@@ -11,7 +11,8 @@ import (
 // and Kafka Streams' ProcessorContext do).
 type Collector[O any] struct {
 	emit   emit[O]
-	direct *channel.Outbox[O] // instead of emit: to the sink alone
+	one    [1]channel.Element[O] // Emit's batch
+	direct *channel.Outbox[O]    // instead of emit: to the sink alone
 	err    error
 	key    []byte
 	ts     int64
@@ -30,7 +31,10 @@ func (c *Collector[O]) Emit(v O) {
 		c.err = c.direct.Add(0, channel.Element[O]{V: v, TS: c.ts})
 		return
 	}
-	c.err = c.emit(channel.Element[O]{V: v, TS: c.ts})
+	c.one[0] = channel.Element[O]{V: v, TS: c.ts}
+	c.err = c.emit(c.one[:])
+	var zero channel.Element[O]
+	c.one[0] = zero
 }
 
 // Timestamp is the time of the record being processed, at millisecond

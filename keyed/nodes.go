@@ -14,7 +14,6 @@ import (
 	"github.com/kordproject/kord/internal/statefile"
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/keyed/internal/channel"
-	"github.com/kordproject/kord/keyed/internal/keygroup"
 )
 
 // sourceTask reads its partitions and hands records on (emit: through
@@ -26,7 +25,7 @@ type sourceTask[T any] struct {
 	topic     string
 	reader    connector.Reader[T]
 	emit      emit[T]
-	route     *router[T] // instead of emit: the stage feeds one exchange
+	batch     []channel.Element[T] // what a poll read, to emit; reused
 	out       outputs
 	trig      chan trigger
 	positions []connector.Position
@@ -362,23 +361,7 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 			// The record's Kafka key and partition go along: a
 			// partition-mode exchange keys by them.
 			ms := channel.TimeMillis(ts)
-			if rt := s.route; rt != nil {
-				// router.add, written out: a call per record, its element
-				// passed by value, cost a one-stage job 8 to 17 % of its
-				// rate (BenchmarkPipeline), the key's hash no longer
-				// overlapping the loop's other loads.
-				key, kg := rec.Key, int(rec.Partition)
-				if !rt.byPartition {
-					key = rt.key(rec.Value)
-					kg = keygroup.Of(key, rt.maxP)
-				}
-				err = rt.ob.Add(keygroup.OperatorIndex(kg, rt.maxP, rt.p), channel.Element[T]{V: rec.Value, Key: key, KG: int32(kg), TS: ms})
-			} else {
-				err = s.emit(channel.Element[T]{V: rec.Value, Key: rec.Key, KG: rec.Partition, TS: ms})
-			}
-			if err != nil {
-				return err
-			}
+			s.batch = append(s.batch, channel.Element[T]{V: rec.Value, Key: rec.Key, KG: rec.Partition, TS: ms})
 			pos[rec.Partition] = rec.Offset + 1
 			if s.watermarks && ms != channel.NoTime {
 				if t, ok := s.newest[rec.Partition]; !ok || ms > t {
@@ -387,6 +370,16 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 			}
 			if s.idleness > 0 {
 				s.heard[rec.Partition] = time.Now()
+			}
+		}
+		// The poll's records, as one batch, before the watermark that
+		// follows them.
+		if len(s.batch) > 0 {
+			err := s.emit(s.batch)
+			clear(s.batch) // no value kept alive by the reused buffer
+			s.batch = s.batch[:0]
+			if err != nil {
+				return err
 			}
 		}
 		if s.watermarks {

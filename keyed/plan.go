@@ -476,13 +476,7 @@ func (s *sourceOf[T]) build(ctx, rctx context.Context, r *run, rs *restoreState,
 	for t := 0; t < s.p; t++ {
 		task := r.addTask(fmt.Sprintf("%s[%d]", s.name, t))
 		var outs outputs
-		var em emit[T]
-		var route *router[T]
-		if x, ok := s.outs[0].(*keyedExchange[T]); ok && len(s.outs) == 1 {
-			route = x.router(r, &outs)
-		} else {
-			em = fanOut(r, s.outs, &outs)
-		}
+		em := fanOut(r, s.outs, &outs)
 		reader, err := s.src.Reader(ctx)
 		if err != nil {
 			return fmt.Errorf("keyed: source %q: %w", s.name, err)
@@ -497,7 +491,7 @@ func (s *sourceOf[T]) build(ctx, rctx context.Context, r *run, rs *restoreState,
 		}
 		trig := make(chan trigger, 1)
 		r.triggers = append(r.triggers, trig)
-		st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, emit: em, route: route, out: outs, trig: trig, positions: assign[t], extract: s.extract,
+		st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, emit: em, out: outs, trig: trig, positions: assign[t], extract: s.extract,
 			watermarks: s.watermarks, lateness: s.lateness.Milliseconds(), newest: map[int32]int64{},
 			idleness: s.idleness, heard: map[int32]time.Time{}, asked: map[int32]time.Time{}, behind: map[int32]bool{},
 			epoch: b.epoch, name: s.name, instance: t, dead: dead, restored: !rs.fresh && !rs.failover}
