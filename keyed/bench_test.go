@@ -123,6 +123,19 @@ func (d *discard) Recorded(context.Context) (*connector.Recorded, error) {
 }
 func (d *discard) Reset(context.Context, connector.SinkInfo) error { return nil }
 
+// runToDiscard sends out to a discarding sink, runs j, and fails b unless
+// the sink saw want records.
+func runToDiscard(b *testing.B, j *keyed.Job, out *keyed.Stream[int64], want int64) {
+	sink := &discard{}
+	keyed.ToSink(out, "sink", connector.Sink[int64](sink))
+	if err := j.Run(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	if sink.n.Load() != want {
+		b.Fatalf("sink saw %d events, want %d", sink.n.Load(), want)
+	}
+}
+
 // BenchmarkPipeline: generator over 100,000 users -> keyBy user -> keyed
 // counter (ValueState) -> discarding sink, parallelism 2, exactly-once.
 // "checkpoint=1s" takes a checkpoint every second (on disk, in
@@ -146,15 +159,8 @@ func BenchmarkPipeline(b *testing.B) {
 				s := keyed.FromSource(j, "behavior", 2, connector.Source[behavior](g))
 				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
 				out := keyed.Process(k, "count", 2, func() keyed.Operator[behavior, int64] { return &countOp{} })
-				sink := &discard{}
-				keyed.ToSink(out, "sink", connector.Sink[int64](sink))
-				if err := j.Run(context.Background()); err != nil {
-					b.Fatal(err)
-				}
+				runToDiscard(b, j, out, events)
 				aligns = append(aligns, j.AlignmentTimes()...)
-				if sink.n.Load() != events {
-					b.Fatalf("sink saw %d events, want %d", sink.n.Load(), events)
-				}
 				total += events
 			}
 			// CPU time (user + system) of the whole process per event: what
@@ -212,14 +218,7 @@ func BenchmarkStages(b *testing.B) {
 				} else {
 					out = keyed.Process(k, "count", 2, func() keyed.Operator[behavior, int64] { return &countOp{} })
 				}
-				sink := &discard{}
-				keyed.ToSink(out, "sink", connector.Sink[int64](sink))
-				if err := j.Run(context.Background()); err != nil {
-					b.Fatal(err)
-				}
-				if sink.n.Load() != events {
-					b.Fatalf("sink saw %d events, want %d", sink.n.Load(), events)
-				}
+				runToDiscard(b, j, out, events)
 				total += events
 			}
 			b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "events/s")
