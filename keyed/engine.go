@@ -739,13 +739,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 	if err != nil {
 		return false, err
 	}
-	type collected struct {
-		offsets []checkpoint.PartitionOffset
-		files   []checkpoint.FileRef
-		refs    []checkpoint.OperatorRef
-		wm      int64 // the oldest operator task watermark so far
-	}
-	pending := map[uint64]*collected{}
+	c := &coordinator{r: r, rctx: rctx, lc: lc, maxP: maxP, pending: map[uint64]*collected{}}
 	interval := r.cfg.Checkpoint.Interval
 	tick := time.NewTicker(max(min(interval/4, 20*time.Millisecond), time.Millisecond))
 	defer tick.Stop()
@@ -753,132 +747,6 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 	stopRequest := ctx.Done()
 	changed := r.changed
 	exhausted := map[int]bool{}
-	var apply func([]lifecycle.Effect) (done bool, err error)
-	apply = func(effs []lifecycle.Effect) (bool, error) {
-		for _, e := range effs {
-			switch e.Kind {
-			case lifecycle.Trigger:
-				pending = map[uint64]*collected{e.ID: {wm: channel.EndOfTime}}
-				for _, t := range r.triggers {
-					tr := trigger{id: e.ID, final: e.Final}
-					select {
-					case t <- tr:
-					default:
-						// The source task has not taken the previous
-						// trigger (it is blocked, by backpressure say), so
-						// that checkpoint aborted (the next is triggered
-						// only after the last committed or aborted, and a
-						// commit needs every source's barrier): the new
-						// trigger replaces it. The coordinator never waits
-						// on a task, or its checkpoint timeouts would stop
-						// and a stuck run would hang silently instead of
-						// failing and restarting.
-						select {
-						case <-t:
-						default:
-						}
-						t <- tr
-					}
-				}
-				if err := r.point(pointAfterBarrier); err != nil {
-					return false, err
-				}
-			case lifecycle.WriteMetadata:
-				if err := r.point(pointAfterSnapshots); err != nil {
-					return false, err
-				}
-				c := pending[e.ID]
-				sort.Slice(c.offsets, func(a, b int) bool {
-					if c.offsets[a].Topic != c.offsets[b].Topic {
-						return c.offsets[a].Topic < c.offsets[b].Topic
-					}
-					return c.offsets[a].Partition < c.offsets[b].Partition
-				})
-				m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: maxP, Offsets: c.offsets, Files: c.files, Operators: dedupRefs(append(c.refs, r.opRefs...)), Sources: r.sources}
-				if c.wm != channel.NoTime && c.wm != channel.EndOfTime {
-					wm := c.wm
-					m.Watermark = &wm
-				}
-				if err := checkpoint.PutMetadata(rctx, r.store, m); err != nil {
-					r.log.Warn("keyed: checkpoint metadata", "checkpoint", e.ID, "err", err)
-					return apply(lc.MetadataFailed(e.ID, time.Now()))
-				}
-				if err := r.point(pointAfterMetadata); err != nil {
-					return false, err
-				}
-				return apply(lc.MetadataDurable(e.ID))
-			case lifecycle.Commit:
-				if err := r.point(pointBeforeCommit); err != nil {
-					return false, err
-				}
-				// The commit is not cut short by a stop request (the final
-				// checkpoint of a graceful stop commits after it), only by
-				// the checkpoint timeout, the stop deadline and the run's
-				// failure.
-				cctx, ccancel := context.WithTimeout(rctx, r.j.commitTimeout())
-				err := r.j.sink.commit(cctx, checkpoint.Ref{Run: r.runID, ID: e.ID}, pending[e.ID].offsets)
-				ccancel()
-				if err != nil {
-					lc.CommitFailed(e.ID)
-					return false, fmt.Errorf("keyed: commit of checkpoint %d: %w", e.ID, err)
-				}
-				if err := r.point(pointAfterCommit); err != nil {
-					return false, err
-				}
-				return apply(lc.CommitDone(e.ID, time.Now()))
-			case lifecycle.Committed:
-				progressed = true
-				ref := checkpoint.Ref{Run: r.runID, ID: e.ID}
-				if r.assigned != nil {
-					// Shared storage: no marker (it is one process's), and
-					// retention only within this run (retainRun).
-					if err := r.point(pointAfterMarker); err != nil {
-						return false, err
-					}
-					if err := retainRun(rctx, r.store, ref, retained); err != nil {
-						r.log.Warn("keyed: retention", "err", err)
-					}
-					r.sweepLater(rctx)
-					delete(pending, e.ID)
-					if err := r.onCommit(e.ID); err != nil {
-						return false, err
-					}
-					break
-				}
-				if err := checkpoint.SetCommitted(rctx, r.store, ref); err != nil {
-					// The commit is in the sink's system; the marker only
-					// matters when that record expires. Report and go on.
-					r.log.Error("keyed: local committed marker", "checkpoint", e.ID, "err", err)
-				}
-				if err := r.point(pointAfterMarker); err != nil {
-					return false, err
-				}
-				if err := retain.Committed(rctx, r.store, ref, retained); err != nil {
-					r.log.Warn("keyed: retention", "err", err)
-				}
-				r.log.Debug("keyed: checkpoint committed", "run", r.runID, "checkpoint", e.ID)
-				delete(pending, e.ID)
-				if err := r.onCommit(e.ID); err != nil {
-					return false, err
-				}
-			case lifecycle.Abort:
-				r.log.Warn("keyed: checkpoint aborted; its output commits with the next", "checkpoint", e.ID, "reason", e.Reason)
-				delete(pending, e.ID)
-				for _, c := range r.cancels {
-					select {
-					case c <- e.ID:
-					case <-rctx.Done():
-						return false, context.Cause(rctx)
-					}
-				}
-			case lifecycle.Fail:
-				return false, fmt.Errorf("keyed: checkpoint %d: %s", e.ID, e.Reason)
-			case lifecycle.Stopped:
-				return true, nil
-			}
-		}
-		return false, nil
-	}
 	for {
 		var effs []lifecycle.Effect
 		select {
@@ -897,19 +765,12 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 			if a.err != nil {
 				r.log.Warn("keyed: task declined checkpoint", "task", r.names[a.task], "checkpoint", a.id, "err", a.err)
 				if crashed(a.err) {
-					return progressed, a.err
+					return c.progressed, a.err
 				}
 				effs = lc.TaskFailed(a.id, time.Now())
 				break
 			}
-			if c := pending[a.id]; c != nil {
-				c.offsets = append(c.offsets, a.offsets...)
-				c.files = append(c.files, a.files...)
-				c.refs = append(c.refs, a.refs...)
-				if a.opTask {
-					c.wm = min(c.wm, a.wm)
-				}
-			}
+			c.collect(a)
 			effs = lc.Ack(a.id, a.task)
 		case t := <-r.exhausted:
 			exhausted[t] = true
@@ -921,22 +782,209 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				effs = lc.Stop(time.Now())
 			}
 		case err := <-r.failures:
-			return progressed, err
+			return c.progressed, err
 		case <-rctx.Done():
 			id, inFlight := lc.InFlight()
 			if inFlight {
-				return progressed, fmt.Errorf("keyed: checkpoint %d not committed: %w", id, context.Cause(rctx))
+				return c.progressed, fmt.Errorf("keyed: checkpoint %d not committed: %w", id, context.Cause(rctx))
 			}
-			return progressed, context.Cause(rctx)
+			return c.progressed, context.Cause(rctx)
 		}
-		done, err := apply(effs)
+		done, err := c.apply(effs)
 		if err != nil {
-			return progressed, err
+			return c.progressed, err
 		}
 		if done {
-			return progressed, nil
+			return c.progressed, nil
 		}
 	}
+}
+
+// coordinator carries out the checkpoint lifecycle's effects for a run
+// (coordinate): triggers, metadata, the commit, what follows it, aborts.
+type coordinator struct {
+	r          *run
+	rctx       context.Context
+	lc         *lifecycle.Lifecycle
+	maxP       int
+	pending    map[uint64]*collected
+	progressed bool // some checkpoint committed
+}
+
+// collected is what the tasks' acks of a checkpoint brought.
+type collected struct {
+	offsets []checkpoint.PartitionOffset
+	files   []checkpoint.FileRef
+	refs    []checkpoint.OperatorRef
+	wm      int64 // the oldest operator task watermark so far
+}
+
+// collect keeps what ack a brings for its checkpoint.
+func (c *coordinator) collect(a ack) {
+	p := c.pending[a.id]
+	if p == nil {
+		return
+	}
+	p.offsets = append(p.offsets, a.offsets...)
+	p.files = append(p.files, a.files...)
+	p.refs = append(p.refs, a.refs...)
+	if a.opTask {
+		p.wm = min(p.wm, a.wm)
+	}
+}
+
+// apply carries out effs in order; done is the lifecycle's end (Stopped).
+func (c *coordinator) apply(effs []lifecycle.Effect) (done bool, err error) {
+	r := c.r
+	for _, e := range effs {
+		switch e.Kind {
+		case lifecycle.Trigger:
+			err = c.trigger(e)
+		case lifecycle.WriteMetadata, lifecycle.Commit:
+			// What the step leads to is applied at once, in place of the
+			// effects after it.
+			step := c.writeMetadata
+			if e.Kind == lifecycle.Commit {
+				step = c.commit
+			}
+			next, err := step(e)
+			if err != nil {
+				return false, err
+			}
+			return c.apply(next)
+		case lifecycle.Committed:
+			err = c.committed(e)
+		case lifecycle.Abort:
+			r.log.Warn("keyed: checkpoint aborted; its output commits with the next", "checkpoint", e.ID, "reason", e.Reason)
+			delete(c.pending, e.ID)
+			for _, ch := range r.cancels {
+				select {
+				case ch <- e.ID:
+				case <-c.rctx.Done():
+					return false, context.Cause(c.rctx)
+				}
+			}
+		case lifecycle.Fail:
+			return false, fmt.Errorf("keyed: checkpoint %d: %s", e.ID, e.Reason)
+		case lifecycle.Stopped:
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// trigger starts checkpoint e.ID: each source task gets its trigger.
+func (c *coordinator) trigger(e lifecycle.Effect) error {
+	c.pending = map[uint64]*collected{e.ID: {wm: channel.EndOfTime}}
+	for _, t := range c.r.triggers {
+		tr := trigger{id: e.ID, final: e.Final}
+		select {
+		case t <- tr:
+		default:
+			// The source task has not taken the previous trigger (it is
+			// blocked, by backpressure say), so that checkpoint aborted
+			// (the next is triggered only after the last committed or
+			// aborted, and a commit needs every source's barrier): the new
+			// trigger replaces it. The coordinator never waits on a task,
+			// or its checkpoint timeouts would stop and a stuck run would
+			// hang silently instead of failing and restarting.
+			select {
+			case <-t:
+			default:
+			}
+			t <- tr
+		}
+	}
+	return c.r.point(pointAfterBarrier)
+}
+
+// writeMetadata makes checkpoint e.ID's metadata durable, with the
+// offsets, files and stages its acks brought.
+func (c *coordinator) writeMetadata(e lifecycle.Effect) ([]lifecycle.Effect, error) {
+	r := c.r
+	if err := r.point(pointAfterSnapshots); err != nil {
+		return nil, err
+	}
+	p := c.pending[e.ID]
+	sort.Slice(p.offsets, func(a, b int) bool {
+		if p.offsets[a].Topic != p.offsets[b].Topic {
+			return p.offsets[a].Topic < p.offsets[b].Topic
+		}
+		return p.offsets[a].Partition < p.offsets[b].Partition
+	})
+	m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: c.maxP, Offsets: p.offsets, Files: p.files, Operators: dedupRefs(append(p.refs, r.opRefs...)), Sources: r.sources}
+	if p.wm != channel.NoTime && p.wm != channel.EndOfTime {
+		wm := p.wm
+		m.Watermark = &wm
+	}
+	if err := checkpoint.PutMetadata(c.rctx, r.store, m); err != nil {
+		r.log.Warn("keyed: checkpoint metadata", "checkpoint", e.ID, "err", err)
+		return c.lc.MetadataFailed(e.ID, time.Now()), nil
+	}
+	if err := r.point(pointAfterMetadata); err != nil {
+		return nil, err
+	}
+	return c.lc.MetadataDurable(e.ID), nil
+}
+
+// commit commits checkpoint e.ID through the sink.
+func (c *coordinator) commit(e lifecycle.Effect) ([]lifecycle.Effect, error) {
+	r := c.r
+	if err := r.point(pointBeforeCommit); err != nil {
+		return nil, err
+	}
+	// The commit is not cut short by a stop request (the final checkpoint
+	// of a graceful stop commits after it), only by the checkpoint
+	// timeout, the stop deadline and the run's failure.
+	cctx, ccancel := context.WithTimeout(c.rctx, r.j.commitTimeout())
+	err := r.j.sink.commit(cctx, checkpoint.Ref{Run: r.runID, ID: e.ID}, c.pending[e.ID].offsets)
+	ccancel()
+	if err != nil {
+		c.lc.CommitFailed(e.ID)
+		return nil, fmt.Errorf("keyed: commit of checkpoint %d: %w", e.ID, err)
+	}
+	if err := r.point(pointAfterCommit); err != nil {
+		return nil, err
+	}
+	return c.lc.CommitDone(e.ID, time.Now()), nil
+}
+
+// committed follows checkpoint e.ID's commit: the local marker,
+// retention, OnCommit.
+func (c *coordinator) committed(e lifecycle.Effect) error {
+	r := c.r
+	c.progressed = true
+	ref := checkpoint.Ref{Run: r.runID, ID: e.ID}
+	if r.assigned != nil {
+		// Shared storage: no marker (it is one process's), and retention
+		// only within this run (retainRun).
+		if err := r.point(pointAfterMarker); err != nil {
+			return err
+		}
+		if err := retainRun(c.rctx, r.store, ref, retained); err != nil {
+			r.log.Warn("keyed: retention", "err", err)
+		}
+		r.sweepLater(c.rctx)
+		delete(c.pending, e.ID)
+		return r.onCommit(e.ID)
+	}
+	if err := checkpoint.SetCommitted(c.rctx, r.store, ref); err != nil {
+		// The commit is in the sink's system; the marker only matters
+		// when that record expires. Report and go on.
+		r.log.Error("keyed: local committed marker", "checkpoint", e.ID, "err", err)
+	}
+	if err := r.point(pointAfterMarker); err != nil {
+		return err
+	}
+	if err := retain.Committed(c.rctx, r.store, ref, retained); err != nil {
+		r.log.Warn("keyed: retention", "err", err)
+	}
+	r.log.Debug("keyed: checkpoint committed", "run", r.runID, "checkpoint", e.ID)
+	delete(c.pending, e.ID)
+	return r.onCommit(e.ID)
 }
 
 func dedupRefs(refs []checkpoint.OperatorRef) []checkpoint.OperatorRef {

@@ -276,7 +276,6 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 	for _, p := range s.positions {
 		pos[p.Partition] = p.Offset
 	}
-	batch := s.r.cfg.BatchSize
 	timeout := s.r.cfg.BufferTimeout
 	idle := idleWait(s.r.cfg, s.idleness)
 	exhausted := false
@@ -312,20 +311,9 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 			}
 		}
 		if got {
-			// The barrier: offsets are the next to read after the last
-			// record routed before it.
-			offs := make([]checkpoint.PartitionOffset, 0, len(s.positions))
-			for _, p := range s.positions {
-				offs = append(offs, checkpoint.PartitionOffset{Topic: s.topic, Partition: p.Partition, Offset: pos[p.Partition]})
-			}
-			files, err := s.r.writeOpState(ctx, s.reader, s.name, s.instance, t.id)
-			if err != nil {
+			if err := s.barrier(ctx, t, pos); err != nil {
 				return err
 			}
-			if err := s.out.Broadcast(t.id); err != nil {
-				return err
-			}
-			s.r.ack(ack{task: s.task, id: t.id, offsets: offs, files: files})
 			epoch = t.id + 1
 			stopped = stopped || t.final
 			continue
@@ -334,78 +322,113 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 		if !s.out.Pending() {
 			wait = idle
 		}
-		recs, done, err := s.reader.Poll(ctx, batch, wait)
+		recs, done, err := s.reader.Poll(ctx, s.r.cfg.BatchSize, wait)
 		if err != nil {
 			return err
 		}
-		s.read += int64(len(recs))
-		for i := range recs {
-			rec := &recs[i]
-			if rec.Bad != nil {
-				if err := s.deadLetter(ctx, epoch, rec.Bad); err != nil {
-					return err
-				}
-				pos[rec.Partition] = rec.Offset + 1
-				continue
-			}
-			ts := rec.Timestamp
-			if s.extract != nil {
-				ts = s.extract(rec.Value, rec.Timestamp)
-				if ts.IsZero() || ts.Before(time.Unix(0, 0)) {
-					// Kafka Streams' FailOnInvalidTimestamp: the decoded
-					// value has no bytes left to dead-letter.
-					return Permanent(fmt.Errorf("keyed: source %q: %s[%d] offset %d: the timestamp extractor gave %v, not a time from 1970 on (the record's own timestamp: %v)",
-						s.name, s.topic, rec.Partition, rec.Offset, ts, rec.Timestamp))
-				}
-			}
-			// The record's Kafka key and partition go along: a
-			// partition-mode exchange keys by them.
-			ms := channel.TimeMillis(ts)
-			s.batch = append(s.batch, channel.Element[T]{V: rec.Value, Key: rec.Key, KG: rec.Partition, TS: ms})
-			pos[rec.Partition] = rec.Offset + 1
-			if s.watermarks && ms != channel.NoTime {
-				if t, ok := s.newest[rec.Partition]; !ok || ms > t {
-					s.newest[rec.Partition] = ms
-				}
-			}
-			if s.idleness > 0 {
-				s.heard[rec.Partition] = time.Now()
-			}
-		}
-		// The poll's records, as one batch, before the watermark that
-		// follows them.
-		if len(s.batch) > 0 {
-			err := s.emit(s.batch)
-			clear(s.batch) // no value kept alive by the reused buffer
-			s.batch = s.batch[:0]
-			if err != nil {
-				return err
-			}
-		}
-		if s.watermarks {
-			wm, idle := s.watermark(ctx)
-			s.out.Advance(wm)
-			s.out.SetIdle(idle)
+		if err := s.records(ctx, recs, pos, epoch); err != nil {
+			return err
 		}
 		if err := s.out.FlushDue(timeout); err != nil {
 			return err
 		}
 		if done && !exhausted {
 			exhausted = true
-			s.r.ended(s.read, s.restored, s.offsetsAt(pos))
-			if s.watermarks {
-				s.out.Advance(channel.EndOfTime) // a bounded input's end: every time has passed
-			}
-			if err := s.out.FlushAll(); err != nil {
+			if err := s.ended(ctx, pos); err != nil {
 				return err
-			}
-			select {
-			case s.r.exhausted <- s.task:
-			case <-ctx.Done():
-				return nil
 			}
 		}
 	}
+}
+
+// barrier emits checkpoint t's barrier after every record routed before
+// it, and acks the checkpoint with the offsets next to read and the
+// reader's operator state.
+func (s *sourceTask[T]) barrier(ctx context.Context, t trigger, pos map[int32]int64) error {
+	offs := make([]checkpoint.PartitionOffset, 0, len(s.positions))
+	for _, p := range s.positions {
+		offs = append(offs, checkpoint.PartitionOffset{Topic: s.topic, Partition: p.Partition, Offset: pos[p.Partition]})
+	}
+	files, err := s.r.writeOpState(ctx, s.reader, s.name, s.instance, t.id)
+	if err != nil {
+		return err
+	}
+	if err := s.out.Broadcast(t.id); err != nil {
+		return err
+	}
+	s.r.ack(ack{task: s.task, id: t.id, offsets: offs, files: files})
+	return nil
+}
+
+// records hands a poll's records on as one batch (a bad one to the dead
+// letters, under epoch), then the watermark that follows them; pos moves
+// past each.
+func (s *sourceTask[T]) records(ctx context.Context, recs []connector.SourceRecord[T], pos map[int32]int64, epoch uint64) error {
+	s.read += int64(len(recs))
+	for i := range recs {
+		rec := &recs[i]
+		if rec.Bad != nil {
+			if err := s.deadLetter(ctx, epoch, rec.Bad); err != nil {
+				return err
+			}
+			pos[rec.Partition] = rec.Offset + 1
+			continue
+		}
+		ts := rec.Timestamp
+		if s.extract != nil {
+			ts = s.extract(rec.Value, rec.Timestamp)
+			if ts.IsZero() || ts.Before(time.Unix(0, 0)) {
+				// Kafka Streams' FailOnInvalidTimestamp: the decoded value
+				// has no bytes left to dead-letter.
+				return Permanent(fmt.Errorf("keyed: source %q: %s[%d] offset %d: the timestamp extractor gave %v, not a time from 1970 on (the record's own timestamp: %v)",
+					s.name, s.topic, rec.Partition, rec.Offset, ts, rec.Timestamp))
+			}
+		}
+		// The record's Kafka key and partition go along: a partition-mode
+		// exchange keys by them.
+		ms := channel.TimeMillis(ts)
+		s.batch = append(s.batch, channel.Element[T]{V: rec.Value, Key: rec.Key, KG: rec.Partition, TS: ms})
+		pos[rec.Partition] = rec.Offset + 1
+		if s.watermarks && ms != channel.NoTime {
+			if t, ok := s.newest[rec.Partition]; !ok || ms > t {
+				s.newest[rec.Partition] = ms
+			}
+		}
+		if s.idleness > 0 {
+			s.heard[rec.Partition] = time.Now()
+		}
+	}
+	if len(s.batch) > 0 {
+		err := s.emit(s.batch)
+		clear(s.batch) // no value kept alive by the reused buffer
+		s.batch = s.batch[:0]
+		if err != nil {
+			return err
+		}
+	}
+	if s.watermarks {
+		wm, idle := s.watermark(ctx)
+		s.out.Advance(wm)
+		s.out.SetIdle(idle)
+	}
+	return nil
+}
+
+// ended follows the end of a bounded input: every record and the last
+// watermark go out, and the coordinator hears of it.
+func (s *sourceTask[T]) ended(ctx context.Context, pos map[int32]int64) error {
+	s.r.ended(s.read, s.restored, s.offsetsAt(pos))
+	if s.watermarks {
+		s.out.Advance(channel.EndOfTime) // a bounded input's end: every time has passed
+	}
+	if err := s.out.FlushAll(); err != nil {
+		return err
+	}
+	select {
+	case s.r.exhausted <- s.task:
+	case <-ctx.Done():
+	}
+	return nil
 }
 
 // opTask runs one operator instance.
@@ -497,28 +520,8 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 				return nil
 			}
 		}
-		for i := range m.Elems {
-			e := &m.Elems[i]
-			t.b.setCurrentKey(e.Key, int(e.KG))
-			col.key, col.ts = e.Key, e.TS
-			if err := t.op.Process(e.Key, e.V, col); err != nil {
-				return fmt.Errorf("key %q: %w", e.Key, err)
-			}
-			if col.err != nil {
-				return col.err
-			}
-		}
-		if m.WM > inWm[m.From] || m.Idle != inIdle[m.From] {
-			inWm[m.From], inIdle[m.From] = max(inWm[m.From], m.WM), m.Idle
-			if wm := max(col.wm, activeMin(inWm, inIdle)); wm > col.wm {
-				col.wm = wm
-				if err := t.fireTimers(EventTime, wm); err != nil {
-					return err
-				}
-				// Downstream after what the timers emitted.
-				t.out.Advance(wm)
-			}
-			t.out.SetIdle(allIdle(inIdle))
+		if err := t.process(m, inWm, inIdle); err != nil {
+			return err
 		}
 		var effs []align.Effect
 		if m.Barrier > 0 {
@@ -532,6 +535,38 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// process hands m's records to the operator, then takes m's watermark
+// and idleness into its input's (inWm, inIdle): a task watermark that
+// advances fires the event-time timers due, and goes downstream after
+// what they emitted.
+func (t *opTask[T, O]) process(m channel.Message[T], inWm []int64, inIdle []bool) error {
+	col := t.col
+	for i := range m.Elems {
+		e := &m.Elems[i]
+		t.b.setCurrentKey(e.Key, int(e.KG))
+		col.key, col.ts = e.Key, e.TS
+		if err := t.op.Process(e.Key, e.V, col); err != nil {
+			return fmt.Errorf("key %q: %w", e.Key, err)
+		}
+		if col.err != nil {
+			return col.err
+		}
+	}
+	if m.WM <= inWm[m.From] && m.Idle == inIdle[m.From] {
+		return nil
+	}
+	inWm[m.From], inIdle[m.From] = max(inWm[m.From], m.WM), m.Idle
+	if wm := max(col.wm, activeMin(inWm, inIdle)); wm > col.wm {
+		col.wm = wm
+		if err := t.fireTimers(EventTime, wm); err != nil {
+			return err
+		}
+		t.out.Advance(wm)
+	}
+	t.out.SetIdle(allIdle(inIdle))
+	return nil
 }
 
 func (t *opTask[T, O]) apply(ctx context.Context, effs []align.Effect) error {
