@@ -1,11 +1,14 @@
-// Package keyed declares and runs kord jobs: sources, a keyed operator
-// stage with per-key state, and a sink, checkpointed exactly once (or at
-// least once) and restored after any crash.
+// Package keyed declares and runs kord jobs: sources, keyed stages with
+// per-key state, and a sink, checkpointed exactly once (or at least once)
+// and restored after any crash.
 //
 // Start with NewJob (named, configured by options), FromSource, one of
 // KeyBy, KeyByString or ByPartition, then Process (an Operator with any
 // keyed state), ProcessFunc (no state) or ProcessValue (one value per key),
-// ToSink, and Run. Each stage takes a parallelism, its number of tasks: 0
+// ToSink, and Run. A stage's output is a Stream like a source's: key it
+// again into a further stage, chain MapValues, Filter and FlatMapValues
+// into the task that makes it, feed it to several stages, Union streams.
+// Each stage takes a parallelism, its number of tasks: 0
 // is the default, the partition count of its source topics at most
 // runtime.NumCPU(), resolved each time the job runs. A source or a sink
 // is anything implementing package connector's Source or Sink: Kafka's
