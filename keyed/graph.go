@@ -411,9 +411,13 @@ func Union[T any](streams ...*Stream[T]) *Stream[T] {
 	if len(streams) == 0 {
 		panic("keyed: Union of no stream")
 	}
+	j := streams[0].j
 	u := make(union[T], len(streams))
 	for i, s := range streams {
+		if s.j != j {
+			j.errs = append(j.errs, fmt.Errorf("keyed: Union of streams of jobs %q and %q: a stream belongs to one job", j.name, s.j.name))
+		}
 		u[i] = s.out
 	}
-	return &Stream[T]{j: streams[0].j, out: u}
+	return &Stream[T]{j: j, out: u}
 }

@@ -295,6 +295,9 @@ func keyBy[K, T any](key func(T) []byte, keyOf func([]byte) K, streams []*Stream
 	}
 	k := &KeyedStream[K, T]{j: streams[0].j, key: key, keyOf: keyOf}
 	for _, s := range streams {
+		if s.j != k.j {
+			k.j.errs = append(k.j.errs, fmt.Errorf("keyed: KeyBy of streams of jobs %q and %q: a stream belongs to one job", k.j.name, s.j.name))
+		}
 		k.streams = append(k.streams, s.out)
 	}
 	return k
