@@ -90,7 +90,8 @@ func (ps *procs) waitCommits(n int, what string, ids ...string) {
 // stop stops process id with SIGTERM and requires a clean exit.
 func (ps *procs) stop(id string) {
 	ps.t.Helper()
-	require.NoError(ps.t, ps.running[id].Cmd.Process.Signal(syscall.SIGTERM))
+	c := ps.running[id]
+	require.NoError(ps.t, c.Cmd.Process.Signal(syscall.SIGTERM), "%s ended before it was stopped; its stdout:\n%s\nits stderr:\n%s", id, c.Stdout, c.Stderr)
 	ps.exited(id)
 }
 
@@ -100,7 +101,8 @@ func (ps *procs) stopAll() {
 	ps.t.Helper()
 	ids := ps.ids()
 	for _, id := range ids {
-		require.NoError(ps.t, ps.running[id].Cmd.Process.Signal(syscall.SIGTERM))
+		c := ps.running[id]
+		require.NoError(ps.t, c.Cmd.Process.Signal(syscall.SIGTERM), "%s ended before it was stopped; its stdout:\n%s\nits stderr:\n%s", id, c.Stdout, c.Stderr)
 	}
 	for _, id := range ids {
 		ps.exited(id)
