@@ -211,15 +211,32 @@ func (c *Cluster) ReadAll(t testing.TB, topic string, want int, readCommitted bo
 	var out []*kgo.Record
 	for len(out) < want {
 		fs := cl.PollFetches(ctx)
+		// What the poll fetched counts even when the timeout ended it.
+		out = append(out, fs.Records()...)
 		if ctx.Err() != nil {
 			break
 		}
 		fs.EachError(func(topic string, p int32, err error) {
 			t.Errorf("fetch %s[%d]: %v", topic, p, err)
 		})
-		out = append(out, fs.Records()...)
 	}
 	return out
+}
+
+// ReadExactly reads topic as a read_committed consumer until want records
+// came (within a minute, however slow the fetches of a loaded machine),
+// then reads it again for 3 s to see that no more come, as a duplicate
+// would. It fails t unless exactly want came, and returns them.
+func (c *Cluster) ReadExactly(t testing.TB, topic string, want int) []*kgo.Record {
+	t.Helper()
+	recs := c.ReadAll(t, topic, want, true, time.Minute)
+	if len(recs) != want {
+		t.Fatalf("topic %s: %d records within a minute, want %d", topic, len(recs), want)
+	}
+	if n := len(c.ReadAll(t, topic, want+1, true, 3*time.Second)); n > want {
+		t.Fatalf("topic %s: %d records, want %d", topic, n, want)
+	}
+	return recs
 }
 
 // RecreateTopic deletes topic and creates it again under its name with
