@@ -74,7 +74,7 @@ func Example_accessLog() {
 	}
 	job := keyed.NewJob("uri-counts", keyed.Dir(dir), keyed.CheckpointInterval(100*time.Millisecond))
 	hits := keyed.FromSource[Hit](job, "hits", 1, kafkaio.NewSource(client, "access-log", serde.JSON[Hit](), kafkaio.Bounded()))
-	byPattern := keyed.KeyByString(func(h Hit) string { return normalize(h.Path) }, hits)
+	byPattern := keyed.KeyByString("pattern", func(h Hit) string { return normalize(h.Path) }, hits)
 	counts := keyed.ProcessValue(byPattern, "count", 2, serde.Int64(),
 		func(pattern string, _ Hit, n *keyed.ValueState[int64], out *keyed.Collector[PatternCount]) error {
 			c, _ := n.Get()

@@ -90,7 +90,7 @@ func newJob(s jobSpec) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result
 	if s.byPartition {
 		out = keyed.Process(keyed.ByPartition(st), "count", s.parallelism, newOp)
 	} else {
-		out = keyed.Process(keyed.KeyByString(func(e event) string { return e.UUID }, st), "count", s.parallelism, newOp)
+		out = keyed.Process(keyed.KeyByString("uuid", func(e event) string { return e.UUID }, st), "count", s.parallelism, newOp)
 	}
 	keyed.ToSink(out, "results", connector.Sink[result](sink))
 	return j, src, sink

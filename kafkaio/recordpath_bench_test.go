@@ -92,7 +92,7 @@ func BenchmarkRecordPath(b *testing.B) {
 				s := keyed.FromSource(j, "events", 2, connector.Source[pathEvent](kafkaio.NewSource(client, in, serde.JSON[pathEvent](), kafkaio.Bounded())))
 				k := keyed.ByPartition(s)
 				if keyBy {
-					k = keyed.KeyBy(func(e pathEvent) []byte { return []byte(e.UUID) }, s)
+					k = keyed.KeyBy("uuid", func(e pathEvent) []byte { return []byte(e.UUID) }, s)
 				}
 				res := keyed.ProcessValue(k, "count", 2, serde.Int64(), func(_ []byte, e pathEvent, n *keyed.ValueState[int64], out *keyed.Collector[pathResult]) error {
 					v, _ := n.Get()

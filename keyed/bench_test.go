@@ -157,7 +157,7 @@ func BenchmarkPipeline(b *testing.B) {
 				g := newGenSource(4, events/4, 100_000)
 				j := keyed.NewJob("bench", keyed.Dir(b.TempDir()), keyed.CheckpointInterval(tc.interval))
 				s := keyed.FromSource(j, "behavior", 2, connector.Source[behavior](g))
-				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
+				k := keyed.KeyByString("uuid", func(e behavior) string { return e.User }, s)
 				out := keyed.Process(k, "count", 2, func() keyed.Operator[behavior, int64] { return &countOp{} })
 				runToDiscard(b, j, out, events)
 				aligns = append(aligns, j.AlignmentTimes()...)
@@ -205,7 +205,7 @@ func BenchmarkStages(b *testing.B) {
 				case "map+filter":
 					s = keyed.MapValues(s, func(e behavior) behavior { e.Action++; return e }).Filter(func(e behavior) bool { return e.User != "" })
 				}
-				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
+				k := keyed.KeyByString("uuid", func(e behavior) string { return e.User }, s)
 				var out *keyed.Stream[int64]
 				if shape == "three" {
 					first := keyed.ProcessValue(k, "first", 2, serde.Int64(), func(_ string, e behavior, n *keyed.ValueState[int64], out *keyed.Collector[behavior]) error {
@@ -214,7 +214,7 @@ func BenchmarkStages(b *testing.B) {
 						out.Emit(e)
 						return nil
 					})
-					out = keyed.Process(keyed.KeyByString(func(e behavior) string { return e.User }, first), "count", 2, func() keyed.Operator[behavior, int64] { return &countOp{} })
+					out = keyed.Process(keyed.KeyByString("uuid", func(e behavior) string { return e.User }, first), "count", 2, func() keyed.Operator[behavior, int64] { return &countOp{} })
 				} else {
 					out = keyed.Process(k, "count", 2, func() keyed.Operator[behavior, int64] { return &countOp{} })
 				}
@@ -245,7 +245,7 @@ func BenchmarkWindows(b *testing.B) {
 				g := newGenSource(4, events/4, 100_000)
 				j := keyed.NewJob("bench", keyed.Dir(b.TempDir()), keyed.CheckpointInterval(time.Second))
 				s := keyed.FromSource(j, "behavior", 2, connector.Source[behavior](g)).Watermarks(time.Second)
-				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
+				k := keyed.KeyByString("uuid", func(e behavior) string { return e.User }, s)
 				var out *keyed.Stream[int64]
 				if windowed {
 					out = keyed.WindowAggregate(k, "count", 2, keyed.Tumbling(time.Minute), serde.Int64(),
@@ -382,7 +382,7 @@ func BenchmarkWatermarkLag(b *testing.B) {
 				if idle {
 					s = s.Idleness(200 * time.Millisecond)
 				}
-				k := keyed.KeyByString(func(e behavior) string { return e.User }, s)
+				k := keyed.KeyByString("uuid", func(e behavior) string { return e.User }, s)
 				out := keyed.ProcessFunc(k, "lag", 2, func(_ string, _ behavior, out *keyed.Collector[int64]) error {
 					if wm := out.Watermark(); !wm.IsZero() {
 						lag := time.Since(wm)

@@ -75,7 +75,7 @@ func newJob(t testing.TB, opts []keyed.Opt, src *keyed.MemorySource[event], sink
 	if byPartition {
 		k = keyed.ByPartition(s)
 	} else {
-		k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+		k = keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s)
 	}
 	out := keyed.Process(k, "count", opP, func() keyed.Operator[event, result] { return &counter{} })
 	keyed.ToSink(out, "results", connector.Sink[result](sink))

@@ -167,7 +167,7 @@ func seedRun(t *testing.T, seed uint64, events int) {
 		if byPartition {
 			k = keyed.ByPartition(s)
 		} else {
-			k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+			k = keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s)
 		}
 		out := keyed.Process(k, "count", 1+r.IntN(maxOp), func() keyed.Operator[event, result] { return &faultyCounter{plan: plan} })
 		keyed.ToSink(out, "results", connector.Sink[result](sink))
@@ -209,7 +209,7 @@ func TestNoGoroutineLeft(t *testing.T) {
 	}
 	j := keyed.NewJob("users", keyed.FS(vfs.NewMem()), keyed.Dir("/c"), keyed.RestartStrategy(keyed.FixedDelay(2, 0)))
 	s := keyed.FromSource(j, "events", 2, connector.Source[event](src))
-	out := keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 2, func() keyed.Operator[event, result] {
+	out := keyed.Process(keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s), "count", 2, func() keyed.Operator[event, result] {
 		return &faultyCounter{plan: &opFault{at: 1}}
 	})
 	keyed.ToSink(out, "results", connector.Sink[result](keyed.NewMemorySink[result]()))

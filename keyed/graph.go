@@ -86,6 +86,7 @@ func (f *feeders) upstreams() int {
 type keyedExchange[T any] struct {
 	feeders
 	key         func(T) []byte
+	keyName     string // KeyBy's; "" with ByPartition
 	byPartition bool
 	// The run being built: the downstream tasks' inboxes, the key groups,
 	// and the next upstream index to give out.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 	"unsafe"
 
 	"github.com/kordproject/kord/internal/layout"
@@ -199,6 +200,7 @@ type KeyedStream[K, T any] struct {
 	j       *Job
 	streams []outlet[T]
 	key     func(T) []byte // KeyBy; nil with ByPartition
+	keyName string         // KeyBy's name for the key; "" with ByPartition
 	// byPartition: the key group is the source partition (ByPartition).
 	byPartition bool
 	keyOf       func([]byte) K // the key as the user keyed by, from its bytes
@@ -285,15 +287,26 @@ func (s *Stream[T]) Idleness(d time.Duration) *Stream[T] {
 // maxParallelism, records shuffled to the task owning the key group. The
 // streams may be sources' or keyed stages' outputs; several are unioned,
 // and their barriers aligned.
-func KeyBy[T any](key func(T) []byte, streams ...*Stream[T]) *KeyedStream[[]byte, T] {
-	return keyBy(key, func(b []byte) []byte { return b }, streams)
+//
+// name names the key ("uuid", "page"). A function cannot be compared, so
+// the name stands for it: the stage keyed by it records the name in each
+// checkpoint, and a restore under another name is refused, naming the
+// stage and both names, since the stored state would sit under keys of
+// another meaning. Rename a key only with the stage (a new stage starts
+// empty). Each restored key is also checked to hash to the key group it
+// is stored under.
+func KeyBy[T any](name string, key func(T) []byte, streams ...*Stream[T]) *KeyedStream[[]byte, T] {
+	return keyBy(name, key, func(b []byte) []byte { return b }, streams)
 }
 
-func keyBy[K, T any](key func(T) []byte, keyOf func([]byte) K, streams []*Stream[T]) *KeyedStream[K, T] {
+func keyBy[K, T any](name string, key func(T) []byte, keyOf func([]byte) K, streams []*Stream[T]) *KeyedStream[K, T] {
 	if len(streams) == 0 {
 		panic("keyed: KeyBy of no stream")
 	}
-	k := &KeyedStream[K, T]{j: streams[0].j, key: key, keyOf: keyOf}
+	k := &KeyedStream[K, T]{j: streams[0].j, key: key, keyName: name, keyOf: keyOf}
+	if err := validKeyName(name); err != nil {
+		k.j.errs = append(k.j.errs, fmt.Errorf("keyed: KeyBy of %q: %w", streams[0].name(), err))
+	}
 	for _, s := range streams {
 		if s.j != k.j {
 			k.j.errs = append(k.j.errs, fmt.Errorf("keyed: KeyBy of streams of jobs %q and %q: a stream belongs to one job", k.j.name, s.j.name))
@@ -303,12 +316,24 @@ func keyBy[K, T any](key func(T) []byte, keyOf func([]byte) K, streams []*Stream
 	return k
 }
 
+// validKeyName reports whether name can name a key: it is recorded in a
+// checkpoint's stage record as "key=<name>;maxParallelism=<n>".
+func validKeyName(name string) error {
+	if name == "" {
+		return errors.New("no key name: name the key (\"uuid\", say); a restore checks it did not change")
+	}
+	if len(name) > 100 || strings.ContainsAny(name, ";=") || strings.IndexFunc(name, unicode.IsControl) >= 0 {
+		return fmt.Errorf("key name %q: at most 100 characters, without ';', '=' or control characters", name)
+	}
+	return nil
+}
+
 // KeyByString is KeyBy for a key held as a string (a uuid field, say): the
 // key's bytes are used in place, without the copy and allocation per record
 // that returning []byte(s) from a KeyBy function costs, and ProcessFunc and
 // ProcessValue give the key as a string.
-func KeyByString[T any](key func(T) string, streams ...*Stream[T]) *KeyedStream[string, T] {
-	return keyBy(func(v T) []byte {
+func KeyByString[T any](name string, key func(T) string, streams ...*Stream[T]) *KeyedStream[string, T] {
+	return keyBy(name, func(v T) []byte {
 		s := key(v)
 		return unsafe.Slice(unsafe.StringData(s), len(s)) // read-only: see Operator.Process
 	}, func(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }, streams)
@@ -353,7 +378,7 @@ func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, ne
 	if parallelism < 0 {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: parallelism %d (0 is the default: the partition count, at most the CPUs)", name, parallelism))
 	}
-	ex := &keyedExchange[T]{key: k.key, byPartition: k.byPartition}
+	ex := &keyedExchange[T]{key: k.key, keyName: k.keyName, byPartition: k.byPartition}
 	op := &opOf[T, O]{name: name, parallelism: parallelism, newOp: newOp, in: ex}
 	for _, s := range k.streams {
 		s.attach(ex)

@@ -143,7 +143,7 @@ func TestOperatorState(t *testing.T) {
 	for _, r := range runs {
 		j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"), keyed.CheckpointInterval(5*time.Millisecond))
 		s := keyed.FromSource(j, "events", r.p, connector.Source[event](src))
-		k := keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+		k := keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s)
 		keyed.ToSink(keyed.Process(k, "count", r.p, func() keyed.Operator[event, result] { return &counter{} }), "results", connector.Sink[result](sink))
 		require.NoError(t, j.Validate())
 		if r.hook != nil {

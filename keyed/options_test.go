@@ -39,7 +39,7 @@ func TestProcessFuncAndValue(t *testing.T) {
 	sink := keyed.NewMemorySink[result]()
 	run := func() error {
 		j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"))
-		k := keyed.KeyByString(func(e event) string { return e.UUID }, keyed.FromSource(j, "events", 2, connector.Source[event](src)))
+		k := keyed.KeyByString("uuid", func(e event) string { return e.UUID }, keyed.FromSource(j, "events", 2, connector.Source[event](src)))
 		out := keyed.ProcessValue(k, "count", 2, serde.Int64(), func(key string, e event, n *keyed.ValueState[int64], out *keyed.Collector[result]) error {
 			if key != e.UUID {
 				return fmt.Errorf("key %q for an event of %s", key, e.UUID)
@@ -64,7 +64,7 @@ func TestProcessFuncAndValue(t *testing.T) {
 	src2, want := input(22, 4, 50, 1_000)
 	sink = keyed.NewMemorySink[result]()
 	j := keyed.NewJob("users", keyed.FS(vfs.NewMem()), keyed.Dir("/c"))
-	k := keyed.KeyByString(func(e event) string { return e.UUID }, keyed.FromSource(j, "events", 1, connector.Source[event](src2)))
+	k := keyed.KeyByString("uuid", func(e event) string { return e.UUID }, keyed.FromSource(j, "events", 1, connector.Source[event](src2)))
 	keyed.ToSink(keyed.ProcessFunc(k, "echo", 2, func(key string, e event, out *keyed.Collector[result]) error {
 		if key != e.UUID {
 			return fmt.Errorf("key %q for an event of %s", key, e.UUID)

@@ -51,7 +51,7 @@ func TestDefaultParallelism(t *testing.T) {
 			sink := keyed.NewMemorySink[result]()
 			j := keyed.NewJob("users", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(20*time.Millisecond))
 			s := keyed.FromSource(j, "events", c.srcP, connector.Source[event](src))
-			k := keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+			k := keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s)
 			if c.byPartition {
 				k = keyed.ByPartition(s)
 			}

@@ -190,7 +190,7 @@ func buildPipeline(j *keyed.Job, src connector.Source[event], levels []level, pa
 				c := c
 				s = keyed.FlatMapValues(s, func(it item, emit func(item)) { c.apply(it, emit) })
 			}
-			k := keyed.KeyByString(func(it item) string { return it.Key }, s)
+			k := keyed.KeyByString("key", func(it item) string { return it.Key }, s)
 			outs = append(outs, keyed.ProcessValue(k, b.stage, par(), serde.Int64(), numberStage(b.stage)))
 		}
 		cur = outs[0]

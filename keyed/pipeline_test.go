@@ -123,7 +123,7 @@ func TestTwoStages(t *testing.T) {
 			events := keyed.FromSource(j, "events", par.src, connector.Source[event](src))
 			users := keyed.Process(keyed.ByPartition(events), "users", par.one, func() keyed.Operator[event, result] { return &counter{} })
 			kept := users.Filter(func(r result) bool { return r.Seq%3 != 2 })
-			byBucket := keyed.KeyByString(func(r result) string { return bucketOf(r.UUID) }, keyed.MapValues(kept, func(r result) result { return r }))
+			byBucket := keyed.KeyByString("bucket", func(r result) string { return bucketOf(r.UUID) }, keyed.MapValues(kept, func(r result) result { return r }))
 			tallies := keyed.ProcessValue(byBucket, "buckets", par.two, serde.Int64(), tallyStage("all"))
 			keyed.ToSink(tallies, "out", connector.Sink[tally](sink))
 			require.NoError(t, j.Validate())
@@ -147,8 +147,8 @@ func TestFanOutUnion(t *testing.T) {
 		keyed.RestartStrategy(keyed.FixedDelay(1, time.Millisecond)), fail)
 	events := keyed.FromSource(j, "events", 2, connector.Source[event](src))
 	users := keyed.Process(keyed.ByPartition(events), "users", 2, func() keyed.Operator[event, result] { return &counter{} })
-	even := keyed.KeyByString(func(r result) string { return bucketOf(r.UUID) }, users.Filter(func(r result) bool { return r.Seq%2 == 0 }))
-	odd := keyed.KeyByString(func(r result) string { return bucketOf(r.UUID) },
+	even := keyed.KeyByString("bucket", func(r result) string { return bucketOf(r.UUID) }, users.Filter(func(r result) bool { return r.Seq%2 == 0 }))
+	odd := keyed.KeyByString("bucket", func(r result) string { return bucketOf(r.UUID) },
 		keyed.FlatMapValues(users.Filter(func(r result) bool { return r.Seq%2 == 1 }), func(r result, emit func(result)) {
 			if r.Seq != 7 {
 				emit(r)
@@ -195,19 +195,33 @@ func TestGraphErrors(t *testing.T) {
 func TestGraphChange(t *testing.T) {
 	fs := vfs.NewMem()
 	sink := keyed.NewMemorySink[tally]()
-	job := func(stageTwo string, opts ...keyed.Opt) *keyed.Job {
+	job := func(stageTwo, key string, opts ...keyed.Opt) *keyed.Job {
 		src, _ := input(14, 4, 20, 500)
 		j := keyed.NewJob("change", append([]keyed.Opt{keyed.FS(fs), keyed.Dir("/ckpt")}, opts...)...)
 		events := keyed.FromSource(j, "events", 1, connector.Source[event](src))
 		users := keyed.Process(keyed.ByPartition(events), "users", 1, func() keyed.Operator[event, result] { return &counter{} })
-		byBucket := keyed.KeyByString(func(r result) string { return bucketOf(r.UUID) }, users)
+		byBucket := keyed.KeyByString(key, func(r result) string { return bucketOf(r.UUID) }, users)
 		keyed.ToSink(keyed.ProcessValue(byBucket, stageTwo, 1, serde.Int64(), tallyStage(stageTwo)), "out", connector.Sink[tally](sink))
 		require.NoError(t, j.Validate())
 		return j
 	}
-	require.NoError(t, runJob(t, job("buckets")))
-	err := runJob(t, job("pages"))
+	require.NoError(t, runJob(t, job("buckets", "bucket")))
+	err := runJob(t, job("pages", "bucket"))
 	require.ErrorContains(t, err, `holds the state of stage "buckets", which the job no longer has`)
 	require.ErrorContains(t, err, "keyed.AllowNonRestoredState")
-	require.NoError(t, runJob(t, job("pages", keyed.AllowNonRestoredState())))
+	require.NoError(t, runJob(t, job("pages", "bucket", keyed.AllowNonRestoredState())))
+
+	// The stage keeps its name but keys by another key: refused, naming
+	// the stage and both keys; the old key name restores.
+	err = runJob(t, job("pages", "page"))
+	require.ErrorContains(t, err, `operator "pages"`)
+	require.ErrorContains(t, err, `keyed the stage by "bucket", the job now keys it by "page"`)
+	require.ErrorIs(t, err, keyed.ErrPermanent, "a changed key is not retried")
+	require.NoError(t, runJob(t, job("pages", "bucket")))
+
+	bad := keyed.NewJob("badkey", keyed.FS(fs), keyed.Dir("/ckpt"))
+	src, _ := input(1, 1, 1, 1)
+	keyed.ToSink(keyed.ProcessFunc(keyed.KeyBy("", func(e event) []byte { return nil }, keyed.FromSource(bad, "events", 1, connector.Source[event](src))),
+		"op", 1, func(k []byte, e event, out *keyed.Collector[event]) error { return nil }), "out", connector.Sink[event](keyed.NewMemorySink[event]()))
+	require.ErrorContains(t, bad.Validate(), "no key name")
 }

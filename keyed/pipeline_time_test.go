@@ -49,7 +49,7 @@ func TestWindowsAtStageTwo(t *testing.T) {
 		out.Emit(e)
 		return nil
 	})
-	byUser := keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, passed)
+	byUser := keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, passed)
 	keyed.ToSink(countWindows(byUser, 3, keyed.Tumbling(100*time.Millisecond), false, nil), "out", connector.Sink[windowCount](sink))
 	require.NoError(t, j.Validate())
 	require.NoError(t, runJob(t, j))

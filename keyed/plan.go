@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
@@ -53,6 +54,7 @@ type opNode interface {
 	stageNode
 	validate(cfg config) error
 	byPartition() bool
+	keyName() string // KeyBy's name for the key; "" in partition mode
 	inputStages() []stageNode
 	hasOutputs() bool
 	setTasks(p int)
@@ -145,6 +147,7 @@ func (o *opOf[T, O]) tasks() int                  { return o.p }
 func (o *opOf[T, O]) setTasks(p int)              { o.p = p }
 func (o *opOf[T, O]) parallelismSet() int         { return o.parallelism }
 func (o *opOf[T, O]) byPartition() bool           { return o.in.byPartition }
+func (o *opOf[T, O]) keyName() string             { return o.in.keyName }
 func (o *opOf[T, O]) inputStages() []stageNode    { return o.inputs }
 func (o *opOf[T, O]) hasOutputs() bool            { return len(o.outs) > 0 }
 func (o *opOf[T, O]) origins() []stageNode        { return []stageNode{o} }
@@ -423,17 +426,27 @@ func (j *Job) checkStages(r *run, rs *restoreState, maxP int) error {
 			mode = "keyed.partition"
 		}
 		stages[o.stageName()] = true
-		r.opRefs = append(r.opRefs, checkpoint.OperatorRef{Name: o.stageName(), Type: mode, SchemaFingerprint: fmt.Sprintf("maxParallelism=%d", maxP)})
+		fp := fmt.Sprintf("maxParallelism=%d", maxP)
+		if k := o.keyName(); k != "" {
+			fp = "key=" + k + ";" + fp
+		}
+		r.opRefs = append(r.opRefs, checkpoint.OperatorRef{Name: o.stageName(), Type: mode, SchemaFingerprint: fp})
 		if rs.fresh {
 			continue
 		}
 		found := false
 		for _, ref := range rs.meta.Operators {
-			if ref.Name == o.stageName() {
-				found = true
-				if ref.Type != mode {
-					return fmt.Errorf("keyed: operator %q: checkpoint %s was taken in %s mode, the job now runs in %s mode: key groups would not match (restore is refused)", o.stageName(), rs.meta.Ref(), ref.Type, mode)
-				}
+			if ref.Name != o.stageName() {
+				continue
+			}
+			found = true
+			if ref.Type != mode {
+				return Permanent(fmt.Errorf("keyed: operator %q: checkpoint %s was taken in %s mode, the job now runs in %s mode: key groups would not match (restore is refused)", o.stageName(), rs.meta.Ref(), ref.Type, mode))
+			}
+			// A checkpoint older than key names records none: nothing to compare.
+			if was, ok := recordedKey(ref); ok && was != o.keyName() {
+				return Permanent(fmt.Errorf("keyed: operator %q: checkpoint %s keyed the stage by %q, the job now keys it by %q: its state is stored under keys of another meaning (restore is refused); key by the old name, or give the stage a new name to start it empty",
+					o.stageName(), rs.meta.Ref(), was, o.keyName()))
 			}
 		}
 		if !found {
@@ -450,6 +463,16 @@ func (j *Job) checkStages(r *run, rs *restoreState, maxP int) error {
 		}
 	}
 	return nil
+}
+
+// recordedKey is the key name a stage's record holds, if any.
+func recordedKey(ref checkpoint.OperatorRef) (string, bool) {
+	rest, ok := strings.CutPrefix(ref.SchemaFingerprint, "key=")
+	if !ok {
+		return "", false
+	}
+	name, _, _ := strings.Cut(rest, ";")
+	return name, true
 }
 
 // isStageRef reports whether ref names a keyed stage (its keying mode),

@@ -101,7 +101,7 @@ func TestOperatorStateMismatchRefused(t *testing.T) {
 
 	j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"))
 	s := keyed.FromSource(j, "events", 1, connector.Source[event](src))
-	out := keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 1, func() keyed.Operator[event, result] { return &stringCounter{} })
+	out := keyed.Process(keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s), "count", 1, func() keyed.Operator[event, result] { return &stringCounter{} })
 	keyed.ToSink(out, "results", connector.Sink[result](sink))
 	err := j.Run(context.Background())
 	require.Error(t, err)
@@ -142,9 +142,9 @@ func TestAtLeastOnce(t *testing.T) {
 			newOp := func() keyed.Operator[event, result] { return &tolerantCounter{} }
 			var out *keyed.Stream[result]
 			if inc%2 == 0 {
-				out = keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 1+r.IntN(3), newOp)
+				out = keyed.Process(keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s), "count", 1+r.IntN(3), newOp)
 			} else {
-				out = keyed.Process(keyed.KeyByString(func(e event) string { return e.UUID }, s), "count", 1+r.IntN(3), newOp)
+				out = keyed.Process(keyed.KeyByString("uuid", func(e event) string { return e.UUID }, s), "count", 1+r.IntN(3), newOp)
 			}
 			keyed.ToSink(out, "results", connector.Sink[result](sink))
 			err := j.Run(ctx)
@@ -164,7 +164,7 @@ func TestAtLeastOnce(t *testing.T) {
 	dir := t.TempDir()
 	j := keyed.NewJob("users", keyed.Dir(dir), keyed.AtLeastOnce(), keyed.CheckpointInterval(time.Millisecond))
 	s := keyed.FromSource(j, "events", 1, connector.Source[event](src))
-	keyed.ToSink(keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 2, func() keyed.Operator[event, result] { return &tolerantCounter{} }), "results", connector.Sink[result](sink))
+	keyed.ToSink(keyed.Process(keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s), "count", 2, func() keyed.Operator[event, result] { return &tolerantCounter{} }), "results", connector.Sink[result](sink))
 	require.NoError(t, j.Run(context.Background()))
 	rec, err := sink.Recorded(context.Background())
 	require.NoError(t, err)

@@ -97,7 +97,7 @@ func TestEventTimersExactlyOnce(t *testing.T) {
 				s := keyed.FromSource(j, "events", 1+r.IntN(3), connector.Source[event](src)).Watermarks(10 * time.Millisecond)
 				k := keyed.ByPartition(s)
 				if keyBy {
-					k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+					k = keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s)
 				}
 				out := keyed.Process(k, "buckets", 1+r.IntN(3), func() keyed.Operator[event, result] { return &bucketCounter{} })
 				keyed.ToSink(out, "results", connector.Sink[result](sink))

@@ -69,7 +69,7 @@ func TestRecordTimestamps(t *testing.T) {
 			}
 			k := keyed.ByPartition(s)
 			if c.keyBy {
-				k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+				k = keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s)
 			}
 			sink := keyed.NewMemorySink[result]()
 			out := keyed.Process(k, "count", 3, func() keyed.Operator[event, result] { return &stamper{seen: seen} })

@@ -106,7 +106,7 @@ func TestWatermarks(t *testing.T) {
 				s := keyed.FromSource(j, "events", 2, connector.Source[event](src)).Watermarks(lateness)
 				k := keyed.ByPartition(s)
 				if keyBy {
-					k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+					k = keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s)
 				}
 				sink := keyed.NewMemorySink[result]()
 				out := keyed.Process(k, "count", 3, func() keyed.Operator[event, result] {
@@ -255,7 +255,7 @@ func TestWatermarkAcrossRestore(t *testing.T) {
 	build := func(seen *wmSeen) *keyed.Job {
 		j := keyed.NewJob("wm", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(2*time.Millisecond), keyed.BatchSize(32))
 		s := keyed.FromSource(j, "events", 2, connector.Source[event](src)).Watermarks(lateness)
-		out := keyed.Process(keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s), "count", 3, func() keyed.Operator[event, result] {
+		out := keyed.Process(keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s), "count", 3, func() keyed.Operator[event, result] {
 			return &watcher{seen: seen, lateness: lateness, inOrder: true}
 		})
 		keyed.ToSink(out, "results", connector.Sink[result](sink))

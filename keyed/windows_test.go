@@ -162,7 +162,7 @@ func TestWindowsModel(t *testing.T) {
 				s := keyed.FromSource(j, "events", 1+r.IntN(3), connector.Source[event](src)).Watermarks(time.Duration(disorder) * time.Millisecond)
 				k := keyed.ByPartition(s)
 				if keyBy {
-					k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+					k = keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s)
 				}
 				keyed.ToSink(countWindows(k, 1+r.IntN(3), w, apply, nil), "results", connector.Sink[windowCount](sink))
 				rctx := ctx
@@ -424,7 +424,7 @@ func TestWindowsLateModel(t *testing.T) {
 				j := keyed.NewJob("late", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
 					keyed.BatchSize(1+r.IntN(64)))
 				s := keyed.FromSource(j, "events", 1+r.IntN(3), connector.Source[event](src)).Watermarks(time.Duration(disorder) * time.Millisecond).Idleness(idle)
-				k := keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+				k := keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s)
 				keyed.ToSink(countWindows(k, 1+r.IntN(3), w, apply, lateSide), "results", connector.Sink[windowCount](sink))
 				rctx := ctx
 				if incarnation < 3 {

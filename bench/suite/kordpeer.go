@@ -135,7 +135,7 @@ func kordPeer(args []string) int {
 	s := keyed.FromSource(j, "events", *par, src)
 	k := keyed.ByPartition(s)
 	if *keyBy {
-		k = keyed.KeyBy(func(e event) []byte { return []byte(e.UUID) }, s)
+		k = keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s)
 	}
 	out := keyed.ProcessValue(k, "count", *par, serde.Int64(), func(_ []byte, e event, n *keyed.ValueState[int64], out *keyed.Collector[result]) error {
 		c, _ := n.Get()

@@ -180,7 +180,7 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 		// The key is the pattern: normalizing in the key function is all
 		// the rewriting there is, and each window's result takes its
 		// pattern from the key.
-		k := keyed.KeyByString(func(a Access) string { return norm.Pattern(a.IdentityURI) }, s)
+		k := keyed.KeyByString("pattern", func(a Access) string { return norm.Pattern(a.IdentityURI) }, s)
 		out := keyed.WindowApply(k, "windows", 2, keyed.Tumbling(windowSize).AllowedLateness(o.allowedLateness), serde.JSON[Access](),
 			func(pattern string, win keyed.Window, events []Access) Out {
 				// The key is valid during the call only (keyed.Operator),

@@ -194,14 +194,14 @@ func process(ctx context.Context, o options, sum *summary) error {
 		newOp := func() keyed.Operator[Event, Result] { return &userCounter{atLeastOnce: o.atLeastOnce} }
 		var out *keyed.Stream[Result]
 		if o.keyBy && o.instance == "" {
-			out = keyed.Process(keyed.KeyByString(func(e Event) string { return e.UUID }, s), "count", 2, newOp)
+			out = keyed.Process(keyed.KeyByString("uuid", func(e Event) string { return e.UUID }, s), "count", 2, newOp)
 		} else {
 			out = keyed.Process(keyed.ByPartition(s), "count", 2, newOp)
 		}
 		if o.pages {
 			// The second stage: re-keyed by page, each result numbered
 			// within its page.
-			byPage := keyed.KeyByString(func(r Result) string { return r.Page }, out)
+			byPage := keyed.KeyByString("page", func(r Result) string { return r.Page }, out)
 			out = keyed.ProcessValue(byPage, "pages", 2, serde.Int64(), func(_ string, r Result, n *keyed.ValueState[int64], out *keyed.Collector[Result]) error {
 				c, _ := n.Get()
 				n.Set(c + 1)
