@@ -47,6 +47,15 @@ type jobSpec struct {
 	opts                        []keyed.Opt   // more job options
 	srcOpts                     []kafkaio.Opt // the source's options
 	sinkOpts                    []kafkaio.Opt // the sink's options
+	// echo, when set, is a second output topic: the results of even seq,
+	// as echoes, through kafkaio.Output in the sink's transactions.
+	echo string
+}
+
+// echo is a result sent on through a second sink.
+type echo struct {
+	Of    string `json:"of"` // uuid/seq
+	Count int64  `json:"count"`
 }
 
 // byUUID keys each result by its uuid.
@@ -93,6 +102,12 @@ func newJob(s jobSpec) (*keyed.Job, *kafkaio.Source[event], *kafkaio.Sink[result
 		out = keyed.Process(keyed.KeyByString("uuid", func(e event) string { return e.UUID }, st), "count", s.parallelism, newOp)
 	}
 	keyed.ToSink(out, "results", connector.Sink[result](sink))
+	if s.echo != "" {
+		even := keyed.MapValues(out.Filter(func(r result) bool { return r.Seq%2 == 0 }), func(r result) echo {
+			return echo{Of: fmt.Sprintf("%s/%d", r.UUID, r.Seq), Count: r.Count}
+		})
+		keyed.ToSink(even, "echoes", kafkaio.Output(connector.Sink[result](sink), s.echo, serde.JSON[echo]()))
+	}
 	return j, src, sink
 }
 

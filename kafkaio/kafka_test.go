@@ -673,6 +673,69 @@ func TestKafkaSideOutput(t *testing.T) {
 	})
 }
 
+// slowCommits holds each commit back by 50 ms before hook sees it, so
+// that the sink tasks write the next epochs' output meanwhile: into the
+// epoch buffer, never into the transaction being committed.
+func slowCommits(hook failpoint.Hook) failpoint.Hook {
+	return func(p string) error {
+		if p == failpoint.BeforeCommit {
+			time.Sleep(50 * time.Millisecond)
+		}
+		return hook(p)
+	}
+}
+
+// TestKafkaOutput: a second sink (kafkaio.Output) writes a second stream
+// in the first sink's transactions, through crashes before and after a
+// commit: both topics hold each record once, and a read_committed reader
+// sees an echo exactly for each even result. A second NewSink on another
+// cluster is refused, naming both clusters.
+func TestKafkaOutput(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 3, 100)
+		f.fill(500)
+		echoes := c.CreateTopic(t, 2, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		// Input arrives while the job runs, so that its checkpoints carry
+		// output and the epoch buffer holds the next epochs' during a
+		// commit.
+		produced := f.produceInBackground(4_000, 2_000, 2*time.Minute)
+		nEven := 0
+		_, sinks := f.incarnations(ctx, func(s *jobSpec) { s.echo = echoes },
+			[]failpoint.Hook{slowCommits(crashAt(failpoint.AfterCommit, 3)), slowCommits(crashAt(failpoint.BeforeCommit, 2))},
+			func(*kafkaio.Sink[result]) {
+				require.NoError(t, <-produced)
+				for _, n := range f.want {
+					nEven += int((n + 1) / 2) // seq 0, 2, 4, ... < n
+				}
+				f.c.ReadAll(t, f.out, f.total(), true, 2*time.Minute)
+				f.c.ReadAll(t, echoes, nEven, true, time.Minute)
+			})
+		require.NoError(t, sinks[len(sinks)-1].Close())
+		results := map[string]int64{}
+		for _, rec := range f.c.ReadExactly(t, f.out, f.total()) {
+			var r result
+			require.NoError(t, json.Unmarshal(rec.Value, &r))
+			k := fmt.Sprintf("%s/%d", r.UUID, r.Seq)
+			_, dup := results[k]
+			require.False(t, dup, "result %s twice", k)
+			results[k] = r.Count
+		}
+		seen := map[string]bool{}
+		for _, rec := range f.c.ReadExactly(t, echoes, nEven) {
+			var e echo
+			require.NoError(t, json.Unmarshal(rec.Value, &e))
+			require.False(t, seen[e.Of], "echo %s twice", e.Of)
+			seen[e.Of] = true
+			n, ok := results[e.Of]
+			require.True(t, ok, "echo %s of no result", e.Of)
+			require.Equal(t, n, e.Count, "echo %s", e.Of)
+		}
+		require.Len(t, seen, nEven)
+	})
+}
+
 // TestKafkaSinkAtLeastOnceFlushes: the at-least-once sink commits a
 // checkpoint's offsets only once everything written before is delivered:
 // with linger.ms at 30 s, the records must be readable as soon as Commit

@@ -30,6 +30,7 @@ const (
 	toSource
 	toSink
 	toRepartition
+	toOutput
 )
 
 func (p part) String() string {
@@ -40,6 +41,8 @@ func (p part) String() string {
 		return "a source"
 	case toSink:
 		return "a sink"
+	case toOutput:
+		return "an Output"
 	default:
 		return "a repartition stage"
 	}
@@ -218,7 +221,7 @@ func Bounded() Opt {
 // a sink.
 func Key[T, K any](key func(v T) K, keys serde.Serde[K]) Opt {
 	return func(o *options) {
-		if !o.is("Key", toSink) {
+		if !o.is("Key", toSink|toOutput) {
 			return
 		}
 		switch s, _ := any(keys).(serde.Serde[string]); {

@@ -51,6 +51,43 @@ func TestOptionsMisplaced(t *testing.T) {
 	require.NoError(t, sink.ValidateSink(info))
 }
 
+// TestOutputRefusals: a job's further Kafka sink must be an Output of
+// its first: a second NewSink on another cluster is refused naming both
+// clusters, one on the same cluster is refused as committing apart, and
+// an Output checks its options and its first sink.
+func TestOutputRefusals(t *testing.T) {
+	build := func(second func(first connector.Sink[string]) connector.Sink[string]) error {
+		j := keyed.NewJob("outputs", keyed.Dir(t.TempDir()))
+		src := keyed.NewMemorySource[string]("in", 1, true)
+		out := keyed.ProcessFunc(keyed.KeyByString("s", func(s string) string { return s }, keyed.FromSource(j, "in", 1, connector.Source[string](src))),
+			"op", 1, func(k string, s string, out *keyed.Collector[string]) error { out.Emit(s); return nil })
+		first := kafkaio.NewSink(mustClient(kafkaio.Brokers("a:9092")), "out", serde.String())
+		keyed.ToSink(out, "first", first)
+		keyed.ToSink(out, "second", second(first))
+		return j.Validate()
+	}
+	err := build(func(connector.Sink[string]) connector.Sink[string] {
+		return kafkaio.NewSink(mustClient(kafkaio.Brokers("b:9092")), "out2", serde.String())
+	})
+	require.ErrorContains(t, err, `sinks "first" and "second" write to different clusters (a:9092 and b:9092)`)
+	err = build(func(connector.Sink[string]) connector.Sink[string] {
+		return kafkaio.NewSink(mustClient(kafkaio.Brokers("a:9092")), "out2", serde.String())
+	})
+	require.ErrorContains(t, err, `sinks "first" and "second" would commit apart`)
+	err = build(func(first connector.Sink[string]) connector.Sink[string] {
+		return kafkaio.Output(first, "out2", serde.String(), kafkaio.Bounded(), kafkaio.Key(func(n int) string { return "" }, serde.String()))
+	})
+	require.ErrorContains(t, err, `Output to topic "out2": option Bounded does not configure an Output`)
+	require.ErrorContains(t, err, `Output to topic "out2": its Key takes another type than the Output's string`)
+	require.NoError(t, build(func(first connector.Sink[string]) connector.Sink[string] {
+		return kafkaio.Output(first, "out2", serde.String(), kafkaio.Key(func(s string) string { return s }, serde.String()))
+	}))
+	err = build(func(connector.Sink[string]) connector.Sink[string] {
+		return kafkaio.Output(keyed.NewMemorySink[string](), "out2", serde.String())
+	})
+	require.ErrorContains(t, err, `Output to topic "out2": its first sink is not one of kafkaio.NewSink`)
+}
+
 // TestSinkNullKey: a sink without Key writes null keys (no key serde
 // needed), and with Key writes what its serde encodes: a string key's
 // bytes (shared with the string), the empty string an empty key.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -38,6 +39,8 @@ type sink[T any] struct {
 	key    func(v T) ([]byte, error)
 	values serde.Serde[T]
 	cfg    options
+	// outputs are the topics of the Outputs that write through this sink.
+	outputs []string
 
 	mu        sync.Mutex
 	room      chan struct{} // closed and replaced when Write may go on
@@ -140,6 +143,14 @@ func (s *sink[T]) ValidateSink(info connector.SinkInfo) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// Cluster implements connector.Clustered: the brokers the sink writes to.
+func (s *sink[T]) Cluster() string {
+	if s.c == nil {
+		return ""
+	}
+	return s.c.BrokerList()
 }
 
 func (s *sink[T]) exactlyOnce() bool { return s.info.Mode != checkpoint.AtLeastOnce }
@@ -262,13 +273,16 @@ func (s *sink[T]) role(topic string) string {
 	case s.cfg.deadLetters:
 		return "its dead-letter topic"
 	}
+	if slices.Contains(s.outputs, topic) {
+		return "an Output's topic"
+	}
 	return "its side output"
 }
 
 // topics lists every topic the sink writes.
 func (s *sink[T]) topics() []string {
 	var out []string
-	for _, t := range append([]string{s.topic, s.cfg.deadLetters}, s.cfg.sideTopics...) {
+	for _, t := range slices.Concat([]string{s.topic, s.cfg.deadLetters}, s.cfg.sideTopics, s.outputs) {
 		if t != "" {
 			out = append(out, t)
 		}

@@ -193,6 +193,19 @@ func (r *run) ack(a ack) {
 // point passes a failure point (points.go).
 func (r *run) point(name string) error { return r.fp.point(name) }
 
+// closeSinks closes the sinks that are io.Closers, the further ones
+// first: they write through the first.
+func (j *Job) closeSinks() {
+	sinks := j.sinks()
+	for i := len(sinks) - 1; i >= 0; i-- {
+		if c, ok := sinks[i].sinkValue().(io.Closer); ok {
+			if err := c.Close(); err != nil {
+				j.cfg.Logger.Warn("keyed: closing a sink", "job", j.name, "sink", sinks[i].sinkName(), "err", err)
+			}
+		}
+	}
+}
+
 // Run runs the job until every source has ended (bounded sources: a final
 // checkpoint is committed, then Run returns nil), ctx is done (a graceful
 // stop: the same final checkpoint, within StopTimeout), or a
@@ -210,16 +223,11 @@ func (j *Job) Run(ctx context.Context) (err error) {
 	// The job owns what it was given: its sink is closed when Run returns
 	// (a Kafka sink aborts what is open and closes its producer). A later
 	// Run resets it again.
-	if c, ok := j.sink.sinkValue().(io.Closer); ok {
-		defer func() {
-			if crashed(err) {
-				return // as if the process had died: nothing is closed
-			}
-			if cerr := c.Close(); cerr != nil {
-				j.cfg.Logger.Warn("keyed: closing the sink", "job", j.name, "err", cerr)
-			}
-		}()
-	}
+	defer func() {
+		if !crashed(err) { // crashed: as if the process had died, nothing is closed
+			j.closeSinks()
+		}
+	}()
 	// The work goes on after ctx is done, for the final checkpoint, until
 	// the stop deadline.
 	wctx, endWork := stopContext(ctx, j.cfg.StopTimeout)
@@ -447,7 +455,13 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 		case <-resetDone:
 		}
 	}()
-	err = j.sink.reset(resetCtx, j.sinkInfo())
+	var failed sinkNode
+	for _, s := range j.sinks() {
+		if err = s.reset(resetCtx, j.sinkInfo()); err != nil {
+			failed = s
+			break
+		}
+	}
 	close(resetDone)
 	cancelReset()
 	if err != nil {
@@ -457,7 +471,7 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 			j.cfg.Logger.Info("keyed: stopped while the sink was starting", "job", j.name, "err", err)
 			return false, nil
 		}
-		return false, fmt.Errorf("keyed: sink %q: reset: %w", j.sink.sinkName(), err)
+		return false, fmt.Errorf("keyed: sink %q: reset: %w", failed.sinkName(), err)
 	}
 	var assigned map[string][]int32
 	var changed <-chan struct{}
@@ -493,7 +507,9 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 	if !rs.fresh {
 		committed = rs.meta.ID
 	}
-	j.sink.resume(committed)
+	for _, s := range j.sinks() {
+		s.resume(committed)
+	}
 	if err := j.build(rctx, r, rs); err != nil {
 		cancel(err)
 		r.wg.Wait()

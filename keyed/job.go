@@ -68,7 +68,8 @@ type Job struct {
 
 	sources []sourceNode
 	ops     []opNode
-	sink    sinkNode
+	sink    sinkNode   // the first sink: the job commits through it
+	outputs []sinkNode // further sinks, each writing inside sink's commit
 	errs    []error
 
 	statsMu     sync.Mutex
@@ -132,12 +133,12 @@ func (j *Job) Validate() error {
 	for _, o := range j.ops {
 		all = append(all, o.stageName())
 	}
-	if j.sink != nil {
-		all = append(all, j.sink.sinkName())
+	for _, s := range j.sinks() {
+		all = append(all, s.sinkName())
 	}
 	for _, n := range all {
 		if names[n] {
-			errs = append(errs, fmt.Errorf("keyed: two parts of the job are named %q: sources, keyed stages and the sink need distinct names", n))
+			errs = append(errs, fmt.Errorf("keyed: two parts of the job are named %q: sources, keyed stages and sinks need distinct names", n))
 		}
 		names[n] = true
 	}
@@ -154,14 +155,46 @@ func (j *Job) Validate() error {
 			errs = append(errs, fmt.Errorf("keyed: sink %q: Instance makes the job one of several processes, and its sink (%T) cannot assign their partitions (connector.Membership)", j.sink.sinkName(), j.sink.sinkValue()))
 		}
 	}
-	if j.sink != nil && len(j.sources) > 0 {
-		if v, ok := j.sink.sinkValue().(connector.SinkValidator); ok {
+	for _, s := range j.sinks() {
+		if v, ok := s.sinkValue().(connector.SinkValidator); ok && len(j.sources) > 0 {
 			if err := v.ValidateSink(j.sinkInfo()); err != nil {
-				errs = append(errs, fmt.Errorf("keyed: sink %q: %w", j.sink.sinkName(), err))
+				errs = append(errs, fmt.Errorf("keyed: sink %q: %w", s.sinkName(), err))
 			}
 		}
 	}
+	errs = append(errs, j.checkParticipants()...)
 	return j.named(errors.Join(errs...))
+}
+
+// sinks lists the job's sinks, the one it commits through first.
+func (j *Job) sinks() []sinkNode {
+	if j.sink == nil {
+		return nil
+	}
+	return append([]sinkNode{j.sink}, j.outputs...)
+}
+
+// checkParticipants refuses a further sink that does not write inside
+// the first sink's commit: a checkpoint commits in one atomic step, and a
+// second commit beside it could happen without the first (a crash between
+// them), losing or duplicating that sink's output.
+func (j *Job) checkParticipants() []error {
+	var errs []error
+	for _, s := range j.outputs {
+		if p, ok := s.sinkValue().(connector.Participant); ok && p.CommitsWith() == j.sink.sinkValue() {
+			continue
+		}
+		c1, ok1 := j.sink.sinkValue().(connector.Clustered)
+		c2, ok2 := s.sinkValue().(connector.Clustered)
+		if ok1 && ok2 && c1.Cluster() != c2.Cluster() {
+			errs = append(errs, fmt.Errorf("keyed: sinks %q and %q write to different clusters (%s and %s): a job commits its output in one transaction, which cannot span two clusters",
+				j.sink.sinkName(), s.sinkName(), c1.Cluster(), c2.Cluster()))
+			continue
+		}
+		errs = append(errs, fmt.Errorf("keyed: sinks %q and %q would commit apart: a job commits through its first sink, and a further sink must write inside that commit (connector.Participant: kafkaio.Output of the first Kafka sink, keyed.MemoryOutput of a MemorySink)",
+			j.sink.sinkName(), s.sinkName()))
+	}
+	return errs
 }
 
 // Operator is a keyed operator: Process is called for each record with the
@@ -439,15 +472,23 @@ func (v *valueOp[K, T, S, O]) Process(key []byte, x T, out *Collector[O]) error 
 	return v.fn(v.keyOf(key), x, v.state, out)
 }
 
-// ToSink sends s's records to sink, through one sink task that aligns
-// barriers across every task upstream. A job has one sink.
+// ToSink sends s's records to sink, through a sink task that aligns
+// barriers across every task upstream. The job commits each checkpoint
+// through its first sink (its Commit records the checkpoint with the
+// source offsets in one atomic step). A job may have further sinks, each
+// of which writes inside the first's commit (connector.Participant):
+// kafkaio.Output of the first Kafka sink puts its records in the same
+// transactions, keyed.MemoryOutput does the same in memory. Any other is
+// refused by Validate, naming both sinks (and both clusters, for Kafka
+// sinks on two).
 func ToSink[O any](s *Stream[O], name string, sink connector.Sink[O]) {
 	j := s.j
-	if j.sink != nil {
-		j.errs = append(j.errs, fmt.Errorf("keyed: sink %q: only one sink per job is supported", name))
-		return
-	}
 	ex := &sinkExchange[O]{}
 	s.out.attach(ex)
-	j.sink = &sinkOf[O]{name: name, sink: sink, in: ex}
+	n := &sinkOf[O]{name: name, sink: sink, in: ex}
+	if j.sink == nil {
+		j.sink = n
+		return
+	}
+	j.outputs = append(j.outputs, n)
 }

@@ -2,6 +2,7 @@ package keyed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -172,6 +173,9 @@ type MemorySink[T any] struct {
 	committed []T
 	record    *connector.Recorded
 	commits   int
+	// An output (MemoryOutput) has its leader, and a leader its outputs.
+	leader  any
+	follows []memoryFollower
 	// FailCommit, if set, is called before each commit; an error fails it
 	// (with nothing committed).
 	FailCommit func(ref checkpoint.Ref) error
@@ -193,6 +197,9 @@ func (s *MemorySink[T]) Write(_ context.Context, epoch uint64, v T) error {
 // Commit implements connector.Sink: the output of every epoch ≤ ref.ID becomes
 // visible, in epoch order, and ref is recorded with offsets.
 func (s *MemorySink[T]) Commit(_ context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
+	if s.leader != nil {
+		return errors.New("keyed: a MemoryOutput commits with its leader, not by itself")
+	}
 	if s.FailCommit != nil {
 		if err := s.FailCommit(ref); err != nil {
 			return err
@@ -206,15 +213,63 @@ func (s *MemorySink[T]) Commit(_ context.Context, ref checkpoint.Ref, offsets []
 			epochs = append(epochs, e)
 		}
 	}
-	sort.Slice(epochs, func(a, b int) bool { return epochs[a] < epochs[b] })
-	for _, e := range epochs {
-		s.committed = append(s.committed, s.pending[e]...)
-		delete(s.pending, e)
+	s.commitUpTo(ref.ID)
+	for _, f := range s.follows { // under s.mu: one step with this commit
+		f.commitUpTo(ref.ID)
 	}
 	s.record = &connector.Recorded{Ref: ref, Offsets: append([]checkpoint.PartitionOffset(nil), offsets...), Where: "memory sink"}
 	s.commits++
 	return nil
 }
+
+// memoryFollower is a MemoryOutput, of any type, seen from its leader.
+type memoryFollower interface {
+	commitUpTo(id uint64)
+	dropPending()
+}
+
+// commitUpTo makes the output of every epoch ≤ id visible, in epoch
+// order; called with s.mu held by s or its leader.
+func (s *MemorySink[T]) commitUpTo(id uint64) {
+	if s.leader != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	var epochs []uint64
+	for e := range s.pending {
+		if e <= id {
+			epochs = append(epochs, e)
+		}
+	}
+	sort.Slice(epochs, func(a, b int) bool { return epochs[a] < epochs[b] })
+	for _, e := range epochs {
+		s.committed = append(s.committed, s.pending[e]...)
+		delete(s.pending, e)
+	}
+}
+
+func (s *MemorySink[T]) dropPending() {
+	s.mu.Lock()
+	s.pending = map[uint64][]T{}
+	s.mu.Unlock()
+}
+
+// MemoryOutput returns a further sink for a job whose first sink is
+// leader: what it is given becomes visible with leader's commits, in the
+// same step, as kafkaio.Output's records commit in the Kafka sink's
+// transactions. Its own Commit and Recorded are not for use: the job
+// commits through leader.
+func MemoryOutput[O, T any](leader *MemorySink[T]) *MemorySink[O] {
+	out := &MemorySink[O]{pending: map[uint64][]O{}, leader: leader}
+	leader.mu.Lock()
+	leader.follows = append(leader.follows, out)
+	leader.mu.Unlock()
+	return out
+}
+
+// CommitsWith implements connector.Participant: the leader of a
+// MemoryOutput, nil for a sink of its own.
+func (s *MemorySink[T]) CommitsWith() any { return s.leader }
 
 // Recorded implements connector.Sink.
 func (s *MemorySink[T]) Recorded(context.Context) (*connector.Recorded, error) {
@@ -231,8 +286,11 @@ func (s *MemorySink[T]) Recorded(context.Context) (*connector.Recorded, error) {
 // Reset implements connector.Sink: uncommitted output is dropped.
 func (s *MemorySink[T]) Reset(context.Context, connector.SinkInfo) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.pending = map[uint64][]T{}
-	s.mu.Unlock()
+	for _, f := range s.follows {
+		f.dropPending()
+	}
 	return nil
 }
 

@@ -704,7 +704,10 @@ func checkOpStateNames(j *Job, rs *restoreState) error {
 	if rs.fresh {
 		return nil
 	}
-	parts := map[string]bool{j.sink.sinkName(): true}
+	parts := map[string]bool{}
+	for _, s := range j.sinks() {
+		parts[s.sinkName()] = true
+	}
 	for _, s := range j.sources {
 		parts[s.sourceName()] = true
 	}

@@ -169,6 +169,36 @@ func TestFanOutUnion(t *testing.T) {
 	checkTallies(t, sink.Committed(), want, func(seq int64) bool { return seq != 7 }, path)
 }
 
+// TestSeveralSinks: stage one's counts go to one sink and stage two's
+// tallies to a second that commits with the first (MemoryOutput), with a
+// failure after the first commit and a restart: both hold every result
+// once, in order. Two sinks that would commit apart are refused, naming
+// both.
+func TestSeveralSinks(t *testing.T) {
+	src, want := input(15, 4, 40, 4_000)
+	counts := keyed.NewMemorySink[result]()
+	tallies := keyed.MemoryOutput[tally](counts)
+	fail, failed := failOnce(1)
+	j := keyed.NewJob("sinks", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond),
+		keyed.RestartStrategy(keyed.FixedDelay(1, time.Millisecond)), fail)
+	users := keyed.Process(keyed.ByPartition(keyed.FromSource(j, "events", 2, connector.Source[event](src))), "users", 2, func() keyed.Operator[event, result] { return &counter{} })
+	keyed.ToSink(users, "counts", connector.Sink[result](counts))
+	byBucket := keyed.KeyByString("bucket", func(r result) string { return bucketOf(r.UUID) }, users)
+	keyed.ToSink(keyed.ProcessValue(byBucket, "buckets", 3, serde.Int64(), tallyStage("all")), "tallies", connector.Sink[tally](tallies))
+	require.NoError(t, j.Validate())
+	require.NoError(t, runJob(t, j))
+	require.True(t, *failed, "the job failed and restarted")
+	checkOutput(t, counts.Committed(), want)
+	checkTallies(t, tallies.Committed(), want, nil, func(int64) string { return "all" })
+
+	apart := keyed.NewJob("apart", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"))
+	src2, _ := input(15, 4, 40, 4_000)
+	users = keyed.Process(keyed.ByPartition(keyed.FromSource(apart, "events", 2, connector.Source[event](src2))), "users", 2, func() keyed.Operator[event, result] { return &counter{} })
+	keyed.ToSink(users, "counts", connector.Sink[result](keyed.NewMemorySink[result]()))
+	keyed.ToSink(users, "again", connector.Sink[result](keyed.NewMemorySink[result]()))
+	require.ErrorContains(t, apart.Validate(), `sinks "counts" and "again" would commit apart`)
+}
+
 // TestGraphErrors: what Validate refuses in a graph, naming the stage.
 func TestGraphErrors(t *testing.T) {
 	src, _ := input(13, 4, 10, 100)

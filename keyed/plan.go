@@ -304,7 +304,9 @@ func (j *Job) build(rctx context.Context, r *run, rs *restoreState) error {
 	for _, o := range j.ops {
 		o.openInput(maxP, cfg.Credits)
 	}
-	j.sink.openInput(cfg.Credits)
+	for _, s := range j.sinks() {
+		s.openInput(cfg.Credits)
+	}
 	// The first epoch: output after the restored (or fresh) checkpoint.
 	epoch := uint64(1)
 	if rs.meta != nil {
@@ -322,7 +324,12 @@ func (j *Job) build(rctx context.Context, r *run, rs *restoreState) error {
 			return err
 		}
 	}
-	return j.sink.build(rctx, r, rs, epoch)
+	for _, s := range j.sinks() {
+		if err := s.build(rctx, r, rs, epoch); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // positions lists every source's partitions (those assigned to this

@@ -134,8 +134,10 @@ func (j *Job) checkScaled() error {
 			return fmt.Errorf("keyed: source %q keeps operator state, which does not follow partitions across processes", s.sourceName())
 		}
 	}
-	if _, ok := j.sink.sinkValue().(connector.OperatorState); ok {
-		return fmt.Errorf("keyed: sink %q keeps operator state, which does not follow partitions across processes", j.sink.sinkName())
+	for _, s := range j.sinks() {
+		if _, ok := s.sinkValue().(connector.OperatorState); ok {
+			return fmt.Errorf("keyed: sink %q keeps operator state, which does not follow partitions across processes", s.sinkName())
+		}
 	}
 	return nil
 }

@@ -182,6 +182,25 @@ type Resumer interface {
 	Resume(after uint64)
 }
 
+// Participant is a further sink of a job that writes inside another sink's
+// commit: its output of an epoch becomes visible when, and only when, a
+// Commit of that sink covering the epoch does (kafkaio.Output writes in the
+// Kafka sink's transactions; keyed.MemoryOutput in a MemorySink's commits).
+// A job commits through its first sink; every further sink must be a
+// Participant whose CommitsWith returns that sink. The engine Resets a
+// participant after the first sink, and never calls its Commit or
+// Recorded.
+type Participant interface {
+	CommitsWith() any
+}
+
+// Clustered is a sink that names the cluster it writes to (a Kafka sink:
+// its bootstrap servers), so that sinks on two clusters are refused by
+// name.
+type Clustered interface {
+	Cluster() string
+}
+
 // SinkInfo describes the job to its sink, at each Reset.
 type SinkInfo struct {
 	// Job is the job's name (keyed.NewJob): a Kafka sink derives its
