@@ -13,6 +13,7 @@ type Collector[O any] struct {
 	emit   emit[O]
 	one    [1]channel.Element[O] // Emit's batch
 	direct *channel.Outbox[O]    // instead of emit: to the sink alone
+	sides  map[any]any           // side outputs' emit functions (emit[S]), by tag
 	err    error
 	key    []byte
 	ts     int64

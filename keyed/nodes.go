@@ -442,6 +442,7 @@ type opTask[T, O any] struct {
 	b       *Backend
 	emit    emit[O]
 	direct  *channel.Outbox[O] // instead of emit: the stage feeds the sink alone
+	sides   map[any]any        // side outputs' emit functions, by tag
 	out     outputs
 	col     *Collector[O]
 	// restoredWm is the restored checkpoint's watermark (noTime if none):
@@ -467,7 +468,7 @@ func (t *opTask[T, O]) fireTimers(kind TimerKind, now int64) error {
 }
 
 func (t *opTask[T, O]) run(ctx context.Context) error {
-	col := &Collector[O]{emit: t.emit, direct: t.direct, wm: t.restoredWm, timers: t.timers}
+	col := &Collector[O]{emit: t.emit, direct: t.direct, sides: t.sides, wm: t.restoredWm, timers: t.timers}
 	t.col = col
 	// The watermark of each input (upstream task): the task's is their
 	// minimum, and never goes backwards.

@@ -199,6 +199,67 @@ func TestSeveralSinks(t *testing.T) {
 	require.ErrorContains(t, apart.Validate(), `sinks "counts" and "again" would commit apart`)
 }
 
+// sideCounter is counter that also sends every fourth result to a side
+// output.
+type sideCounter struct {
+	counter
+	side *keyed.SideOutput[result]
+}
+
+func (c *sideCounter) Process(key []byte, e event, out *keyed.Collector[result]) error {
+	if err := c.counter.Process(key, e, out); err != nil {
+		return err
+	}
+	if e.Seq%4 == 0 {
+		keyed.EmitSide(out, c.side, result{UUID: e.UUID, Seq: e.Seq, Count: e.Seq + 1})
+	}
+	return nil
+}
+
+// TestSideOutputFeedsStage: a stage's side output (every fourth result)
+// is keyed into a second stage, while its main output goes to a sink,
+// through a failure after the first commit and a restart: both outputs
+// are exactly-once and in order. A side output taken but sent nowhere, or
+// taken from a stream that is not a stage's, is refused; one emitted but
+// not taken fails the job, naming it.
+func TestSideOutputFeedsStage(t *testing.T) {
+	src, want := input(16, 4, 40, 4_000)
+	counts := keyed.NewMemorySink[result]()
+	tallies := keyed.MemoryOutput[tally](counts)
+	fail, failed := failOnce(1)
+	j := keyed.NewJob("side", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond),
+		keyed.RestartStrategy(keyed.FixedDelay(1, time.Millisecond)), fail)
+	every4 := keyed.NewSideOutput[result]("every4")
+	users := keyed.Process(keyed.ByPartition(keyed.FromSource(j, "events", 2, connector.Source[event](src))), "users", 2,
+		func() keyed.Operator[event, result] { return &sideCounter{side: every4} })
+	keyed.ToSink(users, "counts", connector.Sink[result](counts))
+	byBucket := keyed.KeyByString("bucket", func(r result) string { return bucketOf(r.UUID) }, keyed.Side(users, every4))
+	keyed.ToSink(keyed.ProcessValue(byBucket, "buckets", 3, serde.Int64(), tallyStage("side")), "tallies", connector.Sink[tally](tallies))
+	require.NoError(t, j.Validate())
+	require.NoError(t, runJob(t, j))
+	require.True(t, *failed, "the job failed and restarted")
+	checkOutput(t, counts.Committed(), want)
+	checkTallies(t, tallies.Committed(), want, func(seq int64) bool { return seq%4 == 0 }, func(int64) string { return "side" })
+
+	build := func(wire func(j *keyed.Job, users *keyed.Stream[result])) *keyed.Job {
+		j := keyed.NewJob("side2", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"))
+		src, _ := input(16, 4, 40, 400)
+		users := keyed.Process(keyed.ByPartition(keyed.FromSource(j, "events", 2, connector.Source[event](src))), "users", 2,
+			func() keyed.Operator[event, result] { return &sideCounter{side: every4} })
+		keyed.ToSink(users, "counts", connector.Sink[result](keyed.NewMemorySink[result]()))
+		wire(j, users)
+		return j
+	}
+	err := build(func(_ *keyed.Job, users *keyed.Stream[result]) {
+		keyed.Side(users, every4)
+		keyed.Side(users.Filter(func(result) bool { return true }), keyed.NewSideOutput[int]("other"))
+	}).Validate()
+	require.ErrorContains(t, err, `stage "users": its side output "every4" (Side) goes nowhere`)
+	require.ErrorContains(t, err, `Side "other" of stream from "users": a side output is a keyed stage's`)
+	err = runJob(t, build(func(*keyed.Job, *keyed.Stream[result]) {}))
+	require.ErrorContains(t, err, `side output "every4" goes nowhere from this stage: take it with keyed.Side`)
+}
+
 // TestGraphErrors: what Validate refuses in a graph, naming the stage.
 func TestGraphErrors(t *testing.T) {
 	src, _ := input(13, 4, 10, 100)

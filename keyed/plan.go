@@ -139,17 +139,27 @@ type opOf[T, O any] struct {
 	in          *keyedExchange[T]
 	inputs      []stageNode // the stages whose records come in
 	outs        []inlet[O]
-	p           int // tasks in the run being built
+	// Side outputs that Side took, by tag, in the order taken.
+	sideTags []any
+	sides    []sideWiring
+	p        int // tasks in the run being built
 }
 
-func (o *opOf[T, O]) stageName() string           { return o.name }
-func (o *opOf[T, O]) tasks() int                  { return o.p }
-func (o *opOf[T, O]) setTasks(p int)              { o.p = p }
-func (o *opOf[T, O]) parallelismSet() int         { return o.parallelism }
-func (o *opOf[T, O]) byPartition() bool           { return o.in.byPartition }
-func (o *opOf[T, O]) keyName() string             { return o.in.keyName }
-func (o *opOf[T, O]) inputStages() []stageNode    { return o.inputs }
-func (o *opOf[T, O]) hasOutputs() bool            { return len(o.outs) > 0 }
+func (o *opOf[T, O]) stageName() string        { return o.name }
+func (o *opOf[T, O]) tasks() int               { return o.p }
+func (o *opOf[T, O]) setTasks(p int)           { o.p = p }
+func (o *opOf[T, O]) parallelismSet() int      { return o.parallelism }
+func (o *opOf[T, O]) byPartition() bool        { return o.in.byPartition }
+func (o *opOf[T, O]) keyName() string          { return o.in.keyName }
+func (o *opOf[T, O]) inputStages() []stageNode { return o.inputs }
+func (o *opOf[T, O]) hasOutputs() bool {
+	for _, w := range o.sides {
+		if w.used() {
+			return true
+		}
+	}
+	return len(o.outs) > 0
+}
 func (o *opOf[T, O]) origins() []stageNode        { return []stageNode{o} }
 func (o *opOf[T, O]) openInput(maxP, credits int) { o.in.open(o.p, maxP, credits) }
 func (o *opOf[T, O]) attach(in inlet[O]) {
@@ -168,6 +178,11 @@ func (o *opOf[T, O]) validate(cfg config) error {
 	}
 	if o.newOp == nil {
 		return fmt.Errorf("keyed: operator %q: nil operator constructor", o.name)
+	}
+	for _, w := range o.sides {
+		if !w.used() {
+			return fmt.Errorf("keyed: stage %q: its side output %q (Side) goes nowhere: send it to a sink or key it into a further stage", o.name, w.sideName())
+		}
 	}
 	return nil
 }
@@ -578,15 +593,19 @@ func (o *opOf[T, O]) build(ctx, rctx context.Context, r *run, rs *restoreState, 
 		var outs outputs
 		var em emit[O]
 		var direct *channel.Outbox[O]
-		if x, ok := o.outs[0].(*sinkExchange[O]); ok && len(o.outs) == 1 {
-			direct = x.outbox(r, &outs)
-		} else {
+		if len(o.outs) == 1 {
+			if x, ok := o.outs[0].(*sinkExchange[O]); ok {
+				direct = x.outbox(r, &outs)
+			}
+		}
+		if direct == nil {
 			em = fanOut(r, o.outs, &outs)
 		}
+		sides := o.connectSides(r, &outs)
 		if tm != nil {
 			tm.rebuild()
 		}
-		ot := &opTask[T, O]{r: r, task: task, in: o.in.in[d], al: al, cancels: cancels, op: op, b: b, emit: em, direct: direct, out: outs, restoredWm: rs.watermark(), timers: tm}
+		ot := &opTask[T, O]{r: r, task: task, in: o.in.in[d], al: al, cancels: cancels, op: op, b: b, emit: em, direct: direct, sides: sides, out: outs, restoredWm: rs.watermark(), timers: tm}
 		r.goTask(rctx, task, ot.run)
 	}
 	return nil
