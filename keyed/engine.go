@@ -238,10 +238,9 @@ func (j *Job) Run(ctx context.Context) (err error) {
 	}
 	defer closeStore()
 	fp := pointsOf(ctx)
-	attempts, recoveries := 0, 0
-	stable := j.cfg.Restart.StableAfter
-	if stable <= 0 {
-		stable = time.Minute
+	rs := &restarts{j: j, stable: j.cfg.Restart.StableAfter}
+	if rs.stable <= 0 {
+		rs.stable = time.Minute
 	}
 	for {
 		began := time.Now()
@@ -249,59 +248,79 @@ func (j *Job) Run(ctx context.Context) (err error) {
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, errReassigned) && ctx.Err() == nil {
-			attempts, recoveries = 0, 0
-			continue
-		}
-		if wctx.Err() != nil {
-			// The stop deadline passed: no more recovery or restart.
-			if errors.Is(err, ErrStopTimeout) {
-				return err
-			}
-			return fmt.Errorf("keyed: %w after %v (%w); the next start recovers from what the sink recorded", ErrStopTimeout, j.cfg.StopTimeout, err)
-		}
-		if crashed(err) || errors.Is(err, ErrPermanent) {
+		if err := rs.after(ctx, wctx, err, progressed, began); err != nil {
 			return err
 		}
-		if progressed {
-			recoveries = 0 // a run that committed ends a row of recoveries
-		}
-		if errors.Is(err, ErrOutcomeUnknown) {
-			// A new sink incarnation and what its system recorded settle
-			// the outcome (DESIGN.md, "new producer on any indefinite
-			// outcome"). Also when stopping: the new run restores and
-			// commits a final checkpoint, so that the stop leaves nothing
-			// open and the failed checkpoint's output is not lost to it.
-			recoveries++
-			if recoveries > maxRecoveries {
-				return fmt.Errorf("keyed: gave up after %d recoveries in a row: %w", maxRecoveries, err)
-			}
-			j.cfg.Logger.Warn("keyed: recovering from what the sink recorded", "job", j.name, "recovery", recoveries, "err", err)
-			continue
-		}
-		if progressed && time.Since(began) >= stable {
-			attempts = 0
-		}
-		attempts++
-		if attempts > j.cfg.Restart.Attempts {
-			if j.cfg.Restart.Attempts == 0 {
-				return err
-			}
-			return fmt.Errorf("keyed: gave up after %d restarts: %w", j.cfg.Restart.Attempts, err)
-		}
-		if ctx.Err() != nil {
+	}
+}
+
+// restarts decides, after each failed run, whether Run runs again: it
+// counts the restarts (RestartStrategy) and the recoveries from unknown
+// outcomes in a row.
+type restarts struct {
+	j                    *Job
+	attempts, recoveries int
+	stable               time.Duration // a run this long that committed resets attempts
+}
+
+// after returns nil to run again after a run that began then and failed
+// with err (progressed: it committed a checkpoint), once the restart
+// delay passed; otherwise the error Run returns.
+func (rs *restarts) after(ctx, wctx context.Context, err error, progressed bool, began time.Time) error {
+	j := rs.j
+	if errors.Is(err, errReassigned) && ctx.Err() == nil {
+		rs.attempts, rs.recoveries = 0, 0
+		return nil
+	}
+	if wctx.Err() != nil {
+		// The stop deadline passed: no more recovery or restart.
+		if errors.Is(err, ErrStopTimeout) {
 			return err
 		}
-		d := time.Duration(0)
-		if j.cfg.Restart.Delay != nil {
-			d = j.cfg.Restart.Delay(attempts)
+		return fmt.Errorf("keyed: %w after %v (%w); the next start recovers from what the sink recorded", ErrStopTimeout, j.cfg.StopTimeout, err)
+	}
+	if crashed(err) || errors.Is(err, ErrPermanent) {
+		return err
+	}
+	if progressed {
+		rs.recoveries = 0 // a run that committed ends a row of recoveries
+	}
+	if errors.Is(err, ErrOutcomeUnknown) {
+		// A new sink incarnation and what its system recorded settle
+		// the outcome (DESIGN.md, "new producer on any indefinite
+		// outcome"). Also when stopping: the new run restores and
+		// commits a final checkpoint, so that the stop leaves nothing
+		// open and the failed checkpoint's output is not lost to it.
+		rs.recoveries++
+		if rs.recoveries > maxRecoveries {
+			return fmt.Errorf("keyed: gave up after %d recoveries in a row: %w", maxRecoveries, err)
 		}
-		j.cfg.Logger.Warn("keyed: restarting from the last committed checkpoint", "job", j.name, "attempt", attempts, "delay", d, "err", err)
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
+		j.cfg.Logger.Warn("keyed: recovering from what the sink recorded", "job", j.name, "recovery", rs.recoveries, "err", err)
+		return nil
+	}
+	if progressed && time.Since(began) >= rs.stable {
+		rs.attempts = 0
+	}
+	rs.attempts++
+	if rs.attempts > j.cfg.Restart.Attempts {
+		if j.cfg.Restart.Attempts == 0 {
 			return err
 		}
+		return fmt.Errorf("keyed: gave up after %d restarts: %w", j.cfg.Restart.Attempts, err)
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	d := time.Duration(0)
+	if j.cfg.Restart.Delay != nil {
+		d = j.cfg.Restart.Delay(rs.attempts)
+	}
+	j.cfg.Logger.Warn("keyed: restarting from the last committed checkpoint", "job", j.name, "attempt", rs.attempts, "delay", d, "err", err)
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return err
 	}
 }
 
@@ -439,39 +458,8 @@ func (j *Job) commitTimeout() time.Duration {
 // the work (see stopContext). progressed reports that a checkpoint
 // committed during it.
 func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp points) (progressed bool, err error) {
-	// Startup is not cut short by a stop request (the job then stops with
-	// a final checkpoint), except when the sink cannot start: a stop then
-	// ends the wait for the brokers after a short grace.
-	resetCtx, cancelReset := context.WithCancel(wctx)
-	resetDone := make(chan struct{})
-	go func() {
-		select {
-		case <-ctx.Done():
-			select {
-			case <-time.After(5 * time.Second):
-				cancelReset()
-			case <-resetDone:
-			}
-		case <-resetDone:
-		}
-	}()
-	var failed sinkNode
-	for _, s := range j.sinks() {
-		if err = s.reset(resetCtx, j.sinkInfo()); err != nil {
-			failed = s
-			break
-		}
-	}
-	close(resetDone)
-	cancelReset()
-	if err != nil {
-		if ctx.Err() != nil && wctx.Err() == nil {
-			// Stopped before anything ran: nothing to checkpoint, a clean
-			// stop.
-			j.cfg.Logger.Info("keyed: stopped while the sink was starting", "job", j.name, "err", err)
-			return false, nil
-		}
-		return false, fmt.Errorf("keyed: sink %q: reset: %w", failed.sinkName(), err)
+	if stopped, err := j.resetSinks(ctx, wctx); stopped || err != nil {
+		return false, err
 	}
 	var assigned map[string][]int32
 	var changed <-chan struct{}
@@ -530,6 +518,45 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 	return progressed, err
 }
 
+// resetSinks resets every sink, the first first, for a new run; stopped
+// says the job was stopped meanwhile (a clean stop, nothing ran).
+// Startup is not cut short by a stop request (the job then stops with a
+// final checkpoint), except when a sink cannot start: a stop then ends
+// the wait for the brokers after a short grace.
+func (j *Job) resetSinks(ctx, wctx context.Context) (stopped bool, err error) {
+	resetCtx, cancelReset := context.WithCancel(wctx)
+	resetDone := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			select {
+			case <-time.After(5 * time.Second):
+				cancelReset()
+			case <-resetDone:
+			}
+		case <-resetDone:
+		}
+	}()
+	var failed sinkNode
+	for _, s := range j.sinks() {
+		if err = s.reset(resetCtx, j.sinkInfo()); err != nil {
+			failed = s
+			break
+		}
+	}
+	close(resetDone)
+	cancelReset()
+	if err == nil {
+		return false, nil
+	}
+	if ctx.Err() != nil && wctx.Err() == nil {
+		// Stopped before anything ran: nothing to checkpoint, a clean stop.
+		j.cfg.Logger.Info("keyed: stopped while the sink was starting", "job", j.name, "err", err)
+		return true, nil
+	}
+	return false, fmt.Errorf("keyed: sink %q: reset: %w", failed.sinkName(), err)
+}
+
 // provenance asks every Identified source where it reads now.
 func (j *Job) provenance(ctx context.Context) ([]checkpoint.SourceRef, error) {
 	var refs []checkpoint.SourceRef
@@ -551,13 +578,12 @@ func (j *Job) provenance(ctx context.Context) ([]checkpoint.SourceRef, error) {
 	return refs, nil
 }
 
-// restore decides the checkpoint to start from (DESIGN.md, "Start"): the
-// one the sink recorded, checked against the offsets recorded with it.
-// For a fresh start, build writes and commits checkpoint 0.
-func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
-	rec, err := j.sink.recorded(ctx)
+// decide reads what the sink recorded and what the storage holds, and
+// decides what the run restores (recovery.Decide).
+func (j *Job) decide(ctx context.Context, r *run) (d recovery.Decision, rec *connector.Recorded, err error) {
+	rec, err = j.sink.recorded(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("keyed: reading the sink's commit record: %w", err)
+		return d, nil, fmt.Errorf("keyed: reading the sink's commit record: %w", err)
 	}
 	var recorded *checkpoint.Ref
 	if rec != nil {
@@ -565,7 +591,7 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 	}
 	local, err := checkpoint.ListCheckpoints(ctx, r.store)
 	if err != nil {
-		return nil, err
+		return d, nil, err
 	}
 	var marker *checkpoint.Ref
 	if m, ok, err := checkpoint.ReadCommitted(ctx, r.store); err != nil {
@@ -574,7 +600,7 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 		marker = &m
 	}
 	accept := j.cfg.AcceptDuplicates || j.cfg.Mode == checkpoint.AtLeastOnce
-	d, err := recovery.Decide(recovery.Input{Recorded: recorded, Local: local, Marker: marker, AcceptDuplicates: accept,
+	d, err = recovery.Decide(recovery.Input{Recorded: recorded, Local: local, Marker: marker, AcceptDuplicates: accept,
 		Valid: func(ref checkpoint.Ref) error {
 			_, _, err := checkpoint.ReadCheckpoint(ctx, r.store, ref.Run, ref.ID)
 			return err
@@ -582,7 +608,7 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 	if err != nil {
 		// What is on disk and what the sink recorded disagree: no restart
 		// can mend that.
-		return nil, Permanent(fmt.Errorf("keyed: %w; %s", err, j.waysForward(err)))
+		return d, nil, Permanent(fmt.Errorf("keyed: %w; %s", err, j.waysForward(err)))
 	}
 	switch {
 	case d.Action == recovery.Restore && rec == nil:
@@ -593,6 +619,17 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 			"run", r.runID, "checkpoint", d.Ref.String(), "storage", j.storageName(), "decision", d.Note)
 	default:
 		r.log.Info("keyed: recovery", "run", r.runID, "decision", d.Note, "checkpoint", d.Ref.String())
+	}
+	return d, rec, nil
+}
+
+// restore decides the checkpoint to start from (DESIGN.md, "Start"): the
+// one the sink recorded, checked against the offsets recorded with it.
+// For a fresh start, build writes and commits checkpoint 0.
+func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
+	d, rec, err := j.decide(ctx, r)
+	if err != nil {
+		return nil, err
 	}
 	if err := r.point(pointDuringRestore); err != nil {
 		return nil, err

@@ -284,22 +284,8 @@ func (j *Job) build(rctx context.Context, r *run, rs *restoreState) error {
 	if err != nil {
 		return err
 	}
-	// Parallelism: what the job set, or by default the partition count,
-	// at most the CPUs (and, for a keyed stage, the key groups).
-	partitions := 0
-	for i, s := range j.sources {
-		s.setTasks(defaultParallelism(s.parallelismSet(), len(srcs[i].parts)))
-		partitions += len(srcs[i].parts)
-		if srcs[i].partitionLayout {
-			partitions = maxP // every partition of the topic, assigned here or not
-		}
-	}
-	for _, o := range j.ops {
-		p := defaultParallelism(o.parallelismSet(), min(partitions, maxP))
-		if err := keygroup.ValidateParallelism(p, maxP); err != nil {
-			return fmt.Errorf("keyed: operator %q: %w", o.stageName(), err)
-		}
-		o.setTasks(p)
+	if err := j.parallelism(srcs, maxP); err != nil {
+		return err
 	}
 	if err := j.checkStages(r, rs, maxP); err != nil {
 		return err
@@ -343,6 +329,28 @@ func (j *Job) build(rctx context.Context, r *run, rs *restoreState) error {
 		if err := s.build(rctx, r, rs, epoch); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// parallelism resolves every stage's tasks for the run: what the job
+// set, or by default the partition count, at most the CPUs (and, for a
+// keyed stage, the key groups).
+func (j *Job) parallelism(srcs []srcBuild, maxP int) error {
+	partitions := 0
+	for i, s := range j.sources {
+		s.setTasks(defaultParallelism(s.parallelismSet(), len(srcs[i].parts)))
+		partitions += len(srcs[i].parts)
+		if srcs[i].partitionLayout {
+			partitions = maxP // every partition of the topic, assigned here or not
+		}
+	}
+	for _, o := range j.ops {
+		p := defaultParallelism(o.parallelismSet(), min(partitions, maxP))
+		if err := keygroup.ValidateParallelism(p, maxP); err != nil {
+			return fmt.Errorf("keyed: operator %q: %w", o.stageName(), err)
+		}
+		o.setTasks(p)
 	}
 	return nil
 }
