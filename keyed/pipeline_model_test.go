@@ -20,13 +20,16 @@ import (
 )
 
 // The pipeline model test: random pipelines of keyed stages, chained
-// MapValues, Filter and FlatMapValues, fan-out and Union, run with a
+// MapValues, Filter and FlatMapValues, fan-out and Union, and in half of
+// them side outputs of every keyed stage unioned into a second sink that
+// commits with the first (MemoryOutput), run with a
 // failure and a restore at other parallelisms, checked against a model
 // that runs the same functions in memory.
 //
 // What the model checks:
 //   - the committed output is the model's multiset of records, each named
-//     by its event and the path it took (no loss, no duplicate);
+//     by its event and the path it took (no loss, no duplicate); so is the
+//     side sink's;
 //   - stage one sees each user's events in order (its operator fails the
 //     job otherwise);
 //   - each keyed stage numbers each key's records 1, 2, ... in its state:
@@ -119,10 +122,14 @@ func randomPipeline(r *rand.Rand) []level {
 	return levels
 }
 
+// sideOf says whether stage sends a copy of it to the side output.
+func sideOf(it item, stage string) bool { return hashOf(it.id(), stage, "side")%5 == 0 }
+
 // modelOf runs the pipeline's functions over stage one's output: the
-// output's ids, and how many records each (stage, key) receives.
-func modelOf(levels []level, first []item) (map[string]int, map[string]int) {
-	in := map[string]int{}
+// output's ids, how many records each (stage, key) receives, and (with
+// sides) the side output's ids.
+func modelOf(levels []level, first []item, sides bool) (map[string]int, map[string]int, map[string]int) {
+	in, side := map[string]int{}, map[string]int{}
 	cur := first
 	for _, lv := range levels {
 		var next []item
@@ -140,6 +147,9 @@ func modelOf(levels []level, first []item) (map[string]int, map[string]int) {
 				for _, x := range items {
 					in[b.stage+"/"+x.Key]++
 					next = append(next, x)
+					if sides && sideOf(x, b.stage) {
+						side[x.id()+"~"+b.stage]++
+					}
 				}
 			}
 		}
@@ -149,23 +159,36 @@ func modelOf(levels []level, first []item) (map[string]int, map[string]int) {
 	for _, it := range cur {
 		ids[it.id()]++
 	}
-	return ids, in
+	return ids, in, side
 }
 
 // numberStage is a keyed stage of the model: it numbers each key's records.
-func numberStage(stage string) func(key string, it item, n *keyed.ValueState[int64], out *keyed.Collector[item]) error {
+// With a side output, the copies sideOf picks go there too, their path
+// marked with the stage.
+func numberStage(stage string, side *keyed.SideOutput[item]) func(key string, it item, n *keyed.ValueState[int64], out *keyed.Collector[item]) error {
 	return func(key string, it item, n *keyed.ValueState[int64], out *keyed.Collector[item]) error {
 		c, _ := n.Get()
 		c++
 		n.Set(c)
-		it.Counts += fmt.Sprintf("%s/%s=%d@%s;", stage, key, c, it.id())
+		id := it.id()
+		it.Counts += fmt.Sprintf("%s/%s=%d@%s;", stage, key, c, id)
 		out.Emit(it)
+		if side != nil && sideOf(it, stage) {
+			it.Path += "~" + stage
+			keyed.EmitSide(out, side, it)
+		}
 		return nil
 	}
 }
 
 // buildPipeline declares the pipeline on j, with parallelisms from par.
-func buildPipeline(j *keyed.Job, src connector.Source[event], levels []level, par func() int, sink *keyed.MemorySink[item]) {
+// With sideSink, every keyed stage's side output goes there.
+func buildPipeline(j *keyed.Job, src connector.Source[event], levels []level, par func() int, sink, sideSink *keyed.MemorySink[item]) {
+	var tag *keyed.SideOutput[item]
+	var sides []*keyed.Stream[item]
+	if sideSink != nil {
+		tag = keyed.NewSideOutput[item]("copies")
+	}
 	events := keyed.FromSource(j, "events", par(), src)
 	first := keyed.ProcessValue(keyed.ByPartition(events), "users", par(), serde.Int64(),
 		func(_ []byte, e event, n *keyed.ValueState[int64], out *keyed.Collector[item]) error {
@@ -191,7 +214,11 @@ func buildPipeline(j *keyed.Job, src connector.Source[event], levels []level, pa
 				s = keyed.FlatMapValues(s, func(it item, emit func(item)) { c.apply(it, emit) })
 			}
 			k := keyed.KeyByString("key", func(it item) string { return it.Key }, s)
-			outs = append(outs, keyed.ProcessValue(k, b.stage, par(), serde.Int64(), numberStage(b.stage)))
+			st := keyed.ProcessValue(k, b.stage, par(), serde.Int64(), numberStage(b.stage, tag))
+			outs = append(outs, st)
+			if tag != nil {
+				sides = append(sides, keyed.Side(st, tag))
+			}
 		}
 		cur = outs[0]
 		if len(outs) > 1 {
@@ -199,6 +226,9 @@ func buildPipeline(j *keyed.Job, src connector.Source[event], levels []level, pa
 		}
 	}
 	keyed.ToSink(cur, "out", connector.Sink[item](sink))
+	if tag != nil {
+		keyed.ToSink(keyed.Union(sides...), "side", connector.Sink[item](sideSink))
+	}
 }
 
 func TestPipelineModel(t *testing.T) {
@@ -216,6 +246,7 @@ func TestPipelineModel(t *testing.T) {
 func pipelineModel(t *testing.T, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 27))
 	levels := randomPipeline(r)
+	withSides := r.IntN(2) == 0
 	src, want := input(seed+100, 4, 30, 1_500)
 	var first []item
 	// Stage one's output, in any order: the model needs only the set.
@@ -224,7 +255,7 @@ func pipelineModel(t *testing.T, seed uint64) {
 			first = append(first, item{UUID: u, Seq: seq, Key: u})
 		}
 	}
-	wantIDs, wantIn := modelOf(levels, first)
+	wantIDs, wantIn, wantSide := modelOf(levels, first, withSides)
 
 	// Run one fails after checkpoint failAt commits, with no restart; run
 	// two restores it at other parallelisms and finishes. Within run two
@@ -234,6 +265,10 @@ func pipelineModel(t *testing.T, seed uint64) {
 	// One sink for both runs: it holds what the last run committed, as a
 	// Kafka topic and its commit group would.
 	sink := keyed.NewMemorySink[item]()
+	var sideSink *keyed.MemorySink[item]
+	if withSides {
+		sideSink = keyed.MemoryOutput[item](sink)
+	}
 	var desc []string
 	for run := range 2 {
 		par := func() int { return 1 + r.IntN(3) }
@@ -246,7 +281,7 @@ func pipelineModel(t *testing.T, seed uint64) {
 			opts = append(opts, f2, keyed.RestartStrategy(keyed.FixedDelay(1, time.Millisecond)))
 		}
 		j := keyed.NewJob("model", opts...)
-		buildPipeline(j, connector.Source[event](src), levels, par, sink)
+		buildPipeline(j, connector.Source[event](src), levels, par, sink, sideSink)
 		require.NoError(t, j.Validate())
 		err := runJob(t, j)
 		desc = append(desc, fmt.Sprintf("run %d: %v", run, err))
@@ -263,8 +298,20 @@ func pipelineModel(t *testing.T, seed uint64) {
 	// carry the same pair.
 	byNumber := map[string]map[int]string{}
 	byID := map[string]map[string]int{}
-	for _, it := range sink.Committed() {
-		got[it.id()]++
+	committed := sink.Committed()
+	gotSide := map[string]int{}
+	if sideSink != nil {
+		for _, it := range sideSink.Committed() {
+			gotSide[it.id()]++
+		}
+		// A side copy carries the numbers its stage and those before gave
+		// it: they must agree with the main output's.
+		committed = append(committed, sideSink.Committed()...)
+	}
+	for _, it := range committed {
+		if !strings.Contains(it.Path, "~") {
+			got[it.id()]++
+		}
 		for _, c := range strings.Split(strings.TrimSuffix(it.Counts, ";"), ";") {
 			k, rest, _ := strings.Cut(c, "=")
 			n, id, _ := strings.Cut(rest, "@")
@@ -283,22 +330,29 @@ func pipelineModel(t *testing.T, seed uint64) {
 			require.LessOrEqual(t, v, wantIn[k], "%s: number %d, but %d records came (pipeline %v, %v)", k, v, wantIn[k], levels, desc)
 		}
 	}
-	if !mapsEqual(got, wantIDs) {
-		var missing, extra []string
-		for id, n := range wantIDs {
-			if got[id] < n {
-				missing = append(missing, id)
-			}
-		}
-		for id, n := range got {
-			if wantIDs[id] < n {
-				extra = append(extra, id)
-			}
-		}
-		sort.Strings(missing)
-		sort.Strings(extra)
-		t.Fatalf("pipeline %v (%v): %d missing (first %v), %d duplicated or unknown (first %v)", levels, desc, len(missing), first3(missing), len(extra), first3(extra))
+	requireSame(t, "main output", got, wantIDs, levels, desc)
+	requireSame(t, "side output", gotSide, wantSide, levels, desc)
+}
+
+func requireSame(t *testing.T, what string, got, want map[string]int, levels []level, desc []string) {
+	t.Helper()
+	if mapsEqual(got, want) {
+		return
 	}
+	var missing, extra []string
+	for id, n := range want {
+		if got[id] < n {
+			missing = append(missing, id)
+		}
+	}
+	for id, n := range got {
+		if want[id] < n {
+			extra = append(extra, id)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(extra)
+	t.Fatalf("%s: pipeline %v (%v): %d missing (first %v), %d duplicated or unknown (first %v)", what, levels, desc, len(missing), first3(missing), len(extra), first3(extra))
 }
 
 func mapsEqual(a, b map[string]int) bool {
