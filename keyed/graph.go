@@ -65,6 +65,9 @@ type exchange interface {
 	feed(s stageNode)
 	// upstreams is how many tasks send here in the run being built.
 	upstreams() int
+	// partitionMode says the records keep their source partition as
+	// their key group (ByPartition).
+	partitionMode() bool
 }
 
 // feeders is an exchange's record of the stages that feed it.

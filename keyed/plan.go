@@ -109,7 +109,7 @@ func (s *sourceOf[T]) attach(in inlet[T]) {
 func (s *sourceOf[T]) feeds() (used, partitionMode bool) {
 	pm := false
 	for _, in := range s.outs {
-		if x, ok := in.target().(interface{ partitionMode() bool }); ok && x.partitionMode() {
+		if in.target().partitionMode() {
 			pm = true
 		}
 	}
@@ -168,6 +168,7 @@ func (o *opOf[T, O]) attach(in inlet[O]) {
 }
 
 func (x *keyedExchange[T]) partitionMode() bool { return x.byPartition }
+func (x *sinkExchange[O]) partitionMode() bool  { return false }
 
 func (o *opOf[T, O]) validate(cfg config) error {
 	if o.in.byPartition && cfg.MaxParallelism != 0 {
