@@ -20,10 +20,10 @@ import (
 // Version 4 added the writer schemas of keyed state (OperatorRef's
 // KeySchema and ValueSchema); older metadata reads as having none, which
 // a restore takes as "the fingerprint must match". The fields are optional
-// and left out when empty, but the version still changes: a build that
-// reads version 3 decodes strictly (unknown fields are refused) and would
-// call newer metadata corrupt, where version 4 makes it say "upgrade
-// kord".
+// and left out when empty, but the version changes all the same: a build
+// of format 3 decodes strictly (it refuses unknown fields), and the new
+// version has it say "upgrade kord" rather than call the metadata
+// corrupt.
 const FormatVersion = 4
 
 // Envelope of every small checksummed object (metadata, the committed

@@ -48,9 +48,9 @@ type ResolveError struct {
 
 func (e *ResolveError) Error() string {
 	if e.Path == "" {
-		return "serde: avro schema resolution: " + e.Reason
+		return "serde: schema resolution: " + e.Reason
 	}
-	return fmt.Sprintf("serde: avro schema resolution: field %q: %s", e.Path, e.Reason)
+	return fmt.Sprintf("serde: schema resolution: field %q: %s", e.Path, e.Reason)
 }
 
 // This file implements the Avro specification's "Schema Resolution"
