@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/linkedin/goavro/v2"
@@ -729,7 +730,9 @@ func cloneNative(v any) any {
 // first schema that matches in the union. Default values for bytes and
 // fixed fields are JSON strings, where Unicode code points 0-255 are
 // mapped to unsigned 8-bit byte values 0-255." A logical type's default is
-// its underlying type's (goavro's codecs take those).
+// written as its underlying type's, and becomes goavro's native value of
+// the logical type (a time.Time for a timestamp); a decimal's default is
+// refused.
 func avroDefault(t *avroSchema, v any) (any, error) {
 	bad := func() error { return fmt.Errorf("%s is not a %s", jsonText(v), t.describe()) }
 	switch t.kind {
@@ -751,11 +754,25 @@ func avroDefault(t *avroSchema, v any) (any, error) {
 		if err != nil {
 			return nil, bad()
 		}
+		if t.kind == "int" && (i < math.MinInt32 || i > math.MaxInt32) {
+			return nil, bad()
+		}
+		// goavro's native values of the logical types it knows, as its
+		// codecs decode them.
+		switch t.kind + "." + t.logical {
+		case "long.timestamp-millis":
+			return time.UnixMilli(i).UTC(), nil
+		case "long.timestamp-micros":
+			return time.UnixMicro(i).UTC(), nil
+		case "int.time-millis":
+			return time.Duration(i) * time.Millisecond, nil
+		case "long.time-micros":
+			return time.Duration(i) * time.Microsecond, nil
+		case "int.date":
+			return time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, int(i)).UTC(), nil
+		}
 		if t.kind == "long" {
 			return i, nil
-		}
-		if i < math.MinInt32 || i > math.MaxInt32 {
-			return nil, bad()
 		}
 		return int32(i), nil
 	case "float", "double":

@@ -3,6 +3,7 @@ package serde_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -90,6 +91,12 @@ func TestResolve(t *testing.T) {
 		{"bytes and record defaults", rec(`{"name":"a","type":"int"}`),
 			rec(`{"name":"a","type":"int"},{"name":"b","type":"bytes","default":"\u00ff\u0001"},{"name":"r","type":{"type":"record","name":"P","fields":[{"name":"x","type":"int"},{"name":"y","type":"int","default":2}]},"default":{"x":1}}`),
 			map[string]any{"a": int32(1)}, map[string]any{"a": int32(1), "b": []byte{0xff, 1}, "r": map[string]any{"x": int32(1), "y": int32(2)}}},
+		{"logical type defaults", rec(`{"name":"a","type":"int"}`),
+			rec(`{"name":"a","type":"int"},{"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"},"default":1500},{"name":"d","type":{"type":"int","logicalType":"date"},"default":2}`),
+			map[string]any{"a": int32(1)}, map[string]any{"a": int32(1), "ts": time.UnixMilli(1500).UTC(), "d": time.Date(1970, 1, 3, 0, 0, 0, 0, time.UTC)}},
+		{"logical type kept", rec(`{"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},{"name":"x","type":"int"}`),
+			rec(`{"name":"ts","type":{"type":"long","logicalType":"timestamp-millis"}},{"name":"x","type":"long"}`),
+			map[string]any{"ts": time.UnixMilli(1500).UTC(), "x": int32(1)}, map[string]any{"ts": time.UnixMilli(1500).UTC(), "x": int64(1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Equal(t, tc.want, readAs(t, tc.writer, tc.reader, tc.in))
