@@ -17,7 +17,14 @@ import (
 // it; decoding rejects newer versions rather than guess. Version 2 added
 // the watermark; version 1 metadata reads as having none. Version 3 added
 // the sources' provenance (Sources); older metadata reads as having none.
-const FormatVersion = 3
+// Version 4 added the writer schemas of keyed state (OperatorRef's
+// KeySchema and ValueSchema); older metadata reads as having none, which
+// a restore takes as "the fingerprint must match". The fields are optional
+// and left out when empty, but the version changes all the same: a build
+// of format 3 decodes strictly (it refuses unknown fields), and the new
+// version has it say "upgrade kord" rather than call the metadata
+// corrupt.
+const FormatVersion = 4
 
 // Envelope of every small checksummed object (metadata, the committed
 // marker). The envelope itself never changes across versions:
@@ -170,6 +177,14 @@ type OperatorRef struct {
 	Name              string `json:"name"`
 	Type              string `json:"type"`
 	SchemaFingerprint string `json:"schemaFingerprint"`
+	// KeySchema and ValueSchema are a keyed state's writer schemas, for a
+	// codec that can read values written under another schema of its
+	// format (serde.Resolver; the Avro serdes): ValueSchema that of the
+	// values (a list's elements, a map's values), KeySchema that of a map's
+	// user keys. Empty for other codecs, and in metadata older than format
+	// 4: a restore then requires the fingerprint to match.
+	KeySchema   string `json:"keySchema,omitempty"`
+	ValueSchema string `json:"valueSchema,omitempty"`
 }
 
 // Ref returns the checkpoint's (run, id).

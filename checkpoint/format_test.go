@@ -26,8 +26,11 @@ func testMetadata() *Metadata {
 			{Name: layout.StateFileName("0123456789abcdef", 42, "count", 0), Size: 123, CRC32C: 0xdeadbeef, Operator: "count", KeyGroup: 0},
 			{Name: layout.StateFileName("0123456789abcdef", 42, "count", 11), Size: 0, CRC32C: 0, Operator: "count", KeyGroup: 11},
 		},
-		Operators: []OperatorRef{{Name: "count", Type: "keyed.ValueState[int64]", SchemaFingerprint: "abc"}},
-		Sources:   []SourceRef{{Topic: "events", Cluster: "cZ1", TopicID: "tA2"}},
+		Operators: []OperatorRef{
+			{Name: "count", Type: "keyed.ValueState[int64]", SchemaFingerprint: "abc"},
+			{Name: "op.m", Type: "keyed.map", SchemaFingerprint: "key=string;value=avro:0123456789abcdef", ValueSchema: `{"type":"record","name":"R","fields":[]}`},
+		},
+		Sources: []SourceRef{{Topic: "events", Cluster: "cZ1", TopicID: "tA2"}},
 	}
 }
 
@@ -68,6 +71,16 @@ func TestMetadataRoundTrip(t *testing.T) {
 	got, err = DecodeMetadata("v2.meta", reframe(metaMagic, 2, []byte(`{"run":"a","maxParallelism":3,"created":"2020-01-01T00:00:00Z","offsets":[{"topic":"t","partition":0,"offset":5}]}`)))
 	require.NoError(t, err)
 	require.Empty(t, got.Sources)
+
+	// Version 3 metadata has no state schemas: its fingerprints must match.
+	got, err = DecodeMetadata("v3.meta", reframe(metaMagic, 3, []byte(`{"run":"a","maxParallelism":3,"created":"2020-01-01T00:00:00Z","operators":[{"name":"op.v","type":"keyed.value","schemaFingerprint":"avro:0123456789abcdef"}]}`)))
+	require.NoError(t, err)
+	require.Equal(t, []OperatorRef{{Name: "op.v", Type: "keyed.value", SchemaFingerprint: "avro:0123456789abcdef"}}, got.Operators)
+
+	// A state without schemas is written as in version 3.
+	b, err = encodeMetadata(&Metadata{Run: "a", MaxParallelism: 1, Operators: []OperatorRef{{Name: "op.v", Type: "keyed.value", SchemaFingerprint: "int64-be"}}})
+	require.NoError(t, err)
+	require.NotContains(t, string(b), "Schema\"")
 }
 
 func TestEncodeMetadataInvalid(t *testing.T) {

@@ -64,4 +64,16 @@
 // Values are held as Go values and shared with snapshots, so a stored value
 // is never modified in place: a value holding pointers, slices or maps must
 // be replaced (Set, Put, Update), not mutated.
+//
+// # Schemas
+//
+// The checkpoint records each state's kind and its codecs' fingerprints,
+// and a restore checks them. A state whose codec is a serde.Resolver (the
+// Avro serdes) records its writer schema too, and may change it across a
+// restore as Avro's schema resolution allows: fields added with a
+// default, fields removed, types promoted (int to long, float to double,
+// string to bytes...), enum symbols removed where the enum has a default.
+// The restore reads the old values into the new shape, or refuses, before
+// reading any, with a *MismatchError naming the state and the field. Any
+// other change of fingerprint is refused.
 package keyed

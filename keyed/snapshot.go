@@ -278,9 +278,10 @@ func forEach(n, parallel int, fn func(w *workspace, i int)) {
 // backend's. Every state must be registered before.
 //
 // It refuses, with a *MismatchError, a checkpoint with a state of this
-// operator that is not registered or is of another kind or fingerprint
-// (m.Operators records them; a state file without a record there is
-// refused too). A file that does not decode, holds a key of another key
+// operator that is not registered, is of another kind, or of another
+// fingerprint that its recorded schemas cannot resolve to this code's
+// (m.Operators records them, see evolve.go; a state file without a record
+// there is refused too); all before reading a state file. A file that does not decode, holds a key of another key
 // group than its index says (when a key group function is set, see
 // KeyGroupFunc), or holds a key group that another file of the state holds
 // too is a *checkpoint.CorruptError with the file's name as Path; key
@@ -318,7 +319,9 @@ func (b *Backend) restoreFrom(m *checkpoint.Metadata, files map[string][]byte, t
 		return fmt.Errorf("keyed: operator %q: checkpoint %s has max parallelism %d, this backend %d; max parallelism cannot change across a restore",
 			b.operator, m.Ref(), m.MaxParallelism, b.maxP)
 	}
-	recorded := map[string]checkpoint.OperatorRef{}
+	// The states' restorers, by name: decided from the metadata alone
+	// (types, fingerprints, schemas) before any file is read.
+	recorded := map[string]func(g int, file string, entries []statefile.Entry) error{}
 	for _, ref := range m.Operators {
 		op, name, ok := layout.SplitOperator(ref.Name)
 		if !ok || op != b.operator {
@@ -332,16 +335,17 @@ func (b *Backend) restoreFrom(m *checkpoint.Metadata, files map[string][]byte, t
 		if ref.Type != want.Type {
 			return &MismatchError{Operator: b.operator, State: name, Field: "type", Want: want.Type, Found: ref.Type}
 		}
-		if ref.SchemaFingerprint != want.SchemaFingerprint {
-			return &MismatchError{Operator: b.operator, State: name, Field: "fingerprint", Want: want.SchemaFingerprint, Found: ref.SchemaFingerprint}
+		restore, err := st.restorer(ref)
+		if err != nil {
+			return err
 		}
-		recorded[name] = ref
+		recorded[name] = restore
 	}
 	type task struct {
-		f  *statefile.KeyGroupFile
-		i  int // key group index in f
-		st state
-		g  int
+		f       *statefile.KeyGroupFile
+		i       int // key group index in f
+		restore func(g int, file string, entries []statefile.Entry) error
+		g       int
 	}
 	var tasks []task
 	names := make([]string, 0, len(files))
@@ -366,14 +370,14 @@ func (b *Backend) restoreFrom(m *checkpoint.Metadata, files map[string][]byte, t
 		if !ok || op != b.operator {
 			continue // another operator's
 		}
-		if _, ok := recorded[stName]; !ok {
+		restore, ok := recorded[stName]
+		if !ok {
 			return &MismatchError{Operator: b.operator, State: stName, Field: "record", Found: name}
 		}
 		f, err := statefile.OpenKeyGroups(name, files[name])
 		if err != nil {
 			return err
 		}
-		st := b.byName[stName]
 		for i := range f.Len() {
 			kg := f.KeyGroup(i)
 			if prev, dup := seen[stateGroup{stName, kg}]; dup {
@@ -381,7 +385,7 @@ func (b *Backend) restoreFrom(m *checkpoint.Metadata, files map[string][]byte, t
 			}
 			seen[stateGroup{stName, kg}] = name
 			if b.r.Contains(kg) && (take == nil || take(kg)) { // else another instance's, or newer elsewhere
-				tasks = append(tasks, task{f: f, i: i, st: st, g: kg - b.r.Start})
+				tasks = append(tasks, task{f: f, i: i, restore: restore, g: kg - b.r.Start})
 			}
 		}
 	}
@@ -394,7 +398,7 @@ func (b *Backend) restoreFrom(m *checkpoint.Metadata, files map[string][]byte, t
 			errs[i] = err
 			return
 		}
-		errs[i] = t.st.restoreGroup(t.g, t.f.Name(), entries)
+		errs[i] = t.restore(t.g, t.f.Name(), entries)
 	})
 	for _, err := range errs {
 		if err != nil {

@@ -1,6 +1,7 @@
 package keyed
 
 import (
+	"errors"
 	"fmt"
 	"iter"
 	"maps"
@@ -49,6 +50,10 @@ type stateInfo struct {
 	Name        string
 	Kind        stateKind
 	Fingerprint string // the codec's; for a map, "key=<key codec's>;value=<value codec's>"
+	// The codecs' writer schemas, when they are serde.Resolvers (see
+	// evolve.go): a map's user keys' and values', a list's elements', a
+	// value state's values'.
+	KeySchema, ValueSchema string
 }
 
 // FileOperator is "<operator>.<state>": the operator slot of the state's
@@ -57,10 +62,10 @@ type stateInfo struct {
 func (i stateInfo) FileOperator() string { return i.Operator + "." + i.Name }
 
 // Ref is the state's entry in checkpoint.Metadata.Operators: Name
-// FileOperator(), Type "keyed.value", "keyed.list" or "keyed.map", and the
-// fingerprint.
+// FileOperator(), Type "keyed.value", "keyed.list" or "keyed.map", the
+// fingerprint and the writer schemas.
 func (i stateInfo) Ref() checkpoint.OperatorRef {
-	return checkpoint.OperatorRef{Name: i.FileOperator(), Type: i.Kind.refType(), SchemaFingerprint: i.Fingerprint}
+	return checkpoint.OperatorRef{Name: i.FileOperator(), Type: i.Kind.refType(), SchemaFingerprint: i.Fingerprint, KeySchema: i.KeySchema, ValueSchema: i.ValueSchema}
 }
 
 // validateName checks an operator or state name: 1 or more characters of
@@ -81,14 +86,22 @@ func validateName(what, s string) error {
 
 // MismatchError reports a checkpoint whose keyed state does not match the
 // states registered on the Backend restoring it: a state the code does not
-// register, or one of another kind or schema fingerprint.
+// register, one of another kind or schema fingerprint, or one whose
+// recorded schema this code's cannot read (see serde.Resolver).
 type MismatchError struct {
 	Operator string
 	State    string
-	Field    string // "state" (not registered here), "record" (a file without a metadata record), "type" or "fingerprint"
+	Field    string // "state" (not registered here), "record" (a file without a metadata record), "type", "fingerprint" or "schema"
 	Want     string // this code's type or fingerprint
 	Found    string // the checkpoint's type or fingerprint; for "state" both; for "record" the file name
+	// For "schema": Part is "key" or "value" for a map's user keys or
+	// values ("" for the state's values), and Err the codec's reason,
+	// a *serde.ResolveError for the Avro serdes.
+	Part string
+	Err  error
 }
+
+func (e *MismatchError) Unwrap() error { return e.Err }
 
 func (e *MismatchError) Error() string {
 	switch e.Field {
@@ -98,6 +111,19 @@ func (e *MismatchError) Error() string {
 	case "record":
 		return fmt.Sprintf("keyed: operator %q state %q: the checkpoint has state file %s but no record of the state's type and fingerprint in its metadata",
 			e.Operator, e.State, e.Found)
+	case "schema":
+		what := "schema"
+		if e.Part != "" {
+			what = "schema of the map's " + e.Part + "s"
+		}
+		reason := fmt.Sprint(e.Err)
+		if re := (*serde.ResolveError)(nil); errors.As(e.Err, &re) {
+			reason = re.Reason
+			if re.Path != "" {
+				reason = fmt.Sprintf("field %q: %s", re.Path, re.Reason)
+			}
+		}
+		return fmt.Sprintf("keyed: operator %q state %q: the checkpoint's %s cannot be read with this code's: %s", e.Operator, e.State, what, reason)
 	}
 	return fmt.Sprintf("keyed: operator %q state %q: the checkpoint's %s is %q, this code's is %q",
 		e.Operator, e.State, e.Field, e.Found, e.Want)
@@ -242,9 +268,12 @@ type state interface {
 	freeze() frozenState
 	empty() bool
 	reset()
-	// restoreGroup replaces group g's table with entries, the contents of
-	// file for key group g + r.Start. It may run concurrently for distinct g.
-	restoreGroup(g int, file string, entries []statefile.Entry) error
+	// restorer returns the function that restores the state's key groups
+	// from a checkpoint that recorded the state as ref, or a
+	// *MismatchError when its values cannot be read (see decoderFor). The
+	// function replaces group g's table with entries, the contents of file
+	// for key group g + r.Start; it may run concurrently for distinct g.
+	restorer(ref checkpoint.OperatorRef) (func(g int, file string, entries []statefile.Entry) error, error)
 }
 
 func register[T any](b *Backend, name string, kind stateKind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
@@ -293,6 +322,9 @@ type store[T any] struct {
 	groups []*cow.Table[T] // index: key group - r.Start; nil: no entries yet
 	enc    encodeFunc[T]
 	dec    func([]byte) (T, error)
+	// resolve, if not nil, reads values written under other schemas (see
+	// evolve).
+	resolve resolveFunc[T]
 	// encAt, for a TTL state, makes the encoder of a snapshot taken at
 	// now (Unix ms), which leaves expired entries out; it replaces enc.
 	encAt func(now int64) encodeFunc[T]
@@ -420,7 +452,17 @@ func (s *store[T]) freeze() frozenState {
 	return &frozen[T]{inf: s.inf, start: s.b.r.Start, groups: slices.Clone(s.groups), enc: enc}
 }
 
-func (s *store[T]) restoreGroup(g int, file string, entries []statefile.Entry) error {
+func (s *store[T]) restorer(ref checkpoint.OperatorRef) (func(g int, file string, entries []statefile.Entry) error, error) {
+	dec, err := s.decoderFor(ref)
+	if err != nil {
+		return nil, err
+	}
+	return func(g int, file string, entries []statefile.Entry) error {
+		return s.restoreGroup(g, file, entries, dec)
+	}, nil
+}
+
+func (s *store[T]) restoreGroup(g int, file string, entries []statefile.Entry, dec func([]byte) (T, error)) error {
 	kg := g + s.b.r.Start
 	t := &cow.Table[T]{Idx: make(map[string]uint32, len(entries)), Vals: make([]T, 0, len(entries)), Keys: make([]string, 0, len(entries)), Epoch: s.b.epoch, OwnAll: true}
 	// The keys share one string: one allocation instead of one a key, and
@@ -446,7 +488,7 @@ func (s *store[T]) restoreGroup(g int, file string, entries []statefile.Entry) e
 		if _, dup := t.Idx[key]; dup {
 			return &checkpoint.CorruptError{Path: file, Reason: fmt.Sprintf("state %q: key %x appears twice", s.inf.FileOperator(), e.Key)}
 		}
-		v, err := s.dec(e.Value)
+		v, err := dec(e.Value)
 		if err != nil {
 			return &checkpoint.CorruptError{Path: file, Reason: fmt.Sprintf("state %q (%s): value of key %x: %v", s.inf.FileOperator(), s.inf.Fingerprint, e.Key, err), Err: err}
 		}
@@ -472,11 +514,12 @@ func Value[V any](b *Backend, name string, c serde.Serde[V], opts ...StateOpt) (
 	}
 	if cfg.ttl > 0 {
 		t := ttl{b: b, d: cfg.ttl.Milliseconds()}
-		sc := stampedCodec[V]{c: c}
+		sc := serde.Serde[stamped[V]](stampedCodec[V]{c: c})
 		ts, err := register(b, name, kindValue, sc.Fingerprint(), nil, sc.Decode)
 		if err != nil {
 			return nil, err
 		}
+		ts.evolve("", writerSchema(sc), valueResolve(sc, decodeOne))
 		ts.encAt = ttlValueEnc(c, t)
 		return &ValueState[V]{ts: ts, ttl: t}, nil
 	}
@@ -488,6 +531,7 @@ func Value[V any](b *Backend, name string, c serde.Serde[V], opts ...StateOpt) (
 	if err != nil {
 		return nil, err
 	}
+	s.evolve("", writerSchema(c), valueResolve(c, decodeOne))
 	return &ValueState[V]{s: s}, nil
 }
 
@@ -567,6 +611,7 @@ func List[V any](b *Backend, name string, c serde.Serde[V], opts ...StateOpt) (*
 		if err != nil {
 			return nil, err
 		}
+		ts.evolve("", writerSchema(sc), valueResolve(sc, decodeList))
 		ts.encAt = ttlListEnc(c, t)
 		return &ListState[V]{ts: ts, ttl: t}, nil
 	}
@@ -578,6 +623,7 @@ func List[V any](b *Backend, name string, c serde.Serde[V], opts ...StateOpt) (*
 	if err != nil {
 		return nil, err
 	}
+	s.evolve("", writerSchema(c), valueResolve(c, decodeList))
 	return &ListState[V]{s: s}, nil
 }
 
@@ -692,11 +738,11 @@ func Map[K comparable, V any](b *Backend, name string, kc serde.Serde[K], vc ser
 		t := ttl{b: b, d: cfg.ttl.Milliseconds()}
 		sc := serde.Serde[stamped[V]](stampedCodec[V]{c: vc})
 		dec := func(b []byte) (map[K]stamped[V], error) { return decodeMap(b, kc, sc) }
-		fp := "key=" + kc.Fingerprint() + ";value=" + sc.Fingerprint()
-		ts, err := register(b, name, kindMap, fp, nil, dec)
+		ts, err := register(b, name, kindMap, mapFingerprint(kc.Fingerprint(), sc.Fingerprint()), nil, dec)
 		if err != nil {
 			return nil, err
 		}
+		ts.evolve(writerSchema(kc), writerSchema(sc), mapResolve(kc, sc))
 		ts.encAt = ttlMapEnc(kc, vc, t)
 		return &MapState[K, V]{ts: ts, ttl: t}, nil
 	}
@@ -704,11 +750,11 @@ func Map[K comparable, V any](b *Backend, name string, kc serde.Serde[K], vc ser
 		return appendMap(dst, scratch, kc, vc, m)
 	}
 	dec := func(b []byte) (map[K]V, error) { return decodeMap(b, kc, vc) }
-	fp := "key=" + kc.Fingerprint() + ";value=" + vc.Fingerprint()
-	s, err := register(b, name, kindMap, fp, enc, dec)
+	s, err := register(b, name, kindMap, mapFingerprint(kc.Fingerprint(), vc.Fingerprint()), enc, dec)
 	if err != nil {
 		return nil, err
 	}
+	s.evolve(writerSchema(kc), writerSchema(vc), mapResolve(kc, vc))
 	return &MapState[K, V]{s: s}, nil
 }
 

@@ -75,7 +75,21 @@ func decodeStamped[V any](b []byte, c serde.Serde[V], what string) (int64, V, er
 	return int64(binary.BigEndian.Uint64(b)), v, err
 }
 
-func (s stampedCodec[V]) Fingerprint() string { return "ttl(" + s.c.Fingerprint() + ")" }
+func (s stampedCodec[V]) Fingerprint() string { return ttlFingerprint(s.c.Fingerprint()) }
+
+func ttlFingerprint(inner string) string { return "ttl(" + inner + ")" }
+
+// WriterSchema and Resolve make a TTL entry's codec a serde.Resolver when
+// its value's is one: resolution is the value's.
+func (s stampedCodec[V]) WriterSchema() string { return writerSchema(s.c) }
+
+func (s stampedCodec[V]) Resolve(writer string) (string, func([]byte) (stamped[V], error), error) {
+	fp, c, err := resolveInner(s.c, writer)
+	if err != nil {
+		return "", nil, err
+	}
+	return ttlFingerprint(fp), stampedCodec[V]{c: c}.Decode, nil
+}
 
 // errExpired is what an encodeFunc returns for an entry left out of the
 // snapshot (every part of it expired).

@@ -183,6 +183,18 @@ func (l listCodec[T]) Encode(dst []byte, v []T) ([]byte, error) {
 func (l listCodec[T]) Decode(b []byte) ([]T, error) { return decodeList(b, l.c) }
 func (l listCodec[T]) Fingerprint() string          { return "list(" + l.c.Fingerprint() + ")" }
 
+// WriterSchema and Resolve make a list's codec a serde.Resolver when its
+// elements' is one: resolution is the elements'.
+func (l listCodec[T]) WriterSchema() string { return writerSchema(l.c) }
+
+func (l listCodec[T]) Resolve(writer string) (string, func([]byte) ([]T, error), error) {
+	fp, c, err := resolveInner(l.c, writer)
+	if err != nil {
+		return "", nil, err
+	}
+	return "list(" + fp + ")", listCodec[T]{c: c}.Decode, nil
+}
+
 // LateRecords returns how many times a window operator (WindowAggregate)
 // found a record late since the job was declared, whether or not it went
 // on as side output. It is a count of this process's work, replays after a
@@ -310,6 +322,18 @@ func (s sessionCodec[A]) Decode(b []byte) (session[A], error) {
 }
 
 func (s sessionCodec[A]) Fingerprint() string { return "session(" + s.c.Fingerprint() + ")" }
+
+// WriterSchema and Resolve make a session's codec a serde.Resolver when
+// its accumulator's is one: resolution is the accumulator's.
+func (s sessionCodec[A]) WriterSchema() string { return writerSchema(s.c) }
+
+func (s sessionCodec[A]) Resolve(writer string) (string, func([]byte) (session[A], error), error) {
+	fp, c, err := resolveInner(s.c, writer)
+	if err != nil {
+		return "", nil, err
+	}
+	return "session(" + fp + ")", sessionCodec[A]{c: c}.Decode, nil
+}
 
 // sessionOp is WindowAggregate's operator for Session windows: per key,
 // its sessions by start, which never overlap or touch (they would have

@@ -13,7 +13,10 @@ import (
 //
 //	Schema() string // the schema, in its Parsing Canonical Form
 //
-// which a file sink or a registry reads.
+// which a file sink or a registry reads. Both are Resolvers: they read
+// values written under another schema by Avro's schema resolution (see
+// resolve.go), which keyed state uses when a restore finds its schema
+// changed.
 
 // avroFingerprint is "avro:" and the CRC-64-AVRO (Rabin) fingerprint of the
 // schema's Parsing Canonical Form, in hex, as the Avro specification defines
@@ -22,8 +25,9 @@ import (
 func avroFingerprint(c *goavro.Codec) string { return fmt.Sprintf("avro:%016x", c.Rabin) }
 
 type avroSerde[T any] struct {
-	codec *goavro.Codec
-	fp    string
+	codec  *goavro.Codec
+	fp     string
+	schema string // as given, compact: WriterSchema
 }
 
 // Avro writes values in the Avro binary encoding under schema. A T that
@@ -40,7 +44,7 @@ func Avro[T any](schema string) (Serde[T], error) {
 	if err != nil {
 		return nil, fmt.Errorf("serde: avro schema: %w", err)
 	}
-	return avroSerde[T]{codec: c, fp: avroFingerprint(c)}, nil
+	return avroSerde[T]{codec: c, fp: avroFingerprint(c), schema: compactSchema(schema)}, nil
 }
 
 func (s avroSerde[T]) Encode(dst []byte, v T) ([]byte, error) {
@@ -66,6 +70,11 @@ func (s avroSerde[T]) Decode(b []byte) (v T, err error) {
 	if err != nil {
 		return v, fmt.Errorf("serde: %s: %w", s.fp, err)
 	}
+	return s.fromNative(native)
+}
+
+// fromNative turns a native value of the serde's schema into a T.
+func (s avroSerde[T]) fromNative(native any) (v T, err error) {
 	if m, ok := native.(T); ok { // T is goavro's native form, e.g. map[string]any
 		return m, nil
 	}
@@ -79,12 +88,38 @@ func (s avroSerde[T]) Decode(b []byte) (v T, err error) {
 	return v, nil
 }
 
-func (s avroSerde[T]) Fingerprint() string { return s.fp }
-func (s avroSerde[T]) Schema() string      { return s.codec.CanonicalSchema() }
+func (s avroSerde[T]) Fingerprint() string  { return s.fp }
+func (s avroSerde[T]) Schema() string       { return s.codec.CanonicalSchema() }
+func (s avroSerde[T]) WriterSchema() string { return s.schema }
+
+// Resolve reads values written under writer as values of this schema, by
+// Avro's schema resolution: decoded under writer, converted to this
+// schema's native form, then made a T as Decode does.
+func (s avroSerde[T]) Resolve(writer string) (string, func([]byte) (T, error), error) {
+	wc, conv, err := avroResolution(writer, s.schema)
+	if err != nil {
+		return "", nil, err
+	}
+	wfp := avroFingerprint(wc)
+	if wc.Rabin == s.codec.Rabin {
+		return wfp, s.Decode, nil // the same Parsing Canonical Form: the same bytes
+	}
+	return wfp, func(b []byte) (v T, err error) {
+		native, err := avroDecode(wc, b)
+		if err == nil {
+			native, err = apply(conv, native)
+		}
+		if err != nil {
+			return v, fmt.Errorf("serde: %s read as %s: %w", wfp, s.fp, err)
+		}
+		return s.fromNative(native)
+	}, nil
+}
 
 type avroNativeSerde struct {
-	codec *goavro.Codec
-	fp    string
+	codec  *goavro.Codec
+	fp     string
+	schema string // as given, compact: WriterSchema
 }
 
 // AvroNative writes goavro native values (for a record, map[string]any
@@ -96,7 +131,7 @@ func AvroNative(schema string) (Serde[any], error) {
 	if err != nil {
 		return nil, fmt.Errorf("serde: avro schema: %w", err)
 	}
-	return avroNativeSerde{codec: c, fp: avroFingerprint(c)}, nil
+	return avroNativeSerde{codec: c, fp: avroFingerprint(c), schema: compactSchema(schema)}, nil
 }
 
 func (s avroNativeSerde) Encode(dst []byte, v any) ([]byte, error) {
@@ -115,8 +150,32 @@ func (s avroNativeSerde) Decode(b []byte) (any, error) {
 	return native, nil
 }
 
-func (s avroNativeSerde) Fingerprint() string { return s.fp }
-func (s avroNativeSerde) Schema() string      { return s.codec.CanonicalSchema() }
+func (s avroNativeSerde) Fingerprint() string  { return s.fp }
+func (s avroNativeSerde) Schema() string       { return s.codec.CanonicalSchema() }
+func (s avroNativeSerde) WriterSchema() string { return s.schema }
+
+// Resolve reads values written under writer as native values of this
+// schema, by Avro's schema resolution.
+func (s avroNativeSerde) Resolve(writer string) (string, func([]byte) (any, error), error) {
+	wc, conv, err := avroResolution(writer, s.schema)
+	if err != nil {
+		return "", nil, err
+	}
+	wfp := avroFingerprint(wc)
+	if wc.Rabin == s.codec.Rabin {
+		return wfp, s.Decode, nil
+	}
+	return wfp, func(b []byte) (any, error) {
+		native, err := avroDecode(wc, b)
+		if err == nil {
+			native, err = apply(conv, native)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("serde: %s read as %s: %w", wfp, s.fp, err)
+		}
+		return native, nil
+	}, nil
+}
 
 // avroDecode decodes exactly one datum from all of b. goavro reports bad
 // input as errors; the recover is a guard so that bytes goavro chokes on

@@ -6,7 +6,9 @@
 // like any other.
 //
 // The package holds the plain formats: Bytes, String, Int64, JSON and Avro
-// (binary, without a registry's framing). Write your own by implementing
+// (binary, without a registry's framing). The Avro serdes are Resolvers
+// too: they read values written under an older schema by Avro's schema
+// resolution, which lets keyed state's schema evolve across a restore. Write your own by implementing
 // the three methods, or by embedding one of these and overriding Decode to
 // check what it decoded:
 //
@@ -49,7 +51,10 @@ import (
 //
 // Fingerprint names the format and its schema ("json:example.com/m.Event",
 // "avro:5f1c…"): keyed state records it in every snapshot, and a restore
-// refuses state written under another fingerprint.
+// refuses state written under another fingerprint, unless the Serde is a
+// Resolver (the Avro serdes are) that can read it: an Avro schema may then
+// change by Avro's schema resolution rules (fields added with a default,
+// fields removed, types promoted; see Resolver).
 //
 // A Serde is safe for concurrent use.
 type Serde[T any] interface {
