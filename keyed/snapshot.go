@@ -310,6 +310,37 @@ func (b *Backend) canRestore() error {
 	return nil
 }
 
+// restoreFunc restores one key group (g, an index in the backend's range)
+// of one state from entries of file.
+type restoreFunc func(g int, file string, entries []statefile.Entry) error
+
+// restorers decides, from checkpoint m's metadata alone (types,
+// fingerprints, schemas) and before any file is read, how each of this
+// operator's states restores, by name.
+func (b *Backend) restorers(m *checkpoint.Metadata) (map[string]restoreFunc, error) {
+	recorded := map[string]restoreFunc{}
+	for _, ref := range m.Operators {
+		op, name, ok := layout.SplitOperator(ref.Name)
+		if !ok || op != b.operator {
+			continue
+		}
+		st, ok := b.byName[name]
+		if !ok {
+			return nil, &MismatchError{Operator: b.operator, State: name, Field: "state", Found: ref.Type + " " + ref.SchemaFingerprint}
+		}
+		want := st.info().Ref()
+		if ref.Type != want.Type {
+			return nil, &MismatchError{Operator: b.operator, State: name, Field: "type", Want: want.Type, Found: ref.Type}
+		}
+		restore, err := st.restorer(ref)
+		if err != nil {
+			return nil, err
+		}
+		recorded[name] = restore
+	}
+	return recorded, nil
+}
+
 // restoreFrom restores, of checkpoint m's files, the key groups in this
 // backend's range that take (nil: all). A job on several processes calls it
 // once per checkpoint its partitions' records name, each taking only the
@@ -319,32 +350,14 @@ func (b *Backend) restoreFrom(m *checkpoint.Metadata, files map[string][]byte, t
 		return fmt.Errorf("keyed: operator %q: checkpoint %s has max parallelism %d, this backend %d; max parallelism cannot change across a restore",
 			b.operator, m.Ref(), m.MaxParallelism, b.maxP)
 	}
-	// The states' restorers, by name: decided from the metadata alone
-	// (types, fingerprints, schemas) before any file is read.
-	recorded := map[string]func(g int, file string, entries []statefile.Entry) error{}
-	for _, ref := range m.Operators {
-		op, name, ok := layout.SplitOperator(ref.Name)
-		if !ok || op != b.operator {
-			continue
-		}
-		st, ok := b.byName[name]
-		if !ok {
-			return &MismatchError{Operator: b.operator, State: name, Field: "state", Found: ref.Type + " " + ref.SchemaFingerprint}
-		}
-		want := st.info().Ref()
-		if ref.Type != want.Type {
-			return &MismatchError{Operator: b.operator, State: name, Field: "type", Want: want.Type, Found: ref.Type}
-		}
-		restore, err := st.restorer(ref)
-		if err != nil {
-			return err
-		}
-		recorded[name] = restore
+	recorded, err := b.restorers(m)
+	if err != nil {
+		return err
 	}
 	type task struct {
 		f       *statefile.KeyGroupFile
 		i       int // key group index in f
-		restore func(g int, file string, entries []statefile.Entry) error
+		restore restoreFunc
 		g       int
 	}
 	var tasks []task
