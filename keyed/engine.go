@@ -1002,7 +1002,30 @@ func (c *coordinator) commit(e lifecycle.Effect) ([]lifecycle.Effect, error) {
 	if err := r.point(pointAfterCommit); err != nil {
 		return nil, err
 	}
+	if err := c.finish(e.ID); err != nil {
+		return nil, err
+	}
 	return c.lc.CommitDone(e.ID, time.Now()), nil
+}
+
+// finish has the Follower sinks finish committed checkpoint id. A failure
+// fails the run: the checkpoint is committed, and the restore of it
+// finishes what it staged.
+func (c *coordinator) finish(id uint64) error {
+	r := c.r
+	for _, s := range r.j.outputs {
+		f, ok := s.sinkValue().(connector.Follower)
+		if !ok {
+			continue
+		}
+		fctx, cancel := context.WithTimeout(c.rctx, r.j.commitTimeout())
+		err := f.Finish(fctx, checkpoint.Ref{Run: r.runID, ID: id})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("keyed: sink %q: finishing committed checkpoint %d (its restore finishes it): %w", s.sinkName(), id, err)
+		}
+	}
+	return nil
 }
 
 // committed follows checkpoint e.ID's commit: the local marker,

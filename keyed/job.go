@@ -184,6 +184,9 @@ func (j *Job) checkParticipants() []error {
 		if p, ok := s.sinkValue().(connector.Participant); ok && p.CommitsWith() == j.sink.sinkValue() {
 			continue
 		}
+		if _, ok := s.sinkValue().(connector.Follower); ok {
+			continue
+		}
 		c1, ok1 := j.sink.sinkValue().(connector.Clustered)
 		c2, ok2 := s.sinkValue().(connector.Clustered)
 		if ok1 && ok2 && c1.Cluster() != c2.Cluster() {
@@ -191,7 +194,7 @@ func (j *Job) checkParticipants() []error {
 				j.sink.sinkName(), s.sinkName(), c1.Cluster(), c2.Cluster()))
 			continue
 		}
-		errs = append(errs, fmt.Errorf("keyed: sinks %q and %q would commit apart: a job commits through its first sink, and a further sink must write inside that commit (connector.Participant: kafkaio.Output of the first Kafka sink, keyed.MemoryOutput of a MemorySink)",
+		errs = append(errs, fmt.Errorf("keyed: sinks %q and %q would commit apart: a job commits through its first sink, and a further sink must write inside that commit (connector.Participant: kafkaio.Output of the first Kafka sink, keyed.MemoryOutput of a MemorySink) or finish after it (connector.Follower: filesink)",
 			j.sink.sinkName(), s.sinkName()))
 	}
 	return errs
@@ -476,11 +479,12 @@ func (v *valueOp[K, T, S, O]) Process(key []byte, x T, out *Collector[O]) error 
 // barriers across every task upstream. The job commits each checkpoint
 // through its first sink (its Commit records the checkpoint with the
 // source offsets in one atomic step). A job may have further sinks, each
-// of which writes inside the first's commit (connector.Participant):
+// of which writes inside the first's commit (connector.Participant:
 // kafkaio.Output of the first Kafka sink puts its records in the same
-// transactions, keyed.MemoryOutput does the same in memory. Any other is
-// refused by Validate, naming both sinks (and both clusters, for Kafka
-// sinks on two).
+// transactions, keyed.MemoryOutput does the same in memory) or finishes
+// after it what the checkpoint staged (connector.Follower: filesink). Any
+// other is refused by Validate, naming both sinks (and both clusters, for
+// Kafka sinks on two).
 func ToSink[O any](s *Stream[O], name string, sink connector.Sink[O]) {
 	j := s.j
 	ex := &sinkExchange[O]{}

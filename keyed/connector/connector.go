@@ -187,11 +187,27 @@ type Resumer interface {
 // Commit of that sink covering the epoch does (kafkaio.Output writes in the
 // Kafka sink's transactions; keyed.MemoryOutput in a MemorySink's commits).
 // A job commits through its first sink; every further sink must be a
-// Participant whose CommitsWith returns that sink. The engine Resets a
+// Participant whose CommitsWith returns that sink, or a Follower. The engine Resets a
 // participant after the first sink, and never calls its Commit or
 // Recorded.
 type Participant interface {
 	CommitsWith() any
+}
+
+// Follower is a further sink of a job that commits after the first, by
+// finishing what each checkpoint staged (Flink's two-phase-commit sinks:
+// pre-commit at the barrier, commit on notifyCheckpointComplete). It must
+// keep its state in the checkpoint (OperatorState): at the barrier of
+// checkpoint n, SnapshotState makes the output of epochs ≤ n durable but
+// invisible, and names it; once the first sink's Commit of n succeeded,
+// the engine calls Finish(n), which makes it visible. A crash between the
+// two is mended on restore: the checkpoint restored is committed, so
+// RestoreState finishes what it names. Finish and that restore must be
+// idempotent, and output of an aborted checkpoint stays staged for the
+// next (kord's filesink is one).
+type Follower interface {
+	OperatorState
+	Finish(ctx context.Context, ref checkpoint.Ref) error
 }
 
 // Clustered is a sink that names the cluster it writes to (a Kafka sink:
