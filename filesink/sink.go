@@ -1,0 +1,454 @@
+// Package filesink lands a job's records in files, exactly once: JSON
+// lines, Avro object container files or Parquet, in a directory or an
+// object store's bucket, made visible when the checkpoint that carries
+// them commits.
+//
+// The protocol is Flink's FileSink (a two-phase commit on the checkpoint),
+// with kord's one commit decision:
+//
+//   - In progress. A record goes into a part file of its bucket (a
+//     directory chosen by the Bucket option) written under a staging name
+//     that no reader's glob matches: a leading dot and the suffix
+//     ".inprogress" (".part-<job>-<run>-<n>.parquet.inprogress").
+//   - At the barrier of checkpoint n, every open part file is closed
+//     (Parquet's footer written), fsynced with its directory (on an object
+//     store: its PUT completed), and named as pending(n) in checkpoint n's
+//     state, all before checkpoint n's metadata becomes durable.
+//   - When checkpoint n commits, under the job's one commit decision (its
+//     first sink's Commit: the Kafka transaction that carries the commit
+//     record), Finish publishes every pending file of a checkpoint ≤ n
+//     under its final name in one atomic step: rename(2) and a directory
+//     fsync, or a server-side copy and the staging object's delete.
+//   - A checkpoint that aborts loses nothing: its pending files stay
+//     pending, in the next checkpoint's state, and land with it.
+//   - A restore finishes the restored checkpoint's pending files (it
+//     committed), idempotently, and deletes every staged file of the job
+//     that no checkpoint still claims, before the run's first checkpoint.
+//     Part names hold a random run id, unique across restarts and
+//     processes.
+//
+// As the job's only or first sink, the file sink makes the decision
+// itself: Commit writes a commit record (the checkpoint and its source
+// offsets) in one atomic step under "_kord/<job>.commit" in the target,
+// then publishes.
+//
+// What a reader of "<bucket>/*<ext>" sees: only published files, each
+// whole; the output of checkpoint n appears after n committed, within the
+// time Finish takes to rename its files (a reader may see some of n's
+// files before the others: there is no atomic step over several files).
+package filesink
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kordproject/kord/checkpoint"
+	"github.com/kordproject/kord/keyed/connector"
+)
+
+// Sink writes records of type T into files of format, in target.
+type Sink[T any] struct {
+	t      target
+	format Format[T]
+	cfg    config
+
+	mu  sync.Mutex
+	ctx context.Context // the incarnation's, for work outside a call's context
+	end context.CancelFunc
+	job string
+	log *slog.Logger
+	run string // this incarnation's id, in every part name
+	seq int
+	// open: the in-progress part file of each bucket; closed: those rolled
+	// since the last barrier; pending: those staged at a barrier, not yet
+	// published.
+	open    map[string]*part[T]
+	closed  []file
+	pending []file
+	// cleaned: the staged files no checkpoint claims were deleted this
+	// incarnation.
+	cleaned bool
+	err     error // a failure that ends the incarnation
+}
+
+// file is a part file, staged and (once Final is visible) published.
+type file struct {
+	ID      uint64 `json:"id"` // the checkpoint that staged it; 0 until its barrier
+	Staging string `json:"staging"`
+	Final   string `json:"final"`
+	Rows    int64  `json:"rows"`
+}
+
+type part[T any] struct {
+	file
+	f      staged
+	w      RowWriter[T]
+	opened time.Time
+}
+
+type config struct {
+	bucketOf     any // func(T) string
+	rollSize     int64
+	rollInterval time.Duration
+	log          *slog.Logger
+}
+
+// Opt configures a Sink.
+type Opt func(*config)
+
+// BucketBy chooses each record's bucket: a slash-separated directory
+// under the target ("dt=2026-12-03/hr=08", say). Default: the target's
+// root. A bucket may not be absolute, hold "..", or start an element with
+// a dot.
+func BucketBy[T any](f func(T) string) Opt { return func(c *config) { c.bucketOf = f } }
+
+// RollSize ends a part file once it holds about n bytes, within a
+// checkpoint. Every part file also ends at every checkpoint. Default: none.
+func RollSize(n int64) Opt { return func(c *config) { c.rollSize = n } }
+
+// RollInterval ends a part file once it has been open for d, within a
+// checkpoint. Default: none.
+func RollInterval(d time.Duration) Opt { return func(c *config) { c.rollInterval = d } }
+
+// Logger receives the sink's notes. Default: the job's.
+func Logger(l *slog.Logger) Opt { return func(c *config) { c.log = l } }
+
+// New returns a sink writing records of format into target.
+func New[T any](target Target, format Format[T], opts ...Opt) *Sink[T] {
+	s := &Sink[T]{t: target.target(), format: format}
+	for _, o := range opts {
+		o(&s.cfg)
+	}
+	return s
+}
+
+var (
+	_ connector.Sink[int]     = (*Sink[int])(nil)
+	_ connector.Follower      = (*Sink[int])(nil)
+	_ connector.Forgetter     = (*Sink[int])(nil)
+	_ connector.SinkValidator = (*Sink[int])(nil)
+)
+
+func (s *Sink[T]) errorf(format string, args ...any) error {
+	return fmt.Errorf("filesink: %s: "+format, append([]any{s.t}, args...)...)
+}
+
+// ValidateSink implements keyed's check of a sink before the job runs.
+func (s *Sink[T]) ValidateSink(connector.SinkInfo) error {
+	var errs []error
+	if s.format == nil {
+		errs = append(errs, s.errorf("no format"))
+	}
+	if s.cfg.bucketOf != nil {
+		if _, ok := s.cfg.bucketOf.(func(T) string); !ok {
+			var zero T
+			errs = append(errs, s.errorf("BucketBy takes a %T, want a func(%T) string", s.cfg.bucketOf, zero))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Reset implements connector.Sink: a new incarnation, with a new run id;
+// what the last one left open is abandoned (a restore or the next
+// checkpoint deletes it).
+func (s *Sink[T]) Reset(ctx context.Context, info connector.SinkInfo) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.abandon()
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return s.errorf("run id: %w", err)
+	}
+	s.run, s.seq, s.job = hex.EncodeToString(b[:]), 0, info.Job
+	s.log = s.cfg.log
+	if s.log == nil {
+		s.log = info.Logger
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.ctx, s.end = context.WithCancel(context.WithoutCancel(ctx))
+	s.open, s.closed, s.pending, s.cleaned, s.err = map[string]*part[T]{}, nil, nil, false, nil
+	return nil
+}
+
+// abandon closes the open part files without staging them; called with
+// s.mu held.
+func (s *Sink[T]) abandon() {
+	for _, p := range s.open {
+		p.f.abandon()
+	}
+	s.open = nil
+	if s.end != nil {
+		s.end()
+	}
+}
+
+// Close implements io.Closer: the open part files are abandoned.
+func (s *Sink[T]) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.abandon()
+	return nil
+}
+
+// partPrefix starts the base name of every staged file of the job.
+func (s *Sink[T]) partPrefix() string { return ".part-" + s.job + "-" }
+
+// Write implements connector.Sink: v goes into its bucket's part file.
+func (s *Sink[T]) Write(ctx context.Context, _ uint64, v T) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if s.open == nil {
+		return s.errorf("not reset")
+	}
+	bucket := ""
+	if f, ok := s.cfg.bucketOf.(func(T) string); ok {
+		bucket = f(v)
+		if err := validBucket(bucket); err != nil {
+			return s.errorf("record %v: %w", v, err)
+		}
+	}
+	p := s.open[bucket]
+	if p == nil {
+		var err error
+		if p, err = s.startPart(ctx, bucket); err != nil {
+			return s.fail(err)
+		}
+		s.open[bucket] = p
+	}
+	if err := p.w.Write(v); err != nil {
+		return s.fail(s.errorf("%s: %w", p.Staging, err))
+	}
+	p.Rows++
+	if (s.cfg.rollSize > 0 && p.w.Size() >= s.cfg.rollSize) || (s.cfg.rollInterval > 0 && time.Since(p.opened) >= s.cfg.rollInterval) {
+		delete(s.open, bucket)
+		if err := s.closePart(p); err != nil {
+			return s.fail(err)
+		}
+	}
+	return nil
+}
+
+// fail ends the incarnation's use with err; called with s.mu held.
+func (s *Sink[T]) fail(err error) error {
+	s.err = err
+	return err
+}
+
+func validBucket(b string) error {
+	if b == "" {
+		return nil
+	}
+	if strings.HasPrefix(b, "/") {
+		return fmt.Errorf("bucket %q is absolute", b)
+	}
+	for _, e := range strings.Split(b, "/") {
+		if e == "" || e == ".." || strings.HasPrefix(e, ".") {
+			return fmt.Errorf("bucket %q: an element is empty, \"..\" or starts with a dot", b)
+		}
+	}
+	return nil
+}
+
+// startPart starts a part file in bucket; called with s.mu held.
+func (s *Sink[T]) startPart(ctx context.Context, bucket string) (*part[T], error) {
+	s.seq++
+	base := fmt.Sprintf("part-%s-%s-%06d%s", s.job, s.run, s.seq, s.format.Ext())
+	p := &part[T]{file: file{Staging: path.Join(bucket, "."+base+".inprogress"), Final: path.Join(bucket, base)}, opened: time.Now()}
+	f, err := s.t.create(ctx, p.Staging)
+	if err != nil {
+		return nil, s.errorf("creating %s: %w", p.Staging, err)
+	}
+	w, err := s.format.NewWriter(f)
+	if err != nil {
+		f.abandon()
+		return nil, s.errorf("%s: %w", p.Staging, err)
+	}
+	p.f, p.w = f, w
+	return p, nil
+}
+
+// closePart ends p and makes it durable: it joins the closed files, to be
+// staged at the next barrier. Called with s.mu held.
+func (s *Sink[T]) closePart(p *part[T]) error {
+	if err := p.w.Close(); err != nil {
+		p.f.abandon()
+		return s.errorf("closing %s: %w", p.Staging, err)
+	}
+	if err := p.f.finish(); err != nil {
+		// Never retried on the same file: after a failed fsync what the
+		// file holds is unknown (PostgreSQL's fsyncgate). The run fails and
+		// replays the records from the last checkpoint.
+		return s.errorf("making %s durable: %w", p.Staging, err)
+	}
+	s.closed = append(s.closed, p.file)
+	return nil
+}
+
+// SnapshotState implements connector.OperatorState: at checkpoint id's
+// barrier, every open part file is closed and made durable, and the
+// state names every file staged and not yet published, each with the
+// checkpoint that staged it.
+func (s *Sink[T]) SnapshotState(id uint64) ([][]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	if !s.cleaned {
+		if err := s.clean(); err != nil {
+			return nil, s.fail(err)
+		}
+	}
+	for b, p := range s.open {
+		delete(s.open, b)
+		if err := s.closePart(p); err != nil {
+			return nil, s.fail(err)
+		}
+	}
+	for _, f := range s.closed {
+		f.ID = id
+		s.pending = append(s.pending, f)
+	}
+	s.closed = nil
+	out := make([][]byte, 0, len(s.pending))
+	for _, f := range s.pending {
+		b, err := json.Marshal(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// clean deletes the job's staged files that no checkpoint claims: those
+// of other runs (a restore published the restored checkpoint's, and the
+// recovery decision, made before, excludes every other checkpoint of
+// theirs). Called once per incarnation, at its first barrier, with s.mu
+// held.
+func (s *Sink[T]) clean() error {
+	names, err := s.t.list(s.ctx, s.partPrefix())
+	if err != nil {
+		return s.errorf("listing staged files: %w", err)
+	}
+	mine := s.partPrefix() + s.run + "-"
+	for _, n := range names {
+		base := path.Base(n)
+		if strings.HasSuffix(base, ".inprogress") && !strings.HasPrefix(base, mine) {
+			if err := s.t.remove(s.ctx, n); err != nil {
+				return s.errorf("deleting %s, which no checkpoint claims: %w", n, err)
+			}
+			s.log.Info("filesink: deleted a staged file no checkpoint claims", "file", n)
+		}
+	}
+	s.cleaned = true
+	return nil
+}
+
+// RestoreState implements connector.OperatorState: the restored
+// checkpoint committed, so every file it names is published now (again,
+// for those that were).
+func (s *Sink[T]) RestoreState(elements [][]byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var files []file
+	for _, e := range elements {
+		var f file
+		if err := json.Unmarshal(e, &f); err != nil {
+			return s.errorf("restoring a pending file %q: %w", e, err)
+		}
+		files = append(files, f)
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
+	defer cancel()
+	return s.publish(ctx, files)
+}
+
+// publish makes files visible, in order; called with s.mu held.
+func (s *Sink[T]) publish(ctx context.Context, files []file) error {
+	for _, f := range files {
+		if err := s.t.publish(ctx, f.Staging, f.Final); err != nil {
+			return s.errorf("publishing %s of checkpoint %d as %s: %w", f.Staging, f.ID, f.Final, err)
+		}
+	}
+	return nil
+}
+
+// Finish implements connector.Follower: the files of every checkpoint ≤
+// ref.ID become visible.
+func (s *Sink[T]) Finish(ctx context.Context, ref checkpoint.Ref) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for n < len(s.pending) && s.pending[n].ID <= ref.ID {
+		n++
+	}
+	if err := s.publish(ctx, s.pending[:n]); err != nil {
+		return s.fail(err)
+	}
+	s.pending = s.pending[n:]
+	return nil
+}
+
+// commitRecord is what the sink records as committed when it is the job's
+// first sink.
+type commitRecord struct {
+	Ref     checkpoint.Ref               `json:"ref"`
+	Offsets []checkpoint.PartitionOffset `json:"offsets"`
+}
+
+func (s *Sink[T]) recordName() string { return "_kord/" + s.job + ".commit" }
+
+// Commit implements connector.Sink, for a file sink that is the job's
+// first sink: the commit record (ref, offsets) is written in one atomic
+// step, then the files are published.
+func (s *Sink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
+	data, err := json.Marshal(commitRecord{Ref: ref, Offsets: offsets})
+	if err != nil {
+		return err
+	}
+	if err := s.t.put(ctx, s.recordName(), data); err != nil {
+		return s.errorf("writing the commit record %s: %w", s.recordName(), err)
+	}
+	return s.Finish(ctx, ref)
+}
+
+// Recorded implements connector.Sink: the commit record, nil if none.
+func (s *Sink[T]) Recorded(ctx context.Context) (*connector.Recorded, error) {
+	data, err := s.t.get(ctx, s.recordName())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.errorf("reading the commit record %s: %w", s.recordName(), err)
+	}
+	var r commitRecord
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, s.errorf("commit record %s: %w", s.recordName(), err)
+	}
+	return &connector.Recorded{Ref: r.Ref, Offsets: r.Offsets, Where: fmt.Sprintf("%s in %s", s.recordName(), s.t)}, nil
+}
+
+// Forget implements connector.Forgetter: the commit record is deleted
+// (the published files stay).
+func (s *Sink[T]) Forget(ctx context.Context, info connector.SinkInfo) error {
+	s.mu.Lock()
+	s.job = info.Job
+	s.mu.Unlock()
+	return s.t.remove(ctx, s.recordName())
+}
