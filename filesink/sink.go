@@ -78,7 +78,8 @@ type Sink[T any] struct {
 	// cleaned: the staged files no checkpoint claims were deleted this
 	// incarnation.
 	cleaned bool
-	err     error // a failure that ends the incarnation
+	merged  map[string]time.Time // CompactEvery: each bucket's last merge
+	err     error                // a failure that ends the incarnation
 }
 
 // file is a part file, staged and (once Final is visible) published.
@@ -87,6 +88,12 @@ type file struct {
 	Staging string `json:"staging"`
 	Final   string `json:"final"`
 	Rows    int64  `json:"rows"`
+	Bucket  string `json:"bucket"`
+	// Piece: a piece of a file to come (CompactEvery), never published
+	// itself; Pieces: the pieces a merged file holds, deleted once it is
+	// published.
+	Piece  bool     `json:"piece,omitempty"`
+	Pieces []string `json:"pieces,omitempty"`
 }
 
 type part[T any] struct {
@@ -100,6 +107,7 @@ type config struct {
 	bucketOf     any // func(T) string
 	rollSize     int64
 	rollInterval time.Duration
+	compact      time.Duration
 	log          *slog.Logger
 }
 
@@ -120,6 +128,20 @@ func RollSize(n int64) Opt { return func(c *config) { c.rollSize = n } }
 // checkpoint. Default: none.
 func RollInterval(d time.Duration) Opt { return func(c *config) { c.rollInterval = d } }
 
+// CompactEvery makes a bucket's output one file per d instead of one per
+// checkpoint (a bulk format such as Parquet must end its file at every
+// checkpoint: at the 1 s default, 3,600 small files an hour per bucket).
+// Each checkpoint's rows are staged as hidden pieces (Go's gob encoding of
+// T, which must have exported fields); at the first checkpoint d after a
+// bucket's last merge, and at the run's final checkpoint, the bucket's
+// pieces are merged into one file of the format, staged as that
+// checkpoint's, published when it commits, and the pieces deleted. A
+// restore of a checkpoint before the merge keeps its pieces for the next.
+// Rows become visible up to d later; each lands exactly once (Flink's
+// FileSink compaction does the same, before the files are committed).
+// Default: none, a file per checkpoint and bucket.
+func CompactEvery(d time.Duration) Opt { return func(c *config) { c.compact = d } }
+
 // Logger receives the sink's notes. Default: the job's.
 func Logger(l *slog.Logger) Opt { return func(c *config) { c.log = l } }
 
@@ -135,6 +157,7 @@ func New[T any](target Target, format Format[T], opts ...Opt) *Sink[T] {
 var (
 	_ connector.Sink[int]     = (*Sink[int])(nil)
 	_ connector.Follower      = (*Sink[int])(nil)
+	_ connector.FinalState    = (*Sink[int])(nil)
 	_ connector.Forgetter     = (*Sink[int])(nil)
 	_ connector.SinkValidator = (*Sink[int])(nil)
 )
@@ -179,6 +202,7 @@ func (s *Sink[T]) Reset(ctx context.Context, info connector.SinkInfo) error {
 	}
 	s.ctx, s.end = context.WithCancel(context.WithoutCancel(ctx))
 	s.open, s.closed, s.pending, s.cleaned, s.err = map[string]*part[T]{}, nil, nil, false, nil
+	s.merged = map[string]time.Time{}
 	return nil
 }
 
@@ -225,7 +249,7 @@ func (s *Sink[T]) Write(ctx context.Context, _ uint64, v T) error {
 	p := s.open[bucket]
 	if p == nil {
 		var err error
-		if p, err = s.startPart(ctx, bucket); err != nil {
+		if p, err = s.startPart(ctx, bucket, s.cfg.compact > 0); err != nil {
 			return s.fail(err)
 		}
 		s.open[bucket] = p
@@ -265,15 +289,19 @@ func validBucket(b string) error {
 }
 
 // startPart starts a part file in bucket; called with s.mu held.
-func (s *Sink[T]) startPart(ctx context.Context, bucket string) (*part[T], error) {
+func (s *Sink[T]) startPart(ctx context.Context, bucket string, piece bool) (*part[T], error) {
 	s.seq++
-	base := fmt.Sprintf("part-%s-%s-%06d%s", s.job, s.run, s.seq, s.format.Ext())
-	p := &part[T]{file: file{Staging: path.Join(bucket, "."+base+".inprogress"), Final: path.Join(bucket, base)}, opened: time.Now()}
+	format := s.format
+	if piece {
+		format = pieces[T]{}
+	}
+	base := fmt.Sprintf("part-%s-%s-%06d%s", s.job, s.run, s.seq, format.Ext())
+	p := &part[T]{file: file{Staging: path.Join(bucket, "."+base+".inprogress"), Final: path.Join(bucket, base), Bucket: bucket, Piece: piece}, opened: time.Now()}
 	f, err := s.t.create(ctx, p.Staging)
 	if err != nil {
 		return nil, s.errorf("creating %s: %w", p.Staging, err)
 	}
-	w, err := s.format.NewWriter(f)
+	w, err := format.NewWriter(f)
 	if err != nil {
 		f.abandon()
 		return nil, s.errorf("%s: %w", p.Staging, err)
@@ -300,10 +328,17 @@ func (s *Sink[T]) closePart(p *part[T]) error {
 }
 
 // SnapshotState implements connector.OperatorState: at checkpoint id's
-// barrier, every open part file is closed and made durable, and the
-// state names every file staged and not yet published, each with the
-// checkpoint that staged it.
-func (s *Sink[T]) SnapshotState(id uint64) ([][]byte, error) {
+// barrier, every open part file is closed and made durable (with
+// CompactEvery, the pieces due are merged), and the state names every
+// file staged and not yet published, each with the checkpoint that staged
+// it.
+func (s *Sink[T]) SnapshotState(id uint64) ([][]byte, error) { return s.snapshot(id, false) }
+
+// SnapshotFinal implements connector.FinalState: SnapshotState at the
+// run's final checkpoint, which merges every bucket's pieces.
+func (s *Sink[T]) SnapshotFinal(id uint64) ([][]byte, error) { return s.snapshot(id, true) }
+
+func (s *Sink[T]) snapshot(id uint64, final bool) ([][]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
@@ -325,6 +360,11 @@ func (s *Sink[T]) SnapshotState(id uint64) ([][]byte, error) {
 		s.pending = append(s.pending, f)
 	}
 	s.closed = nil
+	if s.cfg.compact > 0 {
+		if err := s.compact(id, final); err != nil {
+			return nil, s.fail(err)
+		}
+	}
 	out := make([][]byte, 0, len(s.pending))
 	for _, f := range s.pending {
 		b, err := json.Marshal(f)
@@ -347,9 +387,13 @@ func (s *Sink[T]) clean() error {
 		return s.errorf("listing staged files: %w", err)
 	}
 	mine := s.partPrefix() + s.run + "-"
+	claimed := map[string]bool{} // pieces a restore carried over
+	for _, f := range s.pending {
+		claimed[f.Staging] = true
+	}
 	for _, n := range names {
 		base := path.Base(n)
-		if strings.HasSuffix(base, ".inprogress") && !strings.HasPrefix(base, mine) {
+		if strings.HasSuffix(base, ".inprogress") && !strings.HasPrefix(base, mine) && !claimed[n] {
 			if err := s.t.remove(s.ctx, n); err != nil {
 				return s.errorf("deleting %s, which no checkpoint claims: %w", n, err)
 			}
@@ -372,6 +416,10 @@ func (s *Sink[T]) RestoreState(elements [][]byte) error {
 		if err := json.Unmarshal(e, &f); err != nil {
 			return s.errorf("restoring a pending file %q: %w", e, err)
 		}
+		if f.Piece {
+			s.pending = append(s.pending, f) // for the next merge
+			continue
+		}
 		files = append(files, f)
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
@@ -379,11 +427,17 @@ func (s *Sink[T]) RestoreState(elements [][]byte) error {
 	return s.publish(ctx, files)
 }
 
-// publish makes files visible, in order; called with s.mu held.
+// publish makes files visible, in order, and deletes the pieces each
+// holds; called with s.mu held.
 func (s *Sink[T]) publish(ctx context.Context, files []file) error {
 	for _, f := range files {
 		if err := s.t.publish(ctx, f.Staging, f.Final); err != nil {
 			return s.errorf("publishing %s of checkpoint %d as %s: %w", f.Staging, f.ID, f.Final, err)
+		}
+		for _, p := range f.Pieces {
+			if err := s.t.remove(ctx, p); err != nil {
+				return s.errorf("deleting piece %s of %s: %w", p, f.Final, err)
+			}
 		}
 	}
 	return nil
@@ -394,14 +448,18 @@ func (s *Sink[T]) publish(ctx context.Context, files []file) error {
 func (s *Sink[T]) Finish(ctx context.Context, ref checkpoint.Ref) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for n < len(s.pending) && s.pending[n].ID <= ref.ID {
-		n++
+	var due, rest []file
+	for _, f := range s.pending {
+		if f.ID <= ref.ID && !f.Piece {
+			due = append(due, f)
+		} else {
+			rest = append(rest, f)
+		}
 	}
-	if err := s.publish(ctx, s.pending[:n]); err != nil {
+	if err := s.publish(ctx, due); err != nil {
 		return s.fail(err)
 	}
-	s.pending = s.pending[n:]
+	s.pending = rest
 	return nil
 }
 

@@ -49,12 +49,12 @@ func events(users, n int) *keyed.MemorySource[row] {
 // passes them on, to kafka (a MemorySink standing for the Kafka sink that
 // decides each commit) and to the file sink, bucketed by user's first
 // letter and digit. With kafka nil the file sink is the only sink.
-func landJob(fsys vfs.FS, src *keyed.MemorySource[row], kafka *keyed.MemorySink[row], files connector.Sink[row]) *keyed.Job {
+func landJob(fsys vfs.FS, src *keyed.MemorySource[row], kafka connector.Sink[row], files connector.Sink[row]) *keyed.Job {
 	j := keyed.NewJob("land", keyed.FS(fsys), keyed.Dir("/ckpt"), keyed.CheckpointInterval(2*time.Millisecond))
 	rows := keyed.ProcessFunc(keyed.ByPartition(keyed.FromSource(j, "events", 2, connector.Source[row](src))), "pass", 2,
 		func(_ []byte, r row, out *keyed.Collector[row]) error { out.Emit(r); return nil })
 	if kafka != nil {
-		keyed.ToSink(rows, "kafka", connector.Sink[row](kafka))
+		keyed.ToSink(rows, "kafka", kafka)
 	}
 	keyed.ToSink(rows, "files", files)
 	return j
@@ -117,15 +117,25 @@ func requireOnce(t *testing.T, got map[string]int, users, n int) {
 // metadata) leaves the disk as a dead process would, and a second run on
 // what the disk kept lands every row exactly once, with no staged file
 // left and none visible to a reader's glob.
+//
+// With CompactEvery, the crash comes at each step of the merges too
+// (reading pieces, writing and publishing the merged file, deleting the
+// pieces).
 func TestLandExactlyOnceCrashEverywhere(t *testing.T) {
+	t.Run("file per checkpoint", func(t *testing.T) { landCrashEverywhere(t) })
+	t.Run("compacted", func(t *testing.T) { landCrashEverywhere(t, filesink.CompactEvery(5*time.Millisecond)) })
+}
+
+func landCrashEverywhere(t *testing.T, opts ...filesink.Opt) {
 	const users, n = 6, 40
+	opts = append([]filesink.Opt{filesink.BucketBy(byUser)}, opts...)
 	crashes := 0
 	for k := 1; ; k++ {
 		mem := vfs.NewMem()
 		rig, fsys := crashfs.New(mem)
 		kafka := keyed.NewMemorySink[row]()
 		src := events(users, n)
-		sink := filesink.New(filesink.Dir(fsys, "/lake"), filesink.JSONLines[row](filesink.Uncompressed), filesink.BucketBy(byUser))
+		sink := filesink.New(filesink.Dir(fsys, "/lake"), filesink.JSONLines[row](filesink.Uncompressed), opts...)
 		rig.CrashIn(k)
 		err := landJob(fsys, src, kafka, sink).Run(context.Background())
 		if !rig.Crashed() {
@@ -135,7 +145,7 @@ func TestLandExactlyOnceCrashEverywhere(t *testing.T) {
 		}
 		crashes++
 		after := rig.After()
-		sink = filesink.New(filesink.Dir(after, "/lake"), filesink.JSONLines[row](filesink.Uncompressed), filesink.BucketBy(byUser))
+		sink = filesink.New(filesink.Dir(after, "/lake"), filesink.JSONLines[row](filesink.Uncompressed), opts...)
 		require.NoError(t, landJob(after, src, kafka, sink).Run(context.Background()), "crash at operation %d", k)
 		requireOnce(t, landed(t, after, "/lake", true), users, n)
 	}
@@ -273,4 +283,47 @@ func TestLandAbortedCheckpoint(t *testing.T) {
 	require.NoError(t, j.Run(context.Background()))
 	require.Contains(t, logs.String(), "checkpoint aborted", "a checkpoint aborted")
 	requireOnce(t, landed(t, fsys, "/lake", true), users, n)
+}
+
+// TestCompactionLeavesOneFilePerBucket: without compaction a run leaves a
+// file per checkpoint and bucket; with CompactEvery longer than the run,
+// the final checkpoint merges each bucket's pieces into one file, and no
+// piece is left.
+func TestCompactionLeavesOneFilePerBucket(t *testing.T) {
+	const users, n = 6, 300
+	perUser := func(r row) string { return "user=" + r.User }
+	count := func(opts ...filesink.Opt) (files int) {
+		fsys := vfs.NewMem()
+		sink := filesink.New(filesink.Dir(fsys, "/lake"), filesink.JSONLines[row](filesink.Uncompressed), append([]filesink.Opt{filesink.BucketBy(perUser)}, opts...)...)
+		// A stage of 20 µs a row, so that barriers come between rows.
+		j := keyed.NewJob("land", keyed.FS(fsys), keyed.Dir("/ckpt"), keyed.CheckpointInterval(2*time.Millisecond), keyed.Credits(2), keyed.BatchSize(4))
+		rows := keyed.ProcessFunc(keyed.ByPartition(keyed.FromSource(j, "events", 2, connector.Source[row](events(users, n)))), "pass", 2,
+			func(_ []byte, r row, out *keyed.Collector[row]) error { time.Sleep(20 * time.Microsecond); out.Emit(r); return nil })
+		keyed.ToSink(rows, "files", connector.Sink[row](sink))
+		require.NoError(t, j.Run(context.Background()))
+		got := map[string]int{}
+		for u := range users {
+			dir := fmt.Sprintf("/lake/user=u%02d", u)
+			names, err := fsys.ReadDir(dir)
+			require.NoError(t, err)
+			for _, name := range names {
+				require.False(t, strings.HasPrefix(name, "."), "%s/%s left", dir, name)
+				files++
+				data, err := fsys.ReadFile(dir + "/" + name)
+				require.NoError(t, err)
+				for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+					var r row
+					require.NoError(t, json.Unmarshal([]byte(line), &r))
+					got[fmt.Sprintf("%s/%d", r.User, r.Seq)]++
+				}
+			}
+		}
+		requireOnce(t, got, users, n)
+		return files
+	}
+	plain := count()
+	compacted := count(filesink.CompactEvery(time.Hour))
+	require.Equal(t, users, compacted, "one file per bucket")
+	require.Greater(t, plain, compacted)
+	t.Logf("files: %d a checkpoint, %d compacted", plain, compacted)
 }

@@ -34,6 +34,8 @@ type target interface {
 	publish(ctx context.Context, staging, final string) error
 	// put writes a small object whole, atomically replacing it.
 	put(ctx context.Context, name string, data []byte) error
+	// open reads a file.
+	open(ctx context.Context, name string) (io.ReadCloser, error)
 	// get reads a small object whole; fs.ErrNotExist if there is none.
 	get(ctx context.Context, name string) ([]byte, error)
 	remove(ctx context.Context, name string) error
@@ -186,6 +188,10 @@ func (d *dirTarget) put(_ context.Context, name string, data []byte) error {
 	return d.publish(context.Background(), name+".tmp", name)
 }
 
+func (d *dirTarget) open(_ context.Context, name string) (io.ReadCloser, error) {
+	return d.fs.Open(d.at(name))
+}
+
 func (d *dirTarget) get(_ context.Context, name string) ([]byte, error) {
 	return d.fs.ReadFile(d.at(name))
 }
@@ -311,6 +317,13 @@ func (t *bucketTarget) put(ctx context.Context, name string, data []byte) error 
 		return err
 	}
 	return t.b.WriteAll(ctx, t.key(name), data, nil)
+}
+
+func (t *bucketTarget) open(ctx context.Context, name string) (io.ReadCloser, error) {
+	if err := t.check("get", name); err != nil {
+		return nil, err
+	}
+	return t.b.NewReader(ctx, t.key(name), nil)
 }
 
 func (t *bucketTarget) get(ctx context.Context, name string) ([]byte, error) {

@@ -90,6 +90,10 @@ const retained = 2
 
 // run is one attempt of a job: every task, started from one checkpoint.
 type run struct {
+	// finalID is the id of the run's final checkpoint (a bounded input's
+	// end, or a stop), once triggered; 0 before.
+	finalID atomic.Uint64
+
 	j     *Job
 	cfg   config
 	store checkpoint.Storage
@@ -932,6 +936,9 @@ func (c *coordinator) apply(effs []lifecycle.Effect) (done bool, err error) {
 // trigger starts checkpoint e.ID: each source task gets its trigger.
 func (c *coordinator) trigger(e lifecycle.Effect) error {
 	c.pending = map[uint64]*collected{e.ID: {wm: channel.EndOfTime}}
+	if e.Final {
+		c.r.finalID.Store(e.ID) // before any barrier of it: the sinks' snapshots see it
+	}
 	for _, t := range c.r.triggers {
 		tr := trigger{id: e.ID, final: e.Final}
 		select {

@@ -682,7 +682,13 @@ func (r *run) writeOpState(ctx context.Context, v any, name string, instance int
 	if !ok {
 		return nil, nil
 	}
-	elems, err := st.SnapshotState(id)
+	var elems [][]byte
+	var err error
+	if fs, ok := v.(connector.FinalState); ok && id == r.finalID.Load() {
+		elems, err = fs.SnapshotFinal(id)
+	} else {
+		elems, err = st.SnapshotState(id)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("operator state of %s[%d]: %w", name, instance, err)
 	}

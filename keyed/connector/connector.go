@@ -98,6 +98,17 @@ type OperatorState interface {
 	RestoreState(elements [][]byte) error
 }
 
+// FinalState is an OperatorState told which snapshot is its run's last,
+// the final checkpoint of a bounded input's end or a graceful stop:
+// SnapshotFinal is called there in place of SnapshotState. A sink that
+// defers work across checkpoints (filesink's compaction) does it there, so
+// that nothing waits for a run that may never come. A final checkpoint
+// that aborts is followed by another, also final.
+type FinalState interface {
+	OperatorState
+	SnapshotFinal(id uint64) ([][]byte, error)
+}
+
 // NewPartitionStarter is implemented by sources whose partitions can
 // grow (kafkaio.Source): StartNew returns the first offsets of partitions that
 // appeared after the job started (the log start, whatever Start would
