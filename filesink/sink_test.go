@@ -298,7 +298,11 @@ func TestCompactionLeavesOneFilePerBucket(t *testing.T) {
 		// A stage of 20 µs a row, so that barriers come between rows.
 		j := keyed.NewJob("land", keyed.FS(fsys), keyed.Dir("/ckpt"), keyed.CheckpointInterval(2*time.Millisecond), keyed.Credits(2), keyed.BatchSize(4))
 		rows := keyed.ProcessFunc(keyed.ByPartition(keyed.FromSource(j, "events", 2, connector.Source[row](events(users, n)))), "pass", 2,
-			func(_ []byte, r row, out *keyed.Collector[row]) error { time.Sleep(20 * time.Microsecond); out.Emit(r); return nil })
+			func(_ []byte, r row, out *keyed.Collector[row]) error {
+				time.Sleep(20 * time.Microsecond)
+				out.Emit(r)
+				return nil
+			})
 		keyed.ToSink(rows, "files", connector.Sink[row](sink))
 		require.NoError(t, j.Run(context.Background()))
 		got := map[string]int{}
