@@ -211,6 +211,11 @@ func process(ctx context.Context, o options, sum *summary) error {
 			})
 		}
 		keyed.ToSink(out, "results", sink)
+		if o.lake != "" {
+			// The same results, landed as files: published when the
+			// checkpoint that carries them commits in Kafka.
+			keyed.ToSink(out, "lake", lakeSink(o.lake))
+		}
 		return append(jobs, j), rep
 	}
 	jobs, rep := build()

@@ -73,7 +73,8 @@ type options struct {
 	partitions  int
 	seed        uint64
 	keyBy       bool
-	pages       bool // -pages: a second keyed stage, per page
+	pages       bool   // -pages: a second keyed stage, per page
+	lake        string // -lake: a directory the results also land in, as files
 	crash       bool
 	interval    time.Duration
 	dir         string
@@ -147,6 +148,7 @@ func parseFlags(args []string) (options, error) {
 	flag.StringVar(&o.output, "output", "", "output topic (default: <input>.counts)")
 	flag.StringVar(&o.phase, "phase", "all", "all, produce, process or verify")
 	flag.BoolVar(&o.pages, "pages", false, "two keyed stages: the per-user counts, then re-keyed by page (normalized by a chained MapValues) into per-page counts, each result carrying its number within its page; one process only")
+	flag.StringVar(&o.lake, "lake", "", "also land the results as files in this directory, exactly once, bucketed by action (action=<a>/part-*); verified against the Kafka output; one process only")
 	flag.BoolVar(&o.keyBy, "keyby", false, "key by the uuid extracted from the event instead of by the record key (key group = partition): xxhash key groups shuffled in process, or with -processes and -instance a repartition topic between the processes")
 	flag.BoolVar(&o.crash, "crash", true, "fail the job part-way, after its second checkpoint committed (keyed.OnCommit), and let the restart strategy recover it from the checkpoint Kafka recorded; with -processes, SIGKILL one process and start it again")
 	flag.DurationVar(&o.interval, "interval", time.Second, "checkpoint interval")
@@ -190,6 +192,9 @@ func run(ctx context.Context, o options) error {
 		}
 		if o.pages {
 			return errors.New("-pages runs on one process: a job of several processes has one keyed stage, by partition")
+		}
+		if o.lake != "" {
+			return errors.New("-lake runs on one process: a file sink's pending files do not follow partitions between processes")
 		}
 	}
 	if o.brokers == "" && o.properties == "" && !slices.ContainsFunc(o.set, func(x string) bool { return strings.HasPrefix(x, "bootstrap.servers=") }) {
@@ -384,6 +389,7 @@ func verify(ctx context.Context, o options, parts int, sum *summary) error {
 	// results 1..n.
 	seen := map[string]map[int64]bool{}
 	pageNs := map[string][]int64{}
+	inKafka := map[string]int64{} // -lake: each result's count, by uuid/seq
 	idle := time.Now()
 	for time.Since(idle) < 3*time.Second {
 		if err := ctx.Err(); err != nil {
@@ -404,6 +410,9 @@ func verify(ctx context.Context, o options, parts int, sum *summary) error {
 		n++
 		if res.Count != res.Seq+1 {
 			wrong++
+		}
+		if o.lake != "" {
+			inKafka[fmt.Sprintf("%s/%d", res.UUID, res.Seq)] = res.Count
 		}
 		if o.pages {
 			if seen[res.UUID] == nil {
@@ -441,11 +450,18 @@ func verify(ctx context.Context, o options, parts int, sum *summary) error {
 		}
 	}
 	missing := o.events - n + dups // -events must name the input's size
+	lake, err := checkLake(o, inKafka)
+	if err != nil {
+		return err
+	}
 	if o.quiet {
 		fmt.Fprintf(o.out(), "events_in=%d results_out=%d duplicates=%d order_violations=%d wrong_counts=%d missing=%d recovery_ms=%d checkpoints_committed=%d",
 			o.events, n, dups, disorder, wrong, missing, sum.recovery.Milliseconds(), sum.checkpoints)
 		if sum.processes > 0 {
 			fmt.Fprintf(o.out(), " processes=%d processes_killed=%d processing_ms=%d", sum.processes, sum.killed, sum.processing.Milliseconds())
+		}
+		if o.lake != "" {
+			fmt.Fprintf(o.out(), " lake_rows=%d lake_files=%d lake_duplicates=%d lake_missing=%d lake_wrong=%d", lake.rows, lake.files, lake.dups, lake.missing, lake.wrong)
 		}
 		fmt.Fprintln(o.out())
 	} else {
@@ -454,10 +470,13 @@ func verify(ctx context.Context, o options, parts int, sum *summary) error {
 		if sum.processes > 0 {
 			fmt.Fprintf(o.out(), "processes:                %d (SIGKILLed and started again: %d)\n", sum.processes, sum.killed)
 		}
+		if o.lake != "" {
+			fmt.Fprintf(o.out(), "lake (%s): %d rows in %d files; duplicates %d, missing %d, unlike Kafka's %d\n", o.lake, lake.rows, lake.files, lake.dups, lake.missing, lake.wrong)
+		}
 	}
-	bad := disorder + wrong + missing
+	bad := disorder + wrong + missing + lake.missing + lake.wrong
 	if !o.atLeastOnce {
-		bad += dups // exactly-once: a duplicate is a failure; at-least-once allows them
+		bad += dups + lake.dups // exactly-once: a duplicate is a failure; at-least-once allows them
 	}
 	if bad > 0 {
 		return errors.New("verification failed")

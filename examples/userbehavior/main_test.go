@@ -21,8 +21,8 @@ import (
 // The main job runs end to end, crash and recovery included, and verifies
 // its own output with an independent read_committed reader (run returns an
 // error on any duplicate, loss, reorder or wrong count), in both keying
-// modes and with a second keyed stage (-pages), on kfake and on the real
-// broker.
+// modes and with a second keyed stage (-pages, whose results land in
+// files too: -lake), on kfake and on the real broker.
 func TestRunEndToEnd(t *testing.T) {
 	// Long mode: KORD_E2E_EVENTS=1000000.
 	events := 100_000
@@ -37,12 +37,18 @@ func TestRunEndToEnd(t *testing.T) {
 				defer cancel()
 				o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: events, users: 10_000, partitions: 12, seed: 3,
 					phase: "all", crash: true, keyBy: keyBy, pages: pages, interval: 500 * time.Millisecond, quiet: true, dir: t.TempDir()}
+				if pages {
+					o.lake = t.TempDir() // the second stage's results land in files too
+				}
 				var out bytes.Buffer
 				o.stdout = &out
 				require.NoError(t, run(ctx, o))
 				t.Log(strings.TrimSpace(out.String()))
 				require.Contains(t, out.String(), fmt.Sprintf("events_in=%d ", events))
 				require.Contains(t, out.String(), fmt.Sprintf("results_out=%d ", events))
+				if pages {
+					require.Contains(t, out.String(), fmt.Sprintf("lake_rows=%d ", events))
+				}
 			})
 		}
 	})
@@ -171,7 +177,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("USERBEHAVIOR_CHILD") == "1" {
 		o := options{brokers: os.Getenv("UB_BROKERS"), topic: os.Getenv("UB_INPUT"), events: tortureEvents(), users: 500, partitions: 6,
 			phase: "process", interval: 150 * time.Millisecond, dir: os.Getenv("UB_DIR"), quiet: true, atLeastOnce: os.Getenv("UB_AT_LEAST_ONCE") == "1",
-			pages: os.Getenv("UB_PAGES") == "1"}
+			pages: os.Getenv("UB_PAGES") == "1", lake: os.Getenv("UB_LAKE")}
 		if err := run(context.Background(), o); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(3)

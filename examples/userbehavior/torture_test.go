@@ -29,7 +29,9 @@ import (
 // restarted, at least five times; a last run finishes, and the independent
 // read_committed verification must find every result exactly once, in
 // per-user order, with the right counts. In at-least-once mode the same
-// torture may repeat results but must lose none, and counts stay right.
+// torture may repeat results but must lose none, and counts stay right. In
+// exactly-once mode the results land in files too (-lake), checked
+// against the Kafka output: every result once, none staged left visible.
 func TestCrashTorture(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		t.Run("exactly-once", func(t *testing.T) { torture(t, c, false, false) })
@@ -57,8 +59,12 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce, pages bool) {
 	produced := make(chan error, 1)
 	go func() { produced <- run(ctx, o) }()
 	dir := t.TempDir()
+	if !atLeastOnce && !pages {
+		// The results land in files too, through the same kills.
+		o.lake = t.TempDir()
+	}
 	env := func(failpoints string) []string {
-		e := []string{"USERBEHAVIOR_CHILD=1", "UB_BROKERS=" + c.Brokers, "UB_INPUT=" + o.topic, "UB_DIR=" + dir, failpoint.Env + "=" + failpoints}
+		e := []string{"USERBEHAVIOR_CHILD=1", "UB_BROKERS=" + c.Brokers, "UB_INPUT=" + o.topic, "UB_DIR=" + dir, "UB_LAKE=" + o.lake, failpoint.Env + "=" + failpoints}
 		if atLeastOnce {
 			e = append(e, "UB_AT_LEAST_ONCE=1")
 		}
@@ -101,4 +107,7 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce, pages bool) {
 	o.stdout = &summary
 	require.NoError(t, run(ctx, o))
 	t.Log(strings.TrimSpace(summary.String()))
+	if o.lake != "" {
+		require.Contains(t, summary.String(), fmt.Sprintf("lake_rows=%d ", o.events))
+	}
 }
