@@ -38,6 +38,7 @@ func (s *Sink[T]) compact(id uint64, final bool) error {
 		if err != nil {
 			return err
 		}
+		hit(pointAfterMerge)
 		s.merged[b] = now
 		replaced := map[string]bool{}
 		for _, p := range byBucket[b] {

@@ -355,6 +355,7 @@ func (s *Sink[T]) snapshot(id uint64, final bool) ([][]byte, error) {
 			return nil, s.fail(err)
 		}
 	}
+	hit(pointAfterClose)
 	for _, f := range s.closed {
 		f.ID = id
 		s.pending = append(s.pending, f)
@@ -439,6 +440,7 @@ func (s *Sink[T]) publish(ctx context.Context, files []file) error {
 				return s.errorf("deleting piece %s of %s: %w", p, f.Final, err)
 			}
 		}
+		hit(pointMidPublish)
 	}
 	return nil
 }

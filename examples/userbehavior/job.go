@@ -214,7 +214,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 		if o.lake != "" {
 			// The same results, landed as files: published when the
 			// checkpoint that carries them commits in Kafka.
-			keyed.ToSink(out, "lake", lakeSink(o.lake))
+			keyed.ToSink(out, "lake", lakeSink(o.lake, o.lakeCompact))
 		}
 		return append(jobs, j), rep
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/kordproject/kord/filesink"
 	"github.com/kordproject/kord/keyed/connector"
@@ -18,10 +19,14 @@ import (
 const lakeExt = ".jsonl"
 
 // lakeSink lands results in dir, one directory per action, exactly once
-// beside the Kafka sink: a file appears when its checkpoint committed.
-func lakeSink(dir string) connector.Sink[Result] {
-	return filesink.New(filesink.Dir(vfs.Default(), dir), filesink.JSONLines[Result](filesink.Uncompressed),
-		filesink.BucketBy(func(r Result) string { return "action=" + r.Action }))
+// beside the Kafka sink: a file appears when its checkpoint committed;
+// with compact, one file per action and interval.
+func lakeSink(dir string, compact time.Duration) connector.Sink[Result] {
+	opts := []filesink.Opt{filesink.BucketBy(func(r Result) string { return "action=" + r.Action })}
+	if compact > 0 {
+		opts = append(opts, filesink.CompactEvery(compact))
+	}
+	return filesink.New(filesink.Dir(vfs.Default(), dir), filesink.JSONLines[Result](filesink.Uncompressed), opts...)
 }
 
 // readLake reads every published file of the lake (what a reader's glob

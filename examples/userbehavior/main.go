@@ -74,7 +74,8 @@ type options struct {
 	seed        uint64
 	keyBy       bool
 	pages       bool   // -pages: a second keyed stage, per page
-	lake        string // -lake: a directory the results also land in, as files
+	lake        string        // -lake: a directory the results also land in, as files
+	lakeCompact time.Duration // -lake-compact: one file per action and interval
 	crash       bool
 	interval    time.Duration
 	dir         string
@@ -149,6 +150,7 @@ func parseFlags(args []string) (options, error) {
 	flag.StringVar(&o.phase, "phase", "all", "all, produce, process or verify")
 	flag.BoolVar(&o.pages, "pages", false, "two keyed stages: the per-user counts, then re-keyed by page (normalized by a chained MapValues) into per-page counts, each result carrying its number within its page; one process only")
 	flag.StringVar(&o.lake, "lake", "", "also land the results as files in this directory, exactly once, bucketed by action (action=<a>/part-*); verified against the Kafka output; one process only")
+	flag.DurationVar(&o.lakeCompact, "lake-compact", 0, "with -lake: one file per action and this interval (filesink.CompactEvery) instead of one per checkpoint")
 	flag.BoolVar(&o.keyBy, "keyby", false, "key by the uuid extracted from the event instead of by the record key (key group = partition): xxhash key groups shuffled in process, or with -processes and -instance a repartition topic between the processes")
 	flag.BoolVar(&o.crash, "crash", true, "fail the job part-way, after its second checkpoint committed (keyed.OnCommit), and let the restart strategy recover it from the checkpoint Kafka recorded; with -processes, SIGKILL one process and start it again")
 	flag.DurationVar(&o.interval, "interval", time.Second, "checkpoint interval")

@@ -177,7 +177,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("USERBEHAVIOR_CHILD") == "1" {
 		o := options{brokers: os.Getenv("UB_BROKERS"), topic: os.Getenv("UB_INPUT"), events: tortureEvents(), users: 500, partitions: 6,
 			phase: "process", interval: 150 * time.Millisecond, dir: os.Getenv("UB_DIR"), quiet: true, atLeastOnce: os.Getenv("UB_AT_LEAST_ONCE") == "1",
-			pages: os.Getenv("UB_PAGES") == "1", lake: os.Getenv("UB_LAKE")}
+			pages: os.Getenv("UB_PAGES") == "1", lake: os.Getenv("UB_LAKE"), lakeCompact: 500 * time.Millisecond}
 		if err := run(context.Background(), o); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(3)

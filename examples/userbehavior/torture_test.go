@@ -76,6 +76,12 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce, pages bool) {
 	r := rand.New(rand.NewPCG(4, 4))
 	cycles := []string{failpoint.AfterSnapshots + "@2", failpoint.AfterMetadata + "@2", failpoint.BeforeCommit + "@2",
 		failpoint.AfterCommit + "@2", failpoint.DuringRestore, "", ""}
+	if o.lake != "" {
+		// The file sink's own steps (its lake compacts every 500 ms): parts
+		// closed at a barrier, a commit's files half published, a merge
+		// written.
+		cycles = append([]string{failpoint.FileAfterClose + "@3", failpoint.FileMidPublish + "@3", failpoint.FileAfterMerge + "@1"}, cycles...)
+	}
 	// Long mode: KORD_TORTURE_CYCLES=50 (input then lasts long enough).
 	if n, _ := strconv.Atoi(os.Getenv("KORD_TORTURE_CYCLES")); n > len(cycles) {
 		points := []string{failpoint.AfterSnapshots, failpoint.AfterMetadata, failpoint.BeforeCommit, failpoint.AfterCommit, failpoint.AfterMarker}
@@ -96,6 +102,10 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce, pages bool) {
 		require.NoError(t, err, "cycle %q: child failed\n%s", fp, ch.Stderr)
 		if signaled {
 			kills++
+		}
+		if strings.HasPrefix(fp, "file-") {
+			name, _, _ := strings.Cut(fp, "@")
+			require.Contains(t, ch.Stderr.String(), "failpoint "+name+": SIGKILL", "the file sink's point %s was reached", fp)
 		}
 	}
 	require.GreaterOrEqual(t, kills, 5, "the job finished before it could be killed often enough")

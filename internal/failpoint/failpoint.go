@@ -55,6 +55,15 @@ const (
 	AfterFreshCommitted = "after-fresh-start-committed"
 )
 
+// The file sink's crash points (filesink), in the order of its steps: at
+// a barrier, its part files closed and durable; at a commit, after each
+// file published; with compaction, a merged file durable.
+const (
+	FileAfterClose = "file-after-close"
+	FileMidPublish = "file-mid-publish"
+	FileAfterMerge = "file-after-merge"
+)
+
 // Crashes lists the crash points in lifecycle order.
 var Crashes = []string{AfterBarrier, DuringSnapshotWrite, AfterSnapshots, AfterMetadata, BeforeCommit,
 	BeforeSendOffsets, AfterSendOffsets, AfterCommit, AfterMarker, DuringRestore, AfterFreshCommitted}
