@@ -73,7 +73,7 @@ type options struct {
 	partitions  int
 	seed        uint64
 	keyBy       bool
-	pages       bool   // -pages: a second keyed stage, per page
+	pages       bool          // -pages: a second keyed stage, per page
 	lake        string        // -lake: a directory the results also land in, as files
 	lakeCompact time.Duration // -lake-compact: one file per action and interval
 	crash       bool
