@@ -96,13 +96,9 @@ func (o *output[O]) Reset(context.Context, connector.SinkInfo) error { return ni
 // Write implements connector.Sink: v goes into the first sink's
 // transaction of epoch, or waits in its epoch buffer.
 func (o *output[O]) Write(ctx context.Context, epoch uint64, v O) error {
-	key, err := o.key(v)
+	key, val, err := encodeRecord(o.topic, o.key, o.values, v)
 	if err != nil {
-		return sinkErrorf(o.topic, "encoding a key: %w", err)
-	}
-	val, err := o.values.Encode(nil, v)
-	if err != nil {
-		return sinkErrorf(o.topic, "encoding a value: %w", err)
+		return err
 	}
 	return o.first.writeRecord(ctx, epoch, producer.Record[[]byte, []byte]{Topic: o.topic, Key: key, Value: val})
 }
@@ -115,3 +111,14 @@ func (o *output[O]) Commit(context.Context, checkpoint.Ref, []checkpoint.Partiti
 
 // Recorded implements connector.Sink: the first sink holds the record.
 func (o *output[O]) Recorded(context.Context) (*connector.Recorded, error) { return nil, nil }
+
+// encodeRecord encodes v's key and value for topic.
+func encodeRecord[T any](topic string, key func(T) ([]byte, error), values serde.Serde[T], v T) (k, val []byte, err error) {
+	if k, err = key(v); err != nil {
+		return nil, nil, sinkErrorf(topic, "encoding a key: %w", err)
+	}
+	if val, err = values.Encode(nil, v); err != nil {
+		return nil, nil, sinkErrorf(topic, "encoding a value: %w", err)
+	}
+	return k, val, nil
+}

@@ -500,13 +500,9 @@ func (s *sink[T]) Forget(ctx context.Context, info connector.SinkInfo) error {
 // Write implements connector.Sink. It blocks while the epoch buffer is full,
 // until ctx is done.
 func (s *sink[T]) Write(ctx context.Context, epoch uint64, v T) error {
-	key, err := s.key(v)
+	key, val, err := encodeRecord(s.topic, s.key, s.values, v)
 	if err != nil {
-		return sinkErrorf(s.topic, "encoding a key: %w", err)
-	}
-	val, err := s.values.Encode(nil, v)
-	if err != nil {
-		return sinkErrorf(s.topic, "encoding a value: %w", err)
+		return err
 	}
 	topic := s.topic
 	if route := s.route(); route != nil {
