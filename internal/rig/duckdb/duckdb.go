@@ -122,19 +122,24 @@ func Query(t testing.TB, sql string) []map[string]any {
 }
 
 // ReadParquet is the table function reading the Parquet files that glob
-// matches: read_parquet('glob').
-func ReadParquet(glob string) string { return "read_parquet(" + quote(glob) + ")" }
-
-// ReadJSON is the table function reading the JSON lines files that glob
-// matches: read_json('glob', format = 'newline_delimited'). DuckDB
-// decompresses files ending in .zst or .gz; it reads no Snappy (see
-// Unsnappy).
-func ReadJSON(glob string) string {
-	return "read_json(" + quote(glob) + ", format = 'newline_delimited')"
+// matches: read_parquet('glob', options...), each option SQL as
+// read_parquet takes it ("file_row_number = true").
+func ReadParquet(glob string, options ...string) string {
+	return "read_parquet(" + strings.Join(append([]string{Quote(glob)}, options...), ", ") + ")"
 }
 
-// quote is s as an SQL string literal.
-func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+// ReadJSON is the table function reading the JSON lines files that glob
+// matches: read_json('glob', format = 'newline_delimited', options...),
+// each option SQL as read_json takes it ("columns = {a: 'BIGINT'}").
+// DuckDB decompresses files ending in .zst or .gz; it reads no Snappy (see
+// Unsnappy).
+func ReadJSON(glob string, options ...string) string {
+	return "read_json(" + strings.Join(append([]string{Quote(glob), "format = 'newline_delimited'"}, options...), ", ") + ")"
+}
+
+// Quote is s as an SQL string literal: in single quotes, each single
+// quote in s doubled.
+func Quote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // unsnappy decompresses argv[1], a stream in Snappy's framing format, into
 // argv[2], with cramjam.
