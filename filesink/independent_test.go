@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/linkedin/goavro/v2"
+
 	"github.com/kordproject/kord/internal/rig/duckdb"
 )
 
@@ -345,6 +347,77 @@ func TestIndependentEmpty(t *testing.T) {
 					t.Errorf("jsonl: %v", got)
 				}
 			}
+		})
+	}
+}
+
+// noted has an optional column: a pointer, null in JSON, an optional
+// column in Parquet.
+type noted struct {
+	ID   int64   `json:"id" parquet:"id"`
+	Note *string `json:"note" parquet:"note,optional"`
+}
+
+const notedSchema = `{"type": "record", "name": "Noted", "fields": [
+  {"name": "id", "type": "long"}, {"name": "note", "type": ["null", "string"]}]}`
+
+// TestIndependentOptional: nulls and values of an optional column, in
+// Parquet and JSON lines from a struct's pointer field, in Avro from
+// goavro's native form (a union's value as goavro.Union; serde.Avro's
+// JSON route would need Avro's {"string": ...} shape).
+func TestIndependentOptional(t *testing.T) {
+	duckdb.Python(t)
+	var rows []noted
+	var natives []map[string]any
+	for i := range 50 {
+		r := noted{ID: int64(i)}
+		var note any
+		if i%3 != 0 {
+			s := fmt.Sprintf("note %d", i)
+			r.Note, note = &s, goavro.Union("string", s)
+		}
+		rows = append(rows, r)
+		natives = append(natives, map[string]any{"id": int64(i), "note": note})
+	}
+	check := func(t *testing.T, got []map[string]any) {
+		t.Helper()
+		if len(got) != len(rows) {
+			t.Fatalf("%d rows read back, want %d", len(got), len(rows))
+		}
+		for i, g := range got {
+			want := map[string]any{"id": json.Number(strconv.Itoa(i)), "note": nil}
+			if rows[i].Note != nil {
+				want["note"] = *rows[i].Note
+			}
+			if !reflect.DeepEqual(g, want) {
+				t.Fatalf("row %d: %v, want %v", i, g, want)
+			}
+		}
+	}
+	for _, c := range []Compression{Uncompressed, Snappy, Zstd} {
+		t.Run(c.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, Parquet[noted](c), dir, "part-0", rows)
+			check(t, duckdb.Query(t, "SELECT id, note FROM "+duckdb.ReadParquet(filepath.Join(dir, "*.parquet"), "file_row_number = true")+" ORDER BY file_row_number"))
+
+			f := JSONLines[noted](c)
+			path := writeFile(t, f, dir, "part-0", rows)
+			if c == Snappy {
+				duckdb.Unsnappy(t, path, strings.TrimSuffix(path, ".sz"))
+				path = strings.TrimSuffix(path, ".sz")
+			}
+			check(t, duckdb.Query(t, "SELECT id, note FROM "+duckdb.ReadJSON(path, `columns = {id: 'BIGINT', note: 'VARCHAR'}`)))
+
+			a, err := Avro[map[string]any](notedSchema, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, a, dir, "part-0", natives)
+			files := duckdb.ReadAvro(t, filepath.Join(dir, "*.avro"))
+			if len(files) != 1 {
+				t.Fatalf("fastavro read %d files", len(files))
+			}
+			check(t, files[0].Rows)
 		})
 	}
 }
