@@ -14,19 +14,24 @@ require (
 
 require (
 	github.com/goccy/go-json v0.12.0
+	github.com/golang/snappy v0.0.1
+	github.com/klauspost/compress v1.20.4
+	github.com/parquet-go/parquet-go v0.32.1
 	github.com/pavlo-v-chernykh/keystore-go/v4 v4.5.0
 	gocloud.dev v0.47.0
 	software.sslmate.com/src/go-pkcs12 v0.7.4
 )
 
 require (
+	github.com/andybalholm/brotli v1.3.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
-	github.com/golang/snappy v0.0.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/googleapis/gax-go/v2 v2.24.1 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/parquet-go/bitpack v1.0.3 // indirect
+	github.com/parquet-go/jsonlite v1.5.5 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/twpayne/go-geom v1.6.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.46.0 // indirect
 	go.opentelemetry.io/otel/metric v1.46.0 // indirect

@@ -132,14 +132,3 @@ func (p *pieceWriter[T]) Write(v T) error {
 }
 func (p *pieceWriter[T]) Size() int64  { return p.cw.n }
 func (p *pieceWriter[T]) Close() error { return nil }
-
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(b []byte) (int, error) {
-	n, err := c.w.Write(b)
-	c.n += int64(n)
-	return n, err
-}

@@ -1,57 +1,82 @@
 package filesink
 
-// Placeholder until the formats land (branch formats): the interfaces and
-// JSON lines, uncompressed.
-
 import (
-	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 )
 
+// Compression of a file's data.
 type Compression uint8
 
 const (
 	Uncompressed Compression = iota
+	// Snappy: a file's stream in Snappy's framing format, or the
+	// format's own blocks or pages Snappy-compressed.
 	Snappy
+	// Zstd: Zstandard, likewise.
 	Zstd
 )
 
+func (c Compression) String() string {
+	switch c {
+	case Uncompressed:
+		return "uncompressed"
+	case Snappy:
+		return "snappy"
+	case Zstd:
+		return "zstd"
+	}
+	return fmt.Sprintf("Compression(%d)", uint8(c))
+}
+
+// Format writes rows of type T into files of one kind.
+//
+// The formats here are JSONLines, Avro and Parquet. A Format is safe for
+// concurrent use; each RowWriter is used by one goroutine at a time.
 type Format[T any] interface {
+	// Ext is the file name's extension, with its dot: ".parquet", ".avro", ".jsonl", ".jsonl.zst", ...
 	Ext() string
+	// NewWriter starts a file on w. The writer never closes w.
 	NewWriter(w io.Writer) (RowWriter[T], error)
+	// Bulk says the format must end its file at every checkpoint (a footer, as Parquet's), and cannot be resumed: Flink's BulkFormat.
 	Bulk() bool
 }
 
+// RowWriter writes one file's rows.
+//
+// Its errors name the format and what failed. After Close, Write and
+// Close return an error.
 type RowWriter[T any] interface {
 	Write(v T) error
+	// Size is about how many bytes the file will have if it closed now (for size rolling); may lag for buffering formats.
 	Size() int64
+	// Close writes what the file still needs (Parquet's footer, Avro's last block) to w; it does not close w.
 	Close() error
 }
 
-func JSONLines[T any](c Compression) Format[T] { return jsonLines[T]{} }
-
-type jsonLines[T any] struct{}
-
-func (jsonLines[T]) Ext() string { return ".jsonl" }
-func (jsonLines[T]) Bulk() bool  { return false }
-func (jsonLines[T]) NewWriter(w io.Writer) (RowWriter[T], error) {
-	return &jsonWriter[T]{w: w}, nil
+// flusher is what the row writers of a format that is not Bulk have
+// besides RowWriter, for the sink at a checkpoint: flush writes every row
+// written so far to w, ending any compressed frame, so that the bytes on
+// w up to here are a file that reads back those rows, and the file can be
+// continued after a restore by truncating it to this length and starting
+// a new writer (NewWriter) that appends. Rows written after flush go on
+// in the same file.
+type flusher interface {
+	flush() error
 }
 
-type jsonWriter[T any] struct {
+// errClosed is returned by a row writer's Write and Close after Close.
+var errClosed = errors.New("writer closed")
+
+// countingWriter counts the bytes written to w.
+type countingWriter struct {
 	w io.Writer
 	n int64
 }
 
-func (j *jsonWriter[T]) Write(v T) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	b = append(b, '\n')
-	n, err := j.w.Write(b)
-	j.n += int64(n)
-	return err
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
-func (j *jsonWriter[T]) Size() int64  { return j.n }
-func (j *jsonWriter[T]) Close() error { return nil }

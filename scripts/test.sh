@@ -14,6 +14,11 @@
 # this script starts one with scripts/kafka.sh (fetched with Maven) and stops
 # it afterwards. KORD_REQUIRE_KAFKA=1 is always set, so the run fails, not
 # skips, when the broker-backed tests cannot run.
+# Likewise the independent readers that the file formats' tests read files
+# back with (DuckDB and fastavro, internal/rig/duckdb): the python named by
+# KORD_DUCKDB_PYTHON when set, otherwise the one scripts/duckdb.sh installs
+# from PyPI into a cache (once; a failed install fails the run), and
+# KORD_REQUIRE_DUCKDB=1 is always set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +30,11 @@ if [ -z "${KORD_KAFKA_BROKERS:-}" ]; then
 fi
 export KORD_KAFKA_BROKERS KORD_REQUIRE_KAFKA=1
 echo "test.sh: real Kafka broker at $KORD_KAFKA_BROKERS" >&2
+if [ -z "${KORD_DUCKDB_PYTHON:-}" ]; then
+	KORD_DUCKDB_PYTHON="$(scripts/duckdb.sh)"
+fi
+export KORD_DUCKDB_PYTHON KORD_REQUIRE_DUCKDB=1
+echo "test.sh: DuckDB and fastavro through $KORD_DUCKDB_PYTHON" >&2
 
 unformatted="$(gofmt -l $(find . -name '*.go' -not -path './partitioner/testdata/*'))"
 if [ -n "$unformatted" ]; then
