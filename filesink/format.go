@@ -55,17 +55,6 @@ type RowWriter[T any] interface {
 	Close() error
 }
 
-// flusher is what the row writers of a format that is not Bulk have
-// besides RowWriter, for the sink at a checkpoint: flush writes every row
-// written so far to w, ending any compressed frame, so that the bytes on
-// w up to here are a file that reads back those rows, and the file can be
-// continued after a restore by truncating it to this length and starting
-// a new writer (NewWriter) that appends. Rows written after flush go on
-// in the same file.
-type flusher interface {
-	flush() error
-}
-
 // errClosed is returned by a row writer's Write and Close after Close.
 var errClosed = errors.New("writer closed")
 

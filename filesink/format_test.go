@@ -353,64 +353,6 @@ func TestWriteErrors(t *testing.T) {
 	}
 }
 
-// TestJSONLinesFlush: a flush leaves whole frames on w, which read back as
-// the rows so far; the file goes on after it, and can be continued by a
-// new writer after being cut back to it, as after a restore.
-func TestJSONLinesFlush(t *testing.T) {
-	for _, c := range []Compression{Uncompressed, Snappy, Zstd} {
-		t.Run(c.String(), func(t *testing.T) {
-			rows := events(300)
-			f := JSONLines[event](c)
-			var buf bytes.Buffer
-			w, err := f.NewWriter(&buf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range rows[:100] {
-				if err := w.Write(e); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := w.(flusher).flush(); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.(flusher).flush(); err != nil { // nothing new: no empty frame
-				t.Fatal(err)
-			}
-			cut := buf.Len()
-			equalEvents(t, readJSONLines(t, c, buf.Bytes()), rows[:100])
-			for _, e := range rows[100:200] {
-				if err := w.Write(e); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := w.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if err := w.(flusher).flush(); !errors.Is(err, errClosed) {
-				t.Errorf("flush after close: %v", err)
-			}
-			equalEvents(t, readJSONLines(t, c, buf.Bytes()), rows[:200])
-
-			// A restore: cut back to the flush, and a new writer appends.
-			buf.Truncate(cut)
-			w, err = f.NewWriter(&buf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range rows[200:] {
-				if err := w.Write(e); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := w.Close(); err != nil {
-				t.Fatal(err)
-			}
-			equalEvents(t, readJSONLines(t, c, buf.Bytes()), append(rows[:100:100], rows[200:]...))
-		})
-	}
-}
-
 // ---- readers
 
 func readJSONLines(t *testing.T, c Compression, b []byte) []event {

@@ -227,65 +227,6 @@ func TestIndependentJSONLines(t *testing.T) {
 	}
 }
 
-// TestIndependentJSONLinesResume: a file flushed at a checkpoint, cut back
-// to it after a crash and continued by a new writer (a second frame, or
-// stream identifier, in the middle) reads whole.
-func TestIndependentJSONLinesResume(t *testing.T) {
-	duckdb.Python(t)
-	for _, c := range []Compression{Uncompressed, Snappy, Zstd} {
-		t.Run(c.String(), func(t *testing.T) {
-			dir, rows := t.TempDir(), events(900)
-			f := JSONLines[event](c)
-			path := filepath.Join(dir, "part-0"+f.Ext())
-			file, err := os.Create(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer file.Close()
-			w, err := f.NewWriter(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range rows[:300] {
-				if err := w.Write(e); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := w.(flusher).flush(); err != nil {
-				t.Fatal(err)
-			}
-			cut, err := file.Seek(0, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range rows[300:600] { // lost in the crash
-				if err := w.Write(e); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := file.Truncate(cut); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := file.Seek(cut, 0); err != nil {
-				t.Fatal(err)
-			}
-			w, err = f.NewWriter(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, e := range rows[600:] {
-				if err := w.Write(e); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := w.Close(); err != nil {
-				t.Fatal(err)
-			}
-			equalIndep(t, queryJSON(t, c, dir), want(append(rows[:300:300], rows[600:]...), false))
-		})
-	}
-}
-
 func TestIndependentAvro(t *testing.T) {
 	duckdb.Python(t)
 	for _, c := range []Compression{Uncompressed, Snappy, Zstd} {

@@ -58,22 +58,13 @@ func (f jsonLines[T]) NewWriter(w io.Writer) (RowWriter[T], error) {
 		jw.out = jw.cw
 	case Snappy:
 		s := snappy.NewBufferedWriter(jw.cw)
-		jw.out, jw.endFrame, jw.end = s, s.Flush, s.Close
+		jw.out, jw.end = s, s.Close
 	case Zstd:
 		z, err := zstd.NewWriter(jw.cw, zstd.WithEncoderConcurrency(1))
 		if err != nil {
 			return nil, fmt.Errorf("filesink: %s: %w", f.name(), err)
 		}
-		// A Zstandard frame ends only at Close: a flush closes it, and
-		// the next row starts a new one.
 		jw.out, jw.end = z, z.Close
-		jw.endFrame = func() error {
-			if err := z.Close(); err != nil {
-				return err
-			}
-			z.Reset(jw.cw)
-			return nil
-		}
 	default:
 		return nil, fmt.Errorf("filesink: jsonl: unknown compression %v", f.c)
 	}
@@ -81,14 +72,12 @@ func (f jsonLines[T]) NewWriter(w io.Writer) (RowWriter[T], error) {
 }
 
 type jsonWriter[T any] struct {
-	f        jsonLines[T]
-	cw       *countingWriter // w, counted
-	out      io.Writer       // cw, or a compressor writing to it
-	endFrame func() error    // flush: writes what the compressor holds, as whole frames; nil when uncompressed
-	end      func() error    // Close: likewise, and the compressor is done; nil when uncompressed
-	pending  bool            // rows written since the last endFrame
-	buf      []byte
-	closed   bool
+	f      jsonLines[T]
+	cw     *countingWriter // w, counted
+	out    io.Writer       // cw, or a compressor writing to it
+	end    func() error    // Close: likewise, and the compressor is done; nil when uncompressed
+	buf    []byte
+	closed bool
 }
 
 func (j *jsonWriter[T]) Write(v T) error {
@@ -109,27 +98,12 @@ func (j *jsonWriter[T]) Write(v T) error {
 	if _, err := j.out.Write(j.buf); err != nil {
 		return fmt.Errorf("filesink: %s: write: %w", j.f.name(), err)
 	}
-	j.pending = true
 	return nil
 }
 
 // Size is the bytes written to w so far: a compressed stream's last frame
 // lags until its compressor writes it out.
 func (j *jsonWriter[T]) Size() int64 { return j.cw.n }
-
-func (j *jsonWriter[T]) flush() error {
-	if j.closed {
-		return fmt.Errorf("filesink: %s: flush: %w", j.f.name(), errClosed)
-	}
-	if j.endFrame == nil || !j.pending {
-		return nil
-	}
-	if err := j.endFrame(); err != nil {
-		return fmt.Errorf("filesink: %s: flush: %w", j.f.name(), err)
-	}
-	j.pending = false
-	return nil
-}
 
 func (j *jsonWriter[T]) Close() error {
 	if j.closed {
