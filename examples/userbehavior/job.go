@@ -29,14 +29,14 @@ import (
 
 // Result answers one event: the user's count after it.
 type Result struct {
-	UUID   string `json:"uuid"`
-	Seq    int64  `json:"seq"`
-	Count  int64  `json:"count"`
-	Action string `json:"action"`
+	UUID   string `json:"uuid" parquet:"uuid"`
+	Seq    int64  `json:"seq" parquet:"seq"`
+	Count  int64  `json:"count" parquet:"count"`
+	Action string `json:"action" parquet:"action"`
 	// With -pages: the event's page, and the result's number within it
 	// (the page stage's count).
-	Page  string `json:"page,omitempty"`
-	PageN int64  `json:"page_n,omitempty"`
+	Page  string `json:"page,omitempty" parquet:"page,optional"`
+	PageN int64  `json:"page_n,omitempty" parquet:"page_n,optional"`
 }
 
 type summary struct {

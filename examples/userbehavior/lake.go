@@ -1,36 +1,35 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/kordproject/kord/filesink"
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
 )
 
-// lakeExt is the extension of the lake's files.
-const lakeExt = ".jsonl"
+// lakeExt is the extension of the lake's files: Parquet, zstd-compressed.
+const lakeExt = ".parquet"
 
-// lakeSink lands results in dir, one directory per action, exactly once
-// beside the Kafka sink: a file appears when its checkpoint committed;
-// with compact, one file per action and interval.
+// lakeSink lands results in dir as Parquet, one directory per action,
+// exactly once beside the Kafka sink: a file appears when its checkpoint
+// committed; with compact, one file per action and interval.
 func lakeSink(dir string, compact time.Duration) connector.Sink[Result] {
 	opts := []filesink.Opt{filesink.BucketBy(func(r Result) string { return "action=" + r.Action })}
 	if compact > 0 {
 		opts = append(opts, filesink.CompactEvery(compact))
 	}
-	return filesink.New(filesink.Dir(vfs.Default(), dir), filesink.JSONLines[Result](filesink.Uncompressed), opts...)
+	return filesink.New(filesink.Dir(vfs.Default(), dir), filesink.Parquet[Result](filesink.Zstd), opts...)
 }
 
 // readLake reads every published file of the lake (what a reader's glob
-// "*/*<ext>" sees), each result with the file it is in.
+// "*/*.parquet" sees), each result with the file it is in.
 func readLake(dir string, each func(r Result, file string)) error {
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -40,21 +39,14 @@ func readLake(dir string, each func(r Result, file string)) error {
 		if d.IsDir() || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, lakeExt) {
 			return nil
 		}
-		f, err := os.Open(p)
+		rows, err := parquet.ReadFile[Result](p)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", p, err)
 		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		sc.Buffer(nil, 1<<20)
-		for line := 1; sc.Scan(); line++ {
-			var r Result
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				return fmt.Errorf("%s:%d: %w", p, line, err)
-			}
+		for _, r := range rows {
 			each(r, p)
 		}
-		return sc.Err()
+		return nil
 	})
 }
 

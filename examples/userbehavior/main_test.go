@@ -47,6 +47,7 @@ func TestRunEndToEnd(t *testing.T) {
 				require.Contains(t, out.String(), fmt.Sprintf("events_in=%d ", events))
 				require.Contains(t, out.String(), fmt.Sprintf("results_out=%d ", events))
 				if pages {
+					requireLakeByDuckDB(t, o.lake, events)
 					require.Contains(t, out.String(), fmt.Sprintf("lake_rows=%d ", events))
 				}
 			})

@@ -118,6 +118,7 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce, pages bool) {
 	require.NoError(t, run(ctx, o))
 	t.Log(strings.TrimSpace(summary.String()))
 	if o.lake != "" {
+		requireLakeByDuckDB(t, o.lake, o.events)
 		require.Contains(t, summary.String(), fmt.Sprintf("lake_rows=%d ", o.events))
 	}
 }
