@@ -56,13 +56,14 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce, pages bool) {
 	_, err = ensureTopic(ctx, a, o.topic, o.partitions)
 	a.Close()
 	require.NoError(t, err)
-	produced := make(chan error, 1)
-	go func() { produced <- run(ctx, o) }()
-	dir := t.TempDir()
 	if !atLeastOnce && !pages {
 		// The results land in files too, through the same kills.
 		o.lake = t.TempDir()
 	}
+	produced := make(chan error, 1)
+	po := o // the producer's own copy: o changes below
+	go func() { produced <- run(ctx, po) }()
+	dir := t.TempDir()
 	env := func(failpoints string) []string {
 		e := []string{"USERBEHAVIOR_CHILD=1", "UB_BROKERS=" + c.Brokers, "UB_INPUT=" + o.topic, "UB_DIR=" + dir, "UB_LAKE=" + o.lake, failpoint.Env + "=" + failpoints}
 		if atLeastOnce {
@@ -102,6 +103,9 @@ func torture(t *testing.T, c *kafkatest.Cluster, atLeastOnce, pages bool) {
 		require.NoError(t, err, "cycle %q: child failed\n%s", fp, ch.Stderr)
 		if signaled {
 			kills++
+		}
+		if o.lake != "" {
+			requireLakeNoDuplicate(t, o.lake)
 		}
 		if strings.HasPrefix(fp, "file-") {
 			name, _, _ := strings.Cut(fp, "@")
