@@ -331,3 +331,27 @@ func TestCompactionLeavesOneFilePerBucket(t *testing.T) {
 	require.Greater(t, plain, compacted)
 	t.Logf("files: %d a checkpoint, %d compacted", plain, compacted)
 }
+
+// TestRolling: within a checkpoint, a part file ends at RollSize bytes and
+// after RollInterval; every row still lands once.
+func TestRolling(t *testing.T) {
+	const users, n = 2, 50
+	for _, tc := range []struct {
+		name string
+		opt  filesink.Opt
+		min  int // files at least
+	}{
+		{"size", filesink.RollSize(64), users * n / 3}, // a row is about 25 bytes
+		{"interval", filesink.RollInterval(time.Nanosecond), users * n},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fsys := vfs.NewMem()
+			sink := filesink.New(filesink.Dir(fsys, "/lake"), filesink.JSONLines[row](filesink.Uncompressed), filesink.BucketBy(byUser), tc.opt)
+			require.NoError(t, landJob(fsys, events(users, n), nil, sink).Run(context.Background()))
+			requireOnce(t, landed(t, fsys, "/lake", true), users, n)
+			names, err := fsys.ReadDir("/lake/user=u0")
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, len(names), tc.min, "files")
+		})
+	}
+}
