@@ -1,6 +1,7 @@
 package filesink
 
 import (
+	"bufio"
 	"encoding/gob"
 	"errors"
 	"fmt"
@@ -88,7 +89,7 @@ func (s *Sink[T]) copyRows(pc file, p *part[T]) error {
 		return s.errorf("reading piece %s: %w", pc.Staging, err)
 	}
 	defer r.Close()
-	dec := gob.NewDecoder(r)
+	dec := gob.NewDecoder(bufio.NewReaderSize(r, 64<<10))
 	var n int64
 	for {
 		var v T
@@ -115,12 +116,15 @@ type pieces[T any] struct{}
 func (pieces[T]) Ext() string { return ".gob" }
 func (pieces[T]) Bulk() bool  { return false }
 func (pieces[T]) NewWriter(w io.Writer) (RowWriter[T], error) {
-	cw := &countingWriter{w: w}
-	return &pieceWriter[T]{cw: cw, enc: gob.NewEncoder(cw)}, nil
+	// gob writes a message per row: buffered, not a write(2) each.
+	bw := bufio.NewWriterSize(w, 64<<10)
+	cw := &countingWriter{w: bw}
+	return &pieceWriter[T]{cw: cw, bw: bw, enc: gob.NewEncoder(cw)}, nil
 }
 
 type pieceWriter[T any] struct {
 	cw  *countingWriter
+	bw  *bufio.Writer
 	enc *gob.Encoder
 }
 
@@ -131,4 +135,4 @@ func (p *pieceWriter[T]) Write(v T) error {
 	return nil
 }
 func (p *pieceWriter[T]) Size() int64  { return p.cw.n }
-func (p *pieceWriter[T]) Close() error { return nil }
+func (p *pieceWriter[T]) Close() error { return p.bw.Flush() }
