@@ -58,9 +58,10 @@ import (
 
 // Sink writes records of type T into files of format, in target.
 type Sink[T any] struct {
-	t      target
-	format Format[T]
-	cfg    config
+	t        target
+	format   Format[T]
+	cfg      config
+	bucketOf func(T) string // BucketBy's; nil: the root
 
 	mu  sync.Mutex
 	ctx context.Context // the incarnation's, for work outside a call's context
@@ -151,6 +152,7 @@ func New[T any](target Target, format Format[T], opts ...Opt) *Sink[T] {
 	for _, o := range opts {
 		o(&s.cfg)
 	}
+	s.bucketOf, _ = s.cfg.bucketOf.(func(T) string) // nil, and refused by ValidateSink, if of another type
 	return s
 }
 
@@ -240,8 +242,8 @@ func (s *Sink[T]) Write(ctx context.Context, _ uint64, v T) error {
 		return s.errorf("not reset")
 	}
 	bucket := ""
-	if f, ok := s.cfg.bucketOf.(func(T) string); ok {
-		bucket = f(v)
+	if s.bucketOf != nil {
+		bucket = s.bucketOf(v)
 		if err := validBucket(bucket); err != nil {
 			return s.errorf("record %v: %w", v, err)
 		}

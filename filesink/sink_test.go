@@ -355,3 +355,12 @@ func TestRolling(t *testing.T) {
 		})
 	}
 }
+
+// TestValidate: a BucketBy of another type than the sink's rows is
+// refused before the job runs, naming both types.
+func TestValidate(t *testing.T) {
+	sink := filesink.New(filesink.Dir(vfs.NewMem(), "/lake"), filesink.JSONLines[row](filesink.Uncompressed), filesink.BucketBy(func(int) string { return "" }))
+	require.ErrorContains(t, sink.ValidateSink(connector.SinkInfo{}), "BucketBy takes a func(int) string, want a func(filesink_test.row) string")
+	j := landJob(vfs.NewMem(), events(1, 1), nil, sink)
+	require.ErrorContains(t, j.Validate(), `sink "files"`)
+}
