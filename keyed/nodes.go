@@ -623,10 +623,21 @@ type sinkTask[O any] struct {
 	sink    connector.Sink[O]
 	epoch   uint64
 	name    string
+	// timed: the sink as a connector.Timed, nil if it is not one; wm its
+	// watermark so far (starting from the restored checkpoint's).
+	timed connector.Timed[O]
+	wm    int64
 }
 
 func (t *sinkTask[O]) run(ctx context.Context) error {
 	stash := channel.NewStash[O](t.in.Upstreams())
+	inWm, inIdle := make([]int64, t.in.Upstreams()), make([]bool, t.in.Upstreams())
+	for u := range inWm {
+		inWm[u] = channel.NoTime
+	}
+	if t.timed != nil && t.wm != channel.NoTime {
+		t.timed.Advance(t.wm)
+	}
 	for {
 		m, got := stash.Pop(t.al)
 		if !got {
@@ -642,10 +653,8 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 				return nil
 			}
 		}
-		for i := range m.Elems {
-			if err := t.sink.Write(ctx, t.epoch, m.Elems[i].V); err != nil {
-				return err
-			}
+		if err := t.write(ctx, m, inWm, inIdle); err != nil {
+			return err
 		}
 		var effs []align.Effect
 		if m.Barrier > 0 {
@@ -667,6 +676,34 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// write hands m's records to the sink, then, to a Timed sink, the sink
+// task's watermark when m advances it (as an operator task takes its
+// inputs' watermarks: opTask.process).
+func (t *sinkTask[O]) write(ctx context.Context, m channel.Message[O], inWm []int64, inIdle []bool) error {
+	if t.timed == nil {
+		for i := range m.Elems {
+			if err := t.sink.Write(ctx, t.epoch, m.Elems[i].V); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i := range m.Elems {
+		if err := t.timed.WriteAt(ctx, t.epoch, m.Elems[i].V, m.Elems[i].TS); err != nil {
+			return err
+		}
+	}
+	if m.WM <= inWm[m.From] && m.Idle == inIdle[m.From] {
+		return nil
+	}
+	inWm[m.From], inIdle[m.From] = max(inWm[m.From], m.WM), m.Idle
+	if wm := activeMin(inWm, inIdle); wm > t.wm {
+		t.wm = wm
+		t.timed.Advance(wm)
+	}
+	return nil
 }
 
 // opStateName is the operator part of the name of an operator-state file:

@@ -632,7 +632,8 @@ func (s *sinkOf[O]) build(rctx context.Context, r *run, rs *restoreState, epoch 
 	if err := restoreOpState(rs, s.sink, s.name); err != nil {
 		return fmt.Errorf("keyed: sink %q: %w", s.name, err)
 	}
-	kt := &sinkTask[O]{r: r, task: task, in: s.in.in, al: al, cancels: cancels, sink: s.sink, epoch: epoch, name: s.name}
+	kt := &sinkTask[O]{r: r, task: task, in: s.in.in, al: al, cancels: cancels, sink: s.sink, epoch: epoch, name: s.name, wm: rs.watermark()}
+	kt.timed, _ = s.sink.(connector.Timed[O])
 	r.goTask(rctx, task, kt.run)
 	return nil
 }

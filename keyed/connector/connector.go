@@ -3,6 +3,7 @@ package connector
 import (
 	"context"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/kordproject/kord/checkpoint"
@@ -220,6 +221,25 @@ type Follower interface {
 	OperatorState
 	Finish(ctx context.Context, ref checkpoint.Ref) error
 }
+
+// Timed is a sink that is told each record's event time and the watermark
+// at its input (filesink's partitions by event time, committed when the
+// watermark passes them). The engine's sink task calls WriteAt instead of
+// Write, and Advance whenever its watermark advances: first with the
+// restored checkpoint's watermark, before any record, then between
+// records, never backwards. The watermark is the oldest of the sink task's
+// inputs that are not idle (keyed's Stream.Watermarks and Idleness); a
+// record written after Advance(wm) whose time is before wm is late by the
+// job's own rule. Times are Unix milliseconds; NoTime is a record without
+// one, or no watermark yet.
+type Timed[T any] interface {
+	WriteAt(ctx context.Context, epoch uint64, v T, ts int64) error
+	Advance(wm int64)
+}
+
+// NoTime is a record's time when it has none, and the watermark before
+// there is one (Timed).
+const NoTime int64 = math.MinInt64
 
 // Clustered is a sink that names the cluster it writes to (a Kafka sink:
 // its bootstrap servers), so that sinks on two clusters are refused by
