@@ -22,3 +22,13 @@ func CrashBucketAt(t Target, n int64) (crashed func() bool) {
 	}
 	return func() bool { return count.Load() >= n }
 }
+
+// PartitionOf is v's partition path under s's PartitionBy, at event time
+// ts.
+func PartitionOf[T any](s *Sink[T], v T, ts int64) (string, error) {
+	if s.partErr != nil {
+		return "", s.partErr
+	}
+	p, _, _, err := s.part.of(v, ts)
+	return p, err
+}

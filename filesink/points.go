@@ -8,4 +8,6 @@ const (
 	pointAfterClose = "file-after-close" // at a barrier, the parts closed and durable
 	pointMidPublish = "file-mid-publish" // at a commit, after each file published
 	pointAfterMerge = "file-after-merge" // with compaction, a merged file durable
+	// before each partition commit (its policies), the files visible
+	pointBeforePartitionCommit = "partition-commit"
 )

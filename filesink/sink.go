@@ -47,6 +47,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"path"
 	"strings"
 	"sync"
@@ -81,6 +82,11 @@ type Sink[T any] struct {
 	cleaned bool
 	merged  map[string]time.Time // CompactEvery: each bucket's last merge
 	err     error                // a failure that ends the incarnation
+
+	// PartitionBy, CommitPartitions (commit.go).
+	part    *partitioning[T]
+	partErr error
+	commits
 }
 
 // file is a part file, staged and (once Final is visible) published.
@@ -106,6 +112,12 @@ type part[T any] struct {
 
 type config struct {
 	bucketOf     any // func(T) string
+	partitions   any // []Column[T]
+	commitOn     bool
+	commitDelay  time.Duration
+	policies     []CommitPolicy
+	late         LatePolicy
+	drain        time.Duration
 	rollSize     int64
 	rollInterval time.Duration
 	compact      time.Duration
@@ -153,6 +165,19 @@ func New[T any](target Target, format Format[T], opts ...Opt) *Sink[T] {
 		o(&s.cfg)
 	}
 	s.bucketOf, _ = s.cfg.bucketOf.(func(T) string) // nil, and refused by ValidateSink, if of another type
+	if s.cfg.partitions != nil {
+		cols, ok := s.cfg.partitions.([]Column[T])
+		if !ok {
+			var zero T
+			s.partErr = fmt.Errorf("PartitionBy takes columns of %T, want columns of %T", s.cfg.partitions, zero)
+		} else {
+			s.part, s.partErr = newPartitioning(cols)
+		}
+	}
+	if s.cfg.drain == 0 {
+		s.cfg.drain = 30 * time.Second
+	}
+	s.wm = noTime
 	return s
 }
 
@@ -162,7 +187,11 @@ var (
 	_ connector.FinalState    = (*Sink[int])(nil)
 	_ connector.Forgetter     = (*Sink[int])(nil)
 	_ connector.SinkValidator = (*Sink[int])(nil)
+	_ connector.Timed[int]    = (*Sink[int])(nil)
 )
+
+// noTime is a record without a time, and no watermark yet.
+const noTime = connector.NoTime
 
 func (s *Sink[T]) errorf(format string, args ...any) error {
 	return fmt.Errorf("filesink: %s: "+format, append([]any{s.t}, args...)...)
@@ -180,16 +209,20 @@ func (s *Sink[T]) ValidateSink(connector.SinkInfo) error {
 			errs = append(errs, s.errorf("BucketBy takes a %T, want a func(%T) string", s.cfg.bucketOf, zero))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, s.validatePartitions())...)
 }
 
 // Reset implements connector.Sink: a new incarnation, with a new run id;
 // what the last one left open is abandoned (a restore or the next
 // checkpoint deletes it).
 func (s *Sink[T]) Reset(ctx context.Context, info connector.SinkInfo) error {
+	s.stopCommits()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.abandon()
+	if err := s.validatePartitions(); err != nil {
+		return err
+	}
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return s.errorf("run id: %w", err)
@@ -205,6 +238,7 @@ func (s *Sink[T]) Reset(ctx context.Context, info connector.SinkInfo) error {
 	s.ctx, s.end = context.WithCancel(context.WithoutCancel(ctx))
 	s.open, s.closed, s.pending, s.cleaned, s.err = map[string]*part[T]{}, nil, nil, false, nil
 	s.merged = map[string]time.Time{}
+	s.resetCommits()
 	return nil
 }
 
@@ -220,8 +254,13 @@ func (s *Sink[T]) abandon() {
 	}
 }
 
-// Close implements io.Closer: the open part files are abandoned.
+// Close implements io.Closer: the open part files are abandoned. With
+// CommitPartitions, the partition commits decided are given up to 30 s to
+// finish first (those that do not are in the last checkpoint, and commit
+// after the next start).
 func (s *Sink[T]) Close() error {
+	s.drainCommits()
+	s.stopCommits()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.abandon()
@@ -231,8 +270,15 @@ func (s *Sink[T]) Close() error {
 // partPrefix starts the base name of every staged file of the job.
 func (s *Sink[T]) partPrefix() string { return ".part-" + s.job + "-" }
 
-// Write implements connector.Sink: v goes into its bucket's part file.
-func (s *Sink[T]) Write(ctx context.Context, _ uint64, v T) error {
+// Write implements connector.Sink: v, with no event time, goes into its
+// bucket's part file.
+func (s *Sink[T]) Write(ctx context.Context, epoch uint64, v T) error {
+	return s.WriteAt(ctx, epoch, v, noTime)
+}
+
+// WriteAt implements connector.Timed: v, of event time ts, goes into its
+// bucket's part file.
+func (s *Sink[T]) WriteAt(ctx context.Context, epoch uint64, v T, ts int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
@@ -241,12 +287,9 @@ func (s *Sink[T]) Write(ctx context.Context, _ uint64, v T) error {
 	if s.open == nil {
 		return s.errorf("not reset")
 	}
-	bucket := ""
-	if s.bucketOf != nil {
-		bucket = s.bucketOf(v)
-		if err := validBucket(bucket); err != nil {
-			return s.errorf("record %v: %w", v, err)
-		}
+	bucket, err := s.bucket(v, ts, epoch)
+	if err != nil {
+		return s.errorf("record %v: %w", v, err)
 	}
 	p := s.open[bucket]
 	if p == nil {
@@ -273,6 +316,20 @@ func (s *Sink[T]) Write(ctx context.Context, _ uint64, v T) error {
 func (s *Sink[T]) fail(err error) error {
 	s.err = err
 	return err
+}
+
+// bucket returns v's bucket: BucketBy's, or its partition's (noting the
+// partition, or sending a late record where LateInto says). Called with
+// s.mu held.
+func (s *Sink[T]) bucket(v T, ts int64, epoch uint64) (string, error) {
+	if s.part != nil {
+		return s.partition(v, ts, epoch)
+	}
+	if s.bucketOf == nil {
+		return "", nil
+	}
+	b := s.bucketOf(v)
+	return b, validBucket(b)
 }
 
 func validBucket(b string) error {
@@ -368,15 +425,7 @@ func (s *Sink[T]) snapshot(id uint64, final bool) ([][]byte, error) {
 			return nil, s.fail(err)
 		}
 	}
-	out := make([][]byte, 0, len(s.pending))
-	for _, f := range s.pending {
-		b, err := json.Marshal(f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-	}
-	return out, nil
+	return s.stateElems(id)
 }
 
 // clean deletes the job's staged files that no checkpoint claims: those
@@ -415,10 +464,14 @@ func (s *Sink[T]) RestoreState(elements [][]byte) error {
 	defer s.mu.Unlock()
 	var files []file
 	for _, e := range elements {
-		var f file
-		if err := json.Unmarshal(e, &f); err != nil {
+		var el stateElem
+		if err := json.Unmarshal(e, &el); err != nil {
 			return s.errorf("restoring a pending file %q: %w", e, err)
 		}
+		if s.restorePartition(el) {
+			continue
+		}
+		f := el.file
 		if f.Piece {
 			s.pending = append(s.pending, f) // for the next merge
 			continue
@@ -427,7 +480,12 @@ func (s *Sink[T]) RestoreState(elements [][]byte) error {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
 	defer cancel()
-	return s.publish(ctx, files)
+	if err := s.publish(ctx, files); err != nil {
+		return err
+	}
+	// Every row the restored checkpoint names is in a file visible now.
+	s.decide(math.MaxUint64, s.wm)
+	return nil
 }
 
 // publish makes files visible, in order, and deletes the pieces each
@@ -464,6 +522,7 @@ func (s *Sink[T]) Finish(ctx context.Context, ref checkpoint.Ref) error {
 		return s.fail(err)
 	}
 	s.pending = rest
+	s.finished(ref.ID)
 	return nil
 }
 

@@ -57,11 +57,13 @@ const (
 
 // The file sink's crash points (filesink), in the order of its steps: at
 // a barrier, its part files closed and durable; at a commit, after each
-// file published; with compaction, a merged file durable.
+// file published; with compaction, a merged file durable; before each
+// partition commit's policies run.
 const (
-	FileAfterClose = "file-after-close"
-	FileMidPublish = "file-mid-publish"
-	FileAfterMerge = "file-after-merge"
+	FileAfterClose       = "file-after-close"
+	FileMidPublish       = "file-mid-publish"
+	FileAfterMerge       = "file-after-merge"
+	FileBeforePartCommit = "partition-commit"
 )
 
 // Crashes lists the crash points in lifecycle order.
