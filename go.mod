@@ -13,6 +13,8 @@ require (
 )
 
 require (
+	github.com/apache/thrift v0.22.0
+	github.com/beltran/gohive v1.8.1
 	github.com/goccy/go-json v0.12.0
 	github.com/golang/snappy v0.0.1
 	github.com/klauspost/compress v1.20.4

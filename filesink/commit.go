@@ -247,7 +247,7 @@ func (s *Sink[T]) resetCommits() {
 		return
 	}
 	if s.retryMin == 0 {
-		s.retryMin, s.retryMax = time.Second, time.Minute
+		s.retryMin, s.retryMax = time.Second, 30*time.Second
 	}
 	s.wake, s.done = make(chan struct{}, 1), make(chan struct{})
 	go s.commitLoop(s.ctx, s.wake, s.done)

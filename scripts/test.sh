@@ -14,6 +14,11 @@
 # this script starts one with scripts/kafka.sh (fetched with Maven) and stops
 # it afterwards. KORD_REQUIRE_KAFKA=1 is always set, so the run fails, not
 # skips, when the broker-backed tests cannot run.
+# Likewise the Hive Metastore (scripts/hive-metastore.sh, from Maven) that
+# filesink/hive and examples/tohive register partitions in, and stop and
+# resume for outages: the one named by KORD_HIVE_METASTORE (with its run
+# directory in KORD_HIVE_DIR) when set, otherwise one started here and
+# stopped afterwards; KORD_REQUIRE_HIVE=1 is always set.
 # Likewise the independent readers that the file formats' tests read files
 # back with (DuckDB and fastavro, internal/rig/duckdb): the python named by
 # KORD_DUCKDB_PYTHON when set, otherwise the one scripts/duckdb.sh installs
@@ -22,10 +27,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What this script started, stopped at exit.
+stops=()
+trap 'for s in "${stops[@]}"; do eval "$s"; done' EXIT
 if [ -z "${KORD_KAFKA_BROKERS:-}" ]; then
 	KORD_KAFKA_DIR="${KORD_KAFKA_DIR:-$(mktemp -d /tmp/kord-kafka-test.XXXXXX)}"
 	export KORD_KAFKA_DIR
-	trap 'scripts/kafka.sh stop >&2' EXIT
+	stops+=('scripts/kafka.sh stop >&2 || true')
 	KORD_KAFKA_BROKERS="$(scripts/kafka.sh start)"
 fi
 export KORD_KAFKA_BROKERS KORD_REQUIRE_KAFKA=1
@@ -35,6 +43,14 @@ if [ -z "${KORD_DUCKDB_PYTHON:-}" ]; then
 fi
 export KORD_DUCKDB_PYTHON KORD_REQUIRE_DUCKDB=1
 echo "test.sh: DuckDB and fastavro through $KORD_DUCKDB_PYTHON" >&2
+if [ -z "${KORD_HIVE_METASTORE:-}" ]; then
+	KORD_HIVE_DIR="${KORD_HIVE_DIR:-$(mktemp -d /tmp/kord-hive-test.XXXXXX)}"
+	export KORD_HIVE_DIR
+	stops+=('scripts/hive-metastore.sh stop >&2 || true')
+	KORD_HIVE_METASTORE="$(scripts/hive-metastore.sh start)"
+fi
+export KORD_HIVE_METASTORE KORD_REQUIRE_HIVE=1
+echo "test.sh: Hive Metastore at $KORD_HIVE_METASTORE (run dir ${KORD_HIVE_DIR:-not given: outage tests fail})" >&2
 
 unformatted="$(gofmt -l $(find . -name '*.go' -not -path './partitioner/testdata/*'))"
 if [ -n "$unformatted" ]; then
