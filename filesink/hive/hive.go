@@ -98,7 +98,9 @@ func Table[T any](addr, db, table, location string, opts ...Opt) *Policy {
 }
 
 // String names the policy in the sink's errors.
-func (p *Policy) String() string { return fmt.Sprintf("hive metastore %s, table %s.%s", p.addr, p.db, p.tbl) }
+func (p *Policy) String() string {
+	return fmt.Sprintf("hive metastore %s, table %s.%s", p.addr, p.db, p.tbl)
+}
 
 func (p *Policy) errorf(format string, args ...any) error {
 	return fmt.Errorf("hive: metastore %s, table %s.%s: "+format, append([]any{p.addr, p.db, p.tbl}, args...)...)
@@ -158,7 +160,7 @@ func (p *Policy) sd(location string) *hive_metastore.StorageDescriptor {
 	}
 	return &hive_metastore.StorageDescriptor{Cols: cols, Location: location, NumBuckets: -1,
 		InputFormat: p.storage.inputFormat, OutputFormat: p.storage.outputFormat,
-		SerdeInfo: &hive_metastore.SerDeInfo{SerializationLib: p.storage.serde, Parameters: map[string]string{"serialization.format": "1"}},
+		SerdeInfo:  &hive_metastore.SerDeInfo{SerializationLib: p.storage.serde, Parameters: map[string]string{"serialization.format": "1"}},
 		BucketCols: []string{}, SortCols: []*hive_metastore.Order{}, Parameters: map[string]string{}}
 }
 
