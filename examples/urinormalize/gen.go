@@ -9,17 +9,6 @@ import (
 	"time"
 )
 
-// Access is one request of the access log, as the input topic holds it.
-type Access struct {
-	// ID is a unique request id, assigned by the generator (the check
-	// finds each late event by it).
-	ID          string    `json:"id"`
-	IdentityURI string    `json:"identityUri"`
-	Status      int       `json:"status"`
-	LatencyMs   float64   `json:"latencyMs"`
-	Time        time.Time `json:"time"`
-}
-
 // The simulated event time: the input starts at base and advances evenly
 // over -minutes; each event is stamped up to maxDisorder before its turn
 // but not before base (out of order, within the default -lateness of

@@ -1,4 +1,7 @@
-package main
+// Package accesslog is what the examples share about the access log the
+// seed's jobs read: its events, and the rules that normalize a request's
+// URI to its pattern.
+package accesslog
 
 import (
 	"bufio"
@@ -7,7 +10,19 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"time"
 )
+
+// Access is one request of the access log, as the input topic holds it.
+type Access struct {
+	// ID is a unique request id, assigned by the generator (the check
+	// finds each late event by it).
+	ID          string    `json:"id"`
+	IdentityURI string    `json:"identityUri"`
+	Status      int       `json:"status"`
+	LatencyMs   float64   `json:"latencyMs"`
+	Time        time.Time `json:"time"`
+}
 
 // Rule rewrites a whole URI path to a fixed pattern.
 type Rule struct {
