@@ -1,6 +1,6 @@
 package main
 
-import "github.com/kordproject/kord/examples/internal/accesslog"
+import "github.com/kordproject/kord/examples/accesslog"
 
 // The access log and its normalizer, shared with examples/tohive.
 type (
