@@ -16,4 +16,5 @@ func TestPointNames(t *testing.T) {
 	require.Equal(t, failpoint.FileAfterClose, pointAfterClose)
 	require.Equal(t, failpoint.FileMidPublish, pointMidPublish)
 	require.Equal(t, failpoint.FileAfterMerge, pointAfterMerge)
+	require.Equal(t, failpoint.FileBeforePartCommit, pointBeforePartitionCommit)
 }
