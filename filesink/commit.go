@@ -44,6 +44,10 @@ type stateElem struct {
 	file
 	Partition *hivePart `json:"partition,omitempty"`
 	Watermark *int64    `json:"watermark,omitempty"`
+	// Run is the incarnation that wrote the state: on several processes,
+	// a restore deletes the staged files of the runs it restored, and of
+	// no other (they may be another process's, in progress).
+	Run string `json:"run,omitempty"`
 }
 
 // commits is the sink's partition-commit state, guarded by Sink.mu.
@@ -58,6 +62,15 @@ type commits struct {
 	since time.Time // the first failure of the current run of failures
 	// retry bounds the committer's backoff (tests shorten it).
 	retryMin, retryMax time.Duration
+
+	// A job of several processes (connector.Owner): the input partitions
+	// this run owns and all of them; wmSent, the watermark last recorded
+	// for the owned ones; restoredRuns, the runs whose state a restore
+	// took; restoredWm, whether one gave a watermark.
+	owned, all   map[string][]int32
+	wmSent       int64
+	restoredRuns map[string]bool
+	restoredWm   bool
 }
 
 func (s *Sink[T]) validatePartitions() error {
@@ -80,6 +93,9 @@ func (s *Sink[T]) validatePartitions() error {
 				errs = append(errs, s.errorf("CommitPartitions: policy %d is nil", i))
 			}
 		}
+	}
+	if s.instance != "" && s.cfg.compact > 0 {
+		errs = append(errs, s.errorf("CompactEvery on a job of several processes: two processes restoring one checkpoint would merge its pieces twice"))
 	}
 	if d := s.cfg.late.dir; d != "" {
 		if err := validBucket(d); err != nil {
@@ -151,10 +167,11 @@ func (s *Sink[T]) partition(v T, ts int64, epoch uint64) (string, error) {
 // the partitions not yet committed, and the watermark. Called with s.mu
 // held.
 func (s *Sink[T]) stateElems(id uint64) ([][]byte, error) {
-	elems := make([]stateElem, 0, len(s.pending)+len(s.parts)+1)
+	elems := make([]stateElem, 0, len(s.pending)+len(s.parts)+2)
 	for _, f := range s.pending {
 		elems = append(elems, stateElem{file: f})
 	}
+	elems = append(elems, stateElem{Run: s.run})
 	if s.cfg.commitOn {
 		s.wmAt[id] = s.wm
 		for _, hp := range s.parts {
@@ -174,16 +191,38 @@ func (s *Sink[T]) stateElems(id uint64) ([][]byte, error) {
 	return out, nil
 }
 
-// restorePartition takes el if it is a partition or the watermark.
-// Called with s.mu held.
+// restorePartition takes el if it is a partition, the watermark or the
+// run. The watermark restored is the oldest of those restored (on several
+// processes, a run restores checkpoints of several): a partition any of
+// them committed is behind all of them, since it committed on the oldest
+// watermark of all processes. A partition's rows are in files the restore
+// publishes, so it is due from the run's first checkpoint on (epoch 1:
+// the epochs of another process's run, or of the next run on several
+// processes, are numbered apart). Called with s.mu held.
 func (s *Sink[T]) restorePartition(el stateElem) bool {
 	switch {
 	case el.Watermark != nil:
-		s.wm = max(s.wm, *el.Watermark)
-	case el.Partition != nil:
-		if s.cfg.commitOn {
-			s.parts[el.Partition.Path] = el.Partition
+		if !s.restoredWm || *el.Watermark < s.wm {
+			s.wm = *el.Watermark
 		}
+		s.restoredWm = true
+	case el.Partition != nil:
+		if !s.cfg.commitOn {
+			return true
+		}
+		p := el.Partition
+		if p.Lo != 0 {
+			p.Lo, p.Hi = 1, 1
+		}
+		if had := s.parts[p.Path]; had != nil {
+			p.Due = p.Due || had.Due
+			if had.Lo != 0 {
+				p.Lo, p.Hi = 1, 1
+			}
+		}
+		s.parts[p.Path] = p
+	case el.Run != "":
+		s.restoredRuns[el.Run] = true
 	default:
 		return false
 	}
@@ -202,9 +241,70 @@ func (s *Sink[T]) finished(id uint64) {
 			delete(s.wmAt, c)
 		}
 	}
-	if ok {
-		s.decide(id, wm)
+	if !ok {
+		return
 	}
+	if s.all != nil {
+		wm = s.oldestWatermark(wm)
+	}
+	s.decide(id, wm)
+}
+
+// wmRecord names the record of an input partition's watermark, on a job of
+// several processes: its owner's, after each commit.
+func (s *Sink[T]) wmRecord(topic string, p int32) string {
+	return fmt.Sprintf("_kord/%s.wm/%s.%d", s.job, topic, p)
+}
+
+// oldestWatermark records wm, this process's watermark at a checkpoint
+// that committed and whose files are visible, for each input partition it
+// owns, and returns the oldest of every input partition's record: the
+// watermark of the whole job, with no coordinator (noTime while a
+// partition has none). A record is written only by its partition's owner
+// (a zombie's late write only lowers it). Called with s.mu held.
+func (s *Sink[T]) oldestWatermark(wm int64) int64 {
+	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+	defer cancel()
+	if wm != s.wmSent {
+		data := []byte(fmt.Sprint(wm))
+		for topic, ps := range s.owned {
+			for _, p := range ps {
+				if err := s.t.put(ctx, s.wmRecord(topic, p), data); err != nil {
+					s.log.Warn("filesink: recording the watermark failed; partitions wait", "record", s.wmRecord(topic, p), "err", err)
+					return noTime
+				}
+			}
+		}
+		s.wmSent = wm
+	}
+	oldest := wm
+	for topic, ps := range s.all {
+		for _, p := range ps {
+			data, err := s.t.get(ctx, s.wmRecord(topic, p))
+			if err != nil {
+				return noTime // none yet (fs.ErrNotExist), or unreadable: wait
+			}
+			var w int64
+			if _, err := fmt.Sscan(string(data), &w); err != nil {
+				s.log.Warn("filesink: a watermark record is not a number", "record", s.wmRecord(topic, p), "err", err)
+				return noTime
+			}
+			oldest = min(oldest, w)
+		}
+	}
+	return oldest
+}
+
+// ScaledState implements connector.ScaledState: two processes restoring
+// one checkpoint publish its files twice, which is once; each commits
+// its partitions, idempotently, on the oldest watermark of all.
+func (s *Sink[T]) ScaledState() {}
+
+// Own implements connector.Owner.
+func (s *Sink[T]) Own(owned, all map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.owned, s.all, s.wmSent = owned, all, noTime
 }
 
 // decide makes due every partition with rows of an epoch ≤ id that the
@@ -242,7 +342,7 @@ func (s *Sink[T]) decide(id uint64, wm int64) {
 // Called with s.mu held.
 func (s *Sink[T]) resetCommits() {
 	s.wmAt, s.parts, s.since = map[uint64]int64{}, map[string]*hivePart{}, time.Time{}
-	s.wm = noTime
+	s.wm, s.restoredWm, s.restoredRuns, s.owned, s.all = noTime, false, map[string]bool{}, nil, nil
 	if !s.cfg.commitOn {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"sort"
@@ -352,5 +353,211 @@ func TestLateRecords(t *testing.T) {
 			require.Equal(t, tc.rows, got)
 			require.Equal(t, tc.commits, commits)
 		})
+	}
+}
+
+// group is a commit group shared by the processes of a job
+// (connector.Membership): each process's sink commits into one memory
+// sink per process, and records each partition's checkpoint in the group.
+type group struct {
+	mu   sync.Mutex
+	recs map[int32]connector.PartitionRecord
+}
+
+// memberSink is one process's first sink: a MemorySink with a fixed
+// assignment in the group.
+type memberSink struct {
+	*keyed.MemorySink[hit]
+	g     *group
+	parts []int32
+}
+
+func (s *memberSink) Assignment(context.Context) (map[string][]int32, <-chan struct{}, error) {
+	return map[string][]int32{"events": s.parts}, make(chan struct{}), nil
+}
+
+func (s *memberSink) Released() {}
+
+func (s *memberSink) Commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
+	if err := s.MemorySink.Commit(ctx, ref, offsets); err != nil {
+		return err
+	}
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	for _, o := range offsets {
+		s.g.recs[o.Partition] = connector.PartitionRecord{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Ref: ref}
+	}
+	return nil
+}
+
+func (s *memberSink) Recorded(context.Context) (*connector.Recorded, error) {
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	if len(s.g.recs) == 0 {
+		return nil, nil
+	}
+	rec := &connector.Recorded{Where: "the test's group"}
+	for _, r := range s.g.recs {
+		rec.Parts = append(rec.Parts, r)
+	}
+	return rec, nil
+}
+
+// TestPartitionCommitTwoProcesses: a job of two processes, each reading
+// one input partition, lands rows in one table. One process's input runs
+// five minutes of event time ahead of the other's: no partition commits
+// until both have passed it (the oldest watermark of all), and each
+// partition, at each commit, holds every row of its minute from both.
+func TestPartitionCommitTwoProcesses(t *testing.T) {
+	mem := vfs.NewMem()
+	src := keyed.NewMemorySource[hit]("events", 2, false)
+	g := &group{recs: map[int32]connector.PartitionRecord{}}
+	log := &commitLog{fsys: mem, dir: "/lake", t: t, seen: map[string][][]string{}}
+	add := func(p int32, from, to int) {
+		for m := from; m < to; m++ {
+			for i := range 20 {
+				h := hit{User: fmt.Sprintf("p%d", p), Seq: m*20 + i, At: epoch0 + int64(m)*minute + int64(i)*1000}
+				src.AppendAt(p, []byte(h.User), h, time.UnixMilli(h.At))
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sinks []*filesink.Sink[hit]
+	done := make(chan error, 2)
+	for p := range int32(2) {
+		sink := filesink.New(filesink.Dir(mem, "/lake"), filesink.JSONLines[hit](filesink.Uncompressed), filesink.PartitionBy(minutes...),
+			filesink.CommitPartitions(time.Minute, log.policy()), filesink.Late(filesink.LateInto("_late")))
+		sinks = append(sinks, sink)
+		j := keyed.NewJob("hive2", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond), keyed.Instance(fmt.Sprintf("p%d", p)))
+		rows := keyed.ProcessFunc(keyed.ByPartition(keyed.FromSource(j, "events", 1, connector.Source[hit](src)).Watermarks(0)), "pass", 1,
+			func(_ []byte, r hit, out *keyed.Collector[hit]) error { out.Emit(r); return nil })
+		keyed.ToSink(rows, "kafka", connector.Sink[hit](&memberSink{MemorySink: keyed.NewMemorySink[hit](), g: g, parts: []int32{p}}))
+		keyed.ToSink(rows, "files", connector.Sink[hit](sink))
+		go func() { done <- j.Run(ctx) }()
+	}
+	add(0, 0, 6) // process 0: minutes 0 to 5
+	add(1, 0, 1) // process 1: minute 0
+	// Process 0's watermark passes minute 4 while process 1's stays in
+	// minute 0: wait for process 0 to record it, then for a while more.
+	require.Eventually(t, func() bool {
+		data, err := mem.ReadFile("/lake/_kord/hive2.wm/events.0")
+		return err == nil && string(data) >= fmt.Sprint(epoch0+5*minute)
+	}, 20*time.Second, 5*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	log.mu.Lock()
+	require.Empty(t, log.seen, "a partition committed before both processes passed it")
+	log.mu.Unlock()
+	add(1, 1, 6) // process 1 catches up
+	require.Eventually(t, func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return len(log.seen) == 5 // minutes 0 to 4; minute 5 waits for a watermark past it
+	}, 20*time.Second, 5*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	require.NoError(t, <-done)
+	rows, _ := visible(t, mem, "/lake")
+	for p, seen := range log.seen {
+		require.Len(t, rows[p], 40, "partition %s: both processes' rows of its minute", p)
+		for i, s := range seen {
+			require.Equal(t, rows[p], s, "partition %s: commit %d saw other rows than it holds", p, i)
+		}
+	}
+}
+
+// TestPartitionCommitRestarts: a job of two processes; one is stopped
+// and started again, and killed (its run failed, its open files
+// abandoned), again and again, while the other writes on. Every row lands
+// once, the running process never fails (its files in progress are not
+// the restarted one's to delete), and the partitions the watermark passed
+// commit with every row of their minute.
+func TestPartitionCommitRestarts(t *testing.T) {
+	mem := vfs.NewMem()
+	src := keyed.NewMemorySource[hit]("events", 2, false)
+	g := &group{recs: map[int32]connector.PartitionRecord{}}
+	log := &commitLog{fsys: mem, dir: "/lake", t: t, seen: map[string][][]string{}}
+	var all []hit
+	add := func(m int) {
+		for p := range int32(2) {
+			for i := range 20 {
+				h := hit{User: fmt.Sprintf("p%d", p), Seq: m*20 + i, At: epoch0 + int64(m)*minute + int64(i)*1000}
+				src.AppendAt(p, []byte(h.User), h, time.UnixMilli(h.At))
+				all = append(all, h)
+			}
+		}
+	}
+	start := func(ctx context.Context, p int32, fail bool) chan error {
+		sink := filesink.New(filesink.Dir(mem, "/lake"), filesink.JSONLines[hit](filesink.Uncompressed), filesink.PartitionBy(minutes...),
+			filesink.CommitPartitions(time.Minute, log.policy()), filesink.Late(filesink.LateInto("_late")))
+		j := keyed.NewJob("hive3", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond), keyed.Instance(fmt.Sprintf("p%d", p)),
+			keyed.RestartStrategy(keyed.FixedDelay(0, 0)))
+		n := 0
+		rows := keyed.ProcessFunc(keyed.ByPartition(keyed.FromSource(j, "events", 1, connector.Source[hit](src)).Watermarks(0)), "pass", 1,
+			func(_ []byte, r hit, out *keyed.Collector[hit]) error {
+				if n++; fail && n == 15 {
+					return errors.New("failed on purpose")
+				}
+				out.Emit(r)
+				return nil
+			})
+		keyed.ToSink(rows, "kafka", connector.Sink[hit](&memberSink{MemorySink: keyed.NewMemorySink[hit](), g: g, parts: []int32{p}}))
+		keyed.ToSink(rows, "files", connector.Sink[hit](sink))
+		done := make(chan error, 1)
+		go func() { done <- j.Run(ctx) }()
+		return done
+	}
+	ctx0, stop0 := context.WithCancel(context.Background())
+	done0 := start(ctx0, 0, false)
+	for round := range 8 {
+		add(round)
+		ctx1, stop1 := context.WithCancel(context.Background())
+		done1 := start(ctx1, 1, round%2 == 1)
+		time.Sleep(50 * time.Millisecond)
+		stop1()
+		if err := <-done1; round%2 == 0 {
+			require.NoError(t, err, "round %d", round)
+		}
+		select {
+		case err := <-done0:
+			t.Fatalf("round %d: the running process ended: %v", round, err)
+		default:
+		}
+	}
+	ctx1, stop1 := context.WithCancel(context.Background())
+	done1 := start(ctx1, 1, false)
+	// Minutes 0 to 6 commit (7 waits for a watermark past it).
+	require.Eventually(t, func() bool {
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		return len(log.seen) == 7
+	}, 30*time.Second, 5*time.Millisecond)
+	stop1()
+	stop0()
+	require.NoError(t, <-done1)
+	require.NoError(t, <-done0)
+	checkPartitionsOpen(t, mem, all, log)
+}
+
+// checkPartitionsOpen is checkPartitions for a run that stopped with
+// partitions not yet committed: every row once, and each committed
+// partition, at each commit, held exactly the rows it holds.
+func checkPartitionsOpen(t *testing.T, fsys vfs.FS, all []hit, log *commitLog) {
+	t.Helper()
+	rows, _ := visible(t, fsys, "/lake")
+	count := map[string]int{}
+	for _, ids := range rows {
+		for _, id := range ids {
+			count[id]++
+		}
+	}
+	for _, h := range all {
+		require.Equal(t, 1, count[h.id()], "row %s landed %d times", h.id(), count[h.id()])
+	}
+	require.Len(t, count, len(all))
+	for p, seen := range log.seen {
+		for i, s := range seen {
+			require.Equal(t, rows[p], s, "partition %s: commit %d saw other rows than it holds", p, i)
+		}
 	}
 }

@@ -68,9 +68,12 @@ type Sink[T any] struct {
 	ctx context.Context // the incarnation's, for work outside a call's context
 	end context.CancelFunc
 	job string
-	log *slog.Logger
-	run string // this incarnation's id, in every part name
-	seq int
+	// instance is the process's instance id on a job of several processes
+	// (connector.SinkInfo.Instance), "" on one.
+	instance string
+	log      *slog.Logger
+	run      string // this incarnation's id, in every part name
+	seq      int
 	// open: the in-progress part file of each bucket; closed: those rolled
 	// since the last barrier; pending: those staged at a barrier, not yet
 	// published.
@@ -198,7 +201,10 @@ func (s *Sink[T]) errorf(format string, args ...any) error {
 }
 
 // ValidateSink implements keyed's check of a sink before the job runs.
-func (s *Sink[T]) ValidateSink(connector.SinkInfo) error {
+func (s *Sink[T]) ValidateSink(info connector.SinkInfo) error {
+	s.mu.Lock()
+	s.instance = info.Instance
+	s.mu.Unlock()
 	var errs []error
 	if s.format == nil {
 		errs = append(errs, s.errorf("no format"))
@@ -220,6 +226,7 @@ func (s *Sink[T]) Reset(ctx context.Context, info connector.SinkInfo) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.abandon()
+	s.instance = info.Instance
 	if err := s.validatePartitions(); err != nil {
 		return err
 	}
@@ -227,7 +234,7 @@ func (s *Sink[T]) Reset(ctx context.Context, info connector.SinkInfo) error {
 	if _, err := rand.Read(b[:]); err != nil {
 		return s.errorf("run id: %w", err)
 	}
-	s.run, s.seq, s.job = hex.EncodeToString(b[:]), 0, info.Job
+	s.run, s.seq, s.job, s.instance = hex.EncodeToString(b[:]), 0, info.Job, info.Instance
 	s.log = s.cfg.log
 	if s.log == nil {
 		s.log = info.Logger
@@ -445,7 +452,7 @@ func (s *Sink[T]) clean() error {
 	}
 	for _, n := range names {
 		base := path.Base(n)
-		if strings.HasSuffix(base, ".inprogress") && !strings.HasPrefix(base, mine) && !claimed[n] {
+		if strings.HasSuffix(base, ".inprogress") && !strings.HasPrefix(base, mine) && !claimed[n] && s.mayClean(base) {
 			if err := s.t.remove(s.ctx, n); err != nil {
 				return s.errorf("deleting %s, which no checkpoint claims: %w", n, err)
 			}
@@ -454,6 +461,18 @@ func (s *Sink[T]) clean() error {
 	}
 	s.cleaned = true
 	return nil
+}
+
+// mayClean reports whether the staged file base, of another run, may be
+// deleted: on one process, every other run is over; on several, only the
+// runs whose state this one restored are (the others may be another
+// process's, in progress). Called with s.mu held.
+func (s *Sink[T]) mayClean(base string) bool {
+	if s.instance == "" {
+		return true
+	}
+	run, _, _ := strings.Cut(strings.TrimPrefix(base, s.partPrefix()), "-")
+	return s.restoredRuns[run]
 }
 
 // RestoreState implements connector.OperatorState: the restored
@@ -483,8 +502,14 @@ func (s *Sink[T]) RestoreState(elements [][]byte) error {
 	if err := s.publish(ctx, files); err != nil {
 		return err
 	}
-	// Every row the restored checkpoint names is in a file visible now.
-	s.decide(math.MaxUint64, s.wm)
+	// Every row the restored checkpoint names is in a file visible now. On
+	// several processes the decision waits for the oldest watermark of
+	// all (the first commit's); what was due is committed again.
+	wm := s.wm
+	if s.instance != "" {
+		wm = noTime
+	}
+	s.decide(math.MaxUint64, wm)
 	return nil
 }
 

@@ -2,6 +2,8 @@ package filesink
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -169,10 +171,14 @@ func (d *dirTarget) put(_ context.Context, name string, data []byte) error {
 	if err := d.mkdir(path.Dir(full)); err != nil {
 		return err
 	}
-	tmp := full + ".tmp"
-	if err := d.fs.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// A hidden name of its own: two processes may put one name at once (a
+	// partition's _SUCCESS), and a crash leaves nothing a reader sees.
+	var r [6]byte
+	if _, err := rand.Read(r[:]); err != nil {
 		return err
 	}
+	tmpName := path.Join(path.Dir(name), "."+path.Base(name)+"."+hex.EncodeToString(r[:])+".tmp")
+	tmp := d.at(tmpName)
 	f, err := d.fs.Create(tmp)
 	if err != nil {
 		return err
@@ -185,7 +191,7 @@ func (d *dirTarget) put(_ context.Context, name string, data []byte) error {
 	if err := df.finish(); err != nil {
 		return err
 	}
-	return d.publish(context.Background(), name+".tmp", name)
+	return d.publish(context.Background(), tmpName, name)
 }
 
 func (d *dirTarget) open(_ context.Context, name string) (io.ReadCloser, error) {

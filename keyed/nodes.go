@@ -775,23 +775,31 @@ func restoreOpState(rs *restoreState, v any, name string) error {
 	if !ok || rs.fresh {
 		return nil
 	}
-	names := make([]string, 0, len(rs.files))
-	for n := range rs.files {
-		names = append(names, n)
+	// One checkpoint's files, or on several processes every checkpoint the
+	// run's partitions' records name (connector.ScaledState), in order.
+	sets := []map[string][]byte{rs.files}
+	for _, sr := range rs.scaled {
+		sets = append(sets, sr.files)
 	}
-	sort.Strings(names) // instance order: the index is zero-padded
 	var elems [][]byte
-	for _, n := range names {
-		pn, ok := layout.ParseName(n)
-		if !ok || pn.Kind != layout.KindState || pn.Operator != opStateName(name) {
-			continue
+	for _, files := range sets {
+		names := make([]string, 0, len(files))
+		for n := range files {
+			names = append(names, n)
 		}
-		entries, err := statefile.DecodeKeyGroup(n, rs.files[n])
-		if err != nil {
-			return fmt.Errorf("operator state of %s: %w", name, err)
-		}
-		for _, e := range entries {
-			elems = append(elems, e.Value)
+		sort.Strings(names) // instance order: the index is zero-padded
+		for _, n := range names {
+			pn, ok := layout.ParseName(n)
+			if !ok || pn.Kind != layout.KindState || pn.Operator != opStateName(name) {
+				continue
+			}
+			entries, err := statefile.DecodeKeyGroup(n, files[n])
+			if err != nil {
+				return fmt.Errorf("operator state of %s: %w", name, err)
+			}
+			for _, e := range entries {
+				elems = append(elems, e.Value)
+			}
 		}
 	}
 	if err := st.RestoreState(elems); err != nil {

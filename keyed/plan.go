@@ -281,6 +281,7 @@ func (j *Job) build(rctx context.Context, r *run, rs *restoreState) error {
 	if err != nil {
 		return err
 	}
+	j.tellOwners(r, srcs)
 	maxP, err := j.keyGroups(rs, srcs)
 	if err != nil {
 		return err
@@ -636,4 +637,24 @@ func (s *sinkOf[O]) build(rctx context.Context, r *run, rs *restoreState, epoch 
 	kt.timed, _ = s.sink.(connector.Timed[O])
 	r.goTask(rctx, task, kt.run)
 	return nil
+}
+
+// tellOwners tells the sinks that are connector.Owners, on a run of one of
+// several processes, the partitions it owns and all of them.
+func (j *Job) tellOwners(r *run, srcs []srcBuild) {
+	if r.assigned == nil {
+		return
+	}
+	owned, all := map[string][]int32{}, map[string][]int32{}
+	for i, s := range j.sources {
+		owned[s.topic()] = append(owned[s.topic()], srcs[i].parts...)
+		for p := range int32(srcs[i].all) {
+			all[s.topic()] = append(all[s.topic()], p)
+		}
+	}
+	for _, s := range j.sinks() {
+		if o, ok := s.sinkValue().(connector.Owner); ok {
+			o.Own(owned, all)
+		}
+	}
 }

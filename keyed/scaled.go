@@ -135,7 +135,8 @@ func (j *Job) checkScaled() error {
 		}
 	}
 	for _, s := range j.sinks() {
-		if _, ok := s.sinkValue().(connector.OperatorState); ok {
+		_, scaled := s.sinkValue().(connector.ScaledState)
+		if _, ok := s.sinkValue().(connector.OperatorState); ok && !scaled {
 			return fmt.Errorf("keyed: sink %q keeps operator state, which does not follow partitions across processes", s.sinkName())
 		}
 	}

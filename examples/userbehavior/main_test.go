@@ -84,7 +84,8 @@ func TestRunSecured(t *testing.T) {
 // test binary, -processes 3), Kafka's consumer group sharing the 12
 // partitions, input produced first; one process is SIGKILLed part-way and
 // started again. The independent read_committed verification finds every
-// result exactly once, in per-user order, with the right counts.
+// result exactly once, in per-user order, with the right counts; the
+// results land in one lake too (-lake), every one once.
 func TestRunProcesses(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -98,7 +99,8 @@ func TestRunProcesses(t *testing.T) {
 			ckpt = "file://" + dir
 		}
 		o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: 60_000, users: 5_000, partitions: 12, seed: 7,
-			phase: "all", crash: true, processes: 3, session: 6 * time.Second, interval: 500 * time.Millisecond, quiet: true, dir: ckpt}
+			phase: "all", crash: true, processes: 3, session: 6 * time.Second, interval: 500 * time.Millisecond, quiet: true, dir: ckpt,
+			lake: t.TempDir()}
 		var out bytes.Buffer
 		o.stdout = &out
 		err := run(ctx, o)
@@ -106,6 +108,8 @@ func TestRunProcesses(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, out.String(), "events_in=60000 results_out=60000 duplicates=0 order_violations=0 wrong_counts=0 missing=0")
 		require.Contains(t, out.String(), "processes=3 processes_killed=1")
+		require.Regexp(t, `lake_rows=60000 lake_files=\d+ lake_duplicates=0 lake_missing=0 lake_wrong=0`, out.String())
+		requireLakeByDuckDB(t, o.lake, o.events)
 		metas, err := filepath.Glob(filepath.Join(dir, "*", "ckpt-*.meta"))
 		require.NoError(t, err)
 		if c.Name == "kfake" {

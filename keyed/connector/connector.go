@@ -241,6 +241,27 @@ type Timed[T any] interface {
 // there is one (Timed).
 const NoTime int64 = math.MinInt64
 
+// ScaledState is operator state that a job of several processes may keep.
+// Each run restores the elements of every checkpoint its partitions'
+// records name, whichever process wrote it (union redistribution across
+// processes): the state must tolerate two processes restoring the same
+// elements (a checkpoint whose partitions were split between them), and
+// one restoring elements of another's. filesink's Sink is one: publishing
+// a committed file twice is the same as once.
+type ScaledState interface {
+	OperatorState
+	ScaledState()
+}
+
+// Owner is a sink told, at the start of each run of a job of several
+// processes, the input partitions this run owns and every partition of
+// the job's inputs, by topic: a sink that decides by all processes'
+// progress (filesink's partition commit, on the oldest watermark of all)
+// keeps a record for each partition it owns.
+type Owner interface {
+	Own(owned, all map[string][]int32)
+}
+
 // Clustered is a sink that names the cluster it writes to (a Kafka sink:
 // its bootstrap servers), so that sinks on two clusters are refused by
 // name.
