@@ -77,6 +77,9 @@ VER_DIR=$CACHE_ROOT/hive-metastore-$VERSION
 LIBS=$VER_DIR/libs
 START_TIMEOUT=${KORD_HIVE_START_TIMEOUT:-120}
 STOP_TIMEOUT=${KORD_HIVE_STOP_TIMEOUT:-20}
+DAEMON=Metastore
+# shellcheck source=lib/proc.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/proc.sh"
 HEAP_OPTS=${KORD_HIVE_HEAP_OPTS:--Xmx384m -Xms64m}
 LOG_LEVEL=${KORD_HIVE_LOG_LEVEL:-INFO}
 JAVA=java
@@ -239,13 +242,6 @@ pick_state() {
     set_state "$d"
 }
 
-# Serialise commands on the same run dir.
-lock_state() {
-    mkdir -p "$STATE"
-    exec 9>"$STATE/.lock"
-    flock 9
-}
-
 # The files this script writes in the run dir (the only ones it deletes,
 # so a KORD_HIVE_DIR pointing somewhere precious loses nothing else).
 wipe_state() {
@@ -313,22 +309,6 @@ server_pid() {
 }
 
 frozen() { [[ $(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) == T ]]; }
-
-# A TCP port on 127.0.0.1 that nothing uses now, below the kernel's
-# ephemeral range (32768+) so an outgoing connection can't grab it before
-# the server binds it; a lost race shows up as a bind error and is retried.
-free_port() {
-    local used port i
-    used=" $(ss -Htan 2>/dev/null | awk '{n=split($4,a,":"); printf "%s ", a[n]}') "
-    for ((i = 0; i < 200; i++)); do
-        port=$((20000 + RANDOM % 12000))
-        [[ $used == *" $port "* ]] && continue
-        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
-        echo "$port"
-        return 0
-    done
-    die "no free TCP port found"
-}
 
 hex() { od -An -v -tx1 | tr -d ' \n'; }
 
@@ -481,28 +461,6 @@ restart() {
         stop_pid "$pid"
     fi
     resume_locked
-}
-
-stop_pid() {
-    local pid=$1 i
-    kill -TERM "$pid" 2>/dev/null || return 0
-    kill -CONT "$pid" 2>/dev/null || true # a frozen JVM can't handle SIGTERM
-    for ((i = 0; i < STOP_TIMEOUT * 10; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    log "Metastore (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT}s, killing it"
-    kill_pid "$pid"
-}
-
-kill_pid() {
-    local pid=$1 i
-    kill -KILL "$pid" 2>/dev/null || return 0
-    for ((i = 0; i < 50; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    die "could not kill the Metastore (pid $pid)"
 }
 
 stop() {

@@ -127,6 +127,9 @@ LIBS=$VER_DIR/libs
 STATE=$(realpath -m "${KORD_KAFKA_DIR:-/tmp/kord-kafka}")
 START_TIMEOUT=${KORD_KAFKA_START_TIMEOUT:-90}
 STOP_TIMEOUT=${KORD_KAFKA_STOP_TIMEOUT:-20}
+DAEMON=broker
+# shellcheck source=lib/proc.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/proc.sh"
 HEAP_OPTS=${KORD_KAFKA_HEAP_OPTS:--Xmx1g -Xms512m}
 LOG_LEVEL=${KORD_KAFKA_LOG_LEVEL:-INFO}
 JAVA=java
@@ -396,30 +399,6 @@ broker_pid() {
     [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
     tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "kafka.Kafka $PROPS" || return 1
     echo "$pid"
-}
-
-# Serialise start/stop on the same state dir.
-lock_state() {
-    mkdir -p "$STATE"
-    exec 9>"$STATE/.lock"
-    flock 9
-}
-
-# A TCP port on 127.0.0.1 that nothing uses now. Taken below the kernel's
-# ephemeral range (32768+) so an outgoing connection can't grab it before the
-# broker binds it; a lost race still shows up as a bind error and is retried.
-free_port() {
-    local used port i
-    used=" $(ss -Htan 2>/dev/null | awk '{n=split($4,a,":"); printf "%s ", a[n]}') "
-    for ((i = 0; i < 200; i++)); do
-        port=$((20000 + RANDOM % 12000))
-        [[ $used == *" $port "* || " $* " == *" $port "* ]] && continue
-        # Also refuse a port something answers on (covers a missing `ss`).
-        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && continue
-        echo "$port"
-        return 0
-    done
-    die "no free TCP port found"
 }
 
 # Kafka cluster ids are 16 random bytes in unpadded base64url; Kafka itself
@@ -720,27 +699,6 @@ restart() {
         stop_pid "$pid"
     fi
     resume_locked
-}
-
-stop_pid() {
-    local pid=$1 i
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for ((i = 0; i < STOP_TIMEOUT * 10; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    log "broker (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT}s, killing it"
-    kill_pid "$pid"
-}
-
-kill_pid() {
-    local pid=$1 i
-    kill -KILL "$pid" 2>/dev/null || return 0
-    for ((i = 0; i < 50; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
-    done
-    die "could not kill broker (pid $pid)"
 }
 
 stop() {
