@@ -1,13 +1,9 @@
 package filesink_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -130,35 +126,14 @@ func hitJob(fsys vfs.FS, src *keyed.MemorySource[hit], files connector.Sink[hit]
 // holds them (relative to dir), and the directories with a _SUCCESS.
 func visible(t *testing.T, fsys vfs.FS, dir string) (map[string][]string, map[string]bool) {
 	t.Helper()
+	rel := func(d string) string { return strings.TrimPrefix(strings.TrimPrefix(d, dir), "/") }
 	rows, success := map[string][]string{}, map[string]bool{}
-	var walk func(d string)
-	walk = func(d string) {
-		names, err := fsys.ReadDir(d)
-		require.NoError(t, err)
-		rel := strings.TrimPrefix(strings.TrimPrefix(d, dir), "/")
-		for _, n := range names {
-			p := path.Join(d, n)
-			if _, err := fsys.ReadDir(p); err == nil {
-				walk(p)
-				continue
-			}
-			if n == "_SUCCESS" {
-				success[rel] = true
-			}
-			if strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".jsonl") {
-				continue
-			}
-			data, err := fsys.ReadFile(p)
-			require.NoError(t, err)
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			for sc.Scan() {
-				var h hit
-				require.NoError(t, json.Unmarshal(sc.Bytes(), &h), "%s: %q", p, sc.Text())
-				rows[rel] = append(rows[rel], h.id())
-			}
+	walkFiles(t, fsys, dir, func(d, n, _ string) {
+		if n == "_SUCCESS" {
+			success[rel(d)] = true
 		}
-	}
-	walk(dir)
+	})
+	readRows(t, fsys, dir, func(d string, h hit) { rows[rel(d)] = append(rows[rel(d)], h.id()) })
 	for _, r := range rows {
 		sort.Strings(r)
 	}

@@ -62,40 +62,57 @@ func landJob(fsys vfs.FS, src *keyed.MemorySource[row], kafka connector.Sink[row
 
 func byUser(r row) string { return "user=" + r.User[:2] }
 
-// landed reads every published file under dir (those a reader's glob
-// "**/*.jsonl" finds), and fails on a staged file of the job that is
-// still there when finished says the run ended cleanly.
+// walkFiles calls each for every file under dir: the directory that
+// holds it, its name and path.
+func walkFiles(t *testing.T, fsys vfs.FS, dir string, each func(d, name, p string)) {
+	t.Helper()
+	names, err := fsys.ReadDir(dir)
+	require.NoError(t, err)
+	for _, n := range names {
+		p := path.Join(dir, n)
+		if _, err := fsys.ReadDir(p); err == nil {
+			walkFiles(t, fsys, p, each)
+			continue
+		}
+		each(dir, n, p)
+	}
+}
+
+// readRows reads every published JSON-lines file under dir (those a
+// reader's glob "**/*.jsonl" finds): each row with the directory of its
+// file.
+func readRows[T any](t *testing.T, fsys vfs.FS, dir string, each func(d string, v T)) {
+	t.Helper()
+	walkFiles(t, fsys, dir, func(d, n, p string) {
+		if strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".jsonl") {
+			return
+		}
+		data, err := fsys.ReadFile(p)
+		require.NoError(t, err)
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		for sc.Scan() {
+			var v T
+			require.NoError(t, json.Unmarshal(sc.Bytes(), &v), "%s: %q", p, sc.Text())
+			each(d, v)
+		}
+	})
+}
+
+// landed reads every published file under dir, and fails on a staged
+// file of the job that is still there when finished says the run ended
+// cleanly.
 func landed(t *testing.T, fsys vfs.FS, dir string, finished bool) map[string]int {
 	t.Helper()
-	got := map[string]int{}
-	var walk func(d string)
-	walk = func(d string) {
-		names, err := fsys.ReadDir(d)
-		require.NoError(t, err)
-		for _, n := range names {
-			p := path.Join(d, n)
-			if _, err := fsys.ReadDir(p); err == nil {
-				walk(p)
-				continue
-			}
-			if finished {
-				require.False(t, strings.HasSuffix(n, ".inprogress"), "staged file %s left after a clean end", p)
-			}
-			if strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".jsonl") {
-				continue
-			}
-			data, err := fsys.ReadFile(p)
-			require.NoError(t, err)
-			sc := bufio.NewScanner(bytes.NewReader(data))
-			for sc.Scan() {
-				var r row
-				require.NoError(t, json.Unmarshal(sc.Bytes(), &r), "%s: %q", p, sc.Text())
-				require.Equal(t, byUser(r), path.Base(d), "%s in the wrong bucket", p)
-				got[fmt.Sprintf("%s/%d", r.User, r.Seq)]++
-			}
-		}
+	if finished {
+		walkFiles(t, fsys, dir, func(_, n, p string) {
+			require.False(t, strings.HasSuffix(n, ".inprogress"), "staged file %s left after a clean end", p)
+		})
 	}
-	walk(dir)
+	got := map[string]int{}
+	readRows(t, fsys, dir, func(d string, r row) {
+		require.Equal(t, byUser(r), path.Base(d), "a row of %s in the wrong bucket %s", r.User, d)
+		got[fmt.Sprintf("%s/%d", r.User, r.Seq)]++
+	})
 	return got
 }
 
