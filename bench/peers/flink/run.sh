@@ -3,7 +3,7 @@
 #
 #   run.sh --brokers HOST:PORT --input TOPIC --output TOPIC --id NAME \
 #          --parallelism N --commit-ms 1000 [--checkpoint-dir DIR] \
-#          [--stop-timeout-ms MS] [--verbose]
+#          [--stop-timeout-ms MS] [--lake DIR [--lake-compact-ms MS]] [--verbose]
 #
 # Builds the shaded jar with Maven when it is missing or older than the
 # sources, then execs the JVM, so that the process the suite started is the

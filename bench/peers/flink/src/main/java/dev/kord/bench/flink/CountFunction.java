@@ -37,6 +37,6 @@ final class CountFunction extends KeyedProcessFunction<String, Event, Result> {
         Long before = count.value();
         long after = (before == null ? 0 : before) + 1;
         count.update(after);
-        out.collect(new Result(e.uuid, e.seq, after, e.ts));
+        out.collect(new Result(e.uuid, e.seq, after, e.ts, e.action, e.page));
     }
 }

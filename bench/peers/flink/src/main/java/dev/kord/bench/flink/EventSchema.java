@@ -13,7 +13,8 @@ import org.slf4j.LoggerFactory;
 /**
  * Parses an input record's value, a JSON event, into an {@link Event}. It
  * streams through the object with Jackson's parser and keeps uuid, seq and
- * ts; ts stays the input's exact string.
+ * ts; ts stays the input's exact string. With keepLakeFields (--lake) it
+ * keeps the action and page too.
  *
  * <p>A record that is not such an event (bad JSON, no uuid, no seq) is
  * logged and skipped rather than failing the job: a failed job would
@@ -23,7 +24,13 @@ final class EventSchema implements DeserializationSchema<Event> {
     private static final long serialVersionUID = 1L;
     private static final Logger LOG = LoggerFactory.getLogger(EventSchema.class);
 
+    private final boolean keepLakeFields;
     private transient JsonFactory json;
+
+    /** keepLakeFields: keep the event's action and page (--lake); else they are read past. */
+    EventSchema(boolean keepLakeFields) {
+        this.keepLakeFields = keepLakeFields;
+    }
 
     @Override
     public Event deserialize(byte[] message) throws IOException {
@@ -41,6 +48,8 @@ final class EventSchema implements DeserializationSchema<Event> {
             }
             String uuid = null;
             String ts = null;
+            String action = null;
+            String page = null;
             long seq = -1;
             while (p.nextToken() == JsonToken.FIELD_NAME) {
                 String field = p.currentName();
@@ -49,6 +58,20 @@ final class EventSchema implements DeserializationSchema<Event> {
                     case "uuid" -> uuid = value == JsonToken.VALUE_STRING ? p.getText() : null;
                     case "seq" -> seq = value == JsonToken.VALUE_NUMBER_INT ? p.getLongValue() : -1;
                     case "ts" -> ts = value == JsonToken.VALUE_STRING ? p.getText() : null;
+                    case "action" -> {
+                        if (keepLakeFields && value == JsonToken.VALUE_STRING) {
+                            action = p.getText();
+                        } else {
+                            p.skipChildren();
+                        }
+                    }
+                    case "page" -> {
+                        if (keepLakeFields && value == JsonToken.VALUE_STRING) {
+                            page = p.getText();
+                        } else {
+                            p.skipChildren();
+                        }
+                    }
                     default -> p.skipChildren();
                 }
             }
@@ -56,7 +79,7 @@ final class EventSchema implements DeserializationSchema<Event> {
                 LOG.warn("skipping an input event without a uuid or seq");
                 return null;
             }
-            return new Event(uuid, seq, ts);
+            return new Event(uuid, seq, ts, action, page);
         } catch (IOException e) {
             LOG.warn("skipping an input record that is not valid JSON: {}", e.getMessage());
             return null;

@@ -18,6 +18,7 @@ import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.CoreOptions;
 import org.apache.flink.configuration.ExternalizedCheckpointRetention;
 import org.apache.flink.configuration.PipelineOptions;
+import org.apache.flink.configuration.SecurityOptions;
 import org.apache.flink.configuration.StateBackendOptions;
 import org.apache.flink.configuration.StateRecoveryOptions;
 import org.apache.flink.configuration.WebOptions;
@@ -30,6 +31,7 @@ import org.apache.flink.core.execution.CheckpointingMode;
 import org.apache.flink.core.execution.JobClient;
 import org.apache.flink.core.execution.RecoveryClaimMode;
 import org.apache.flink.core.execution.SavepointFormatType;
+import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.kafka.clients.consumer.OffsetResetStrategy;
 import org.apache.logging.log4j.Level;
@@ -58,7 +60,7 @@ public final class Main {
                           [--parallelism 1] [--commit-ms 1000]
                           [--checkpoint-dir /tmp/kord-bench-flink/NAME]
                           [--stop-timeout-ms 20000] [--transaction-timeout-ms 60000]
-                          [--verbose]
+                          [--lake DIR [--lake-compact-ms 60000]] [--verbose]
             """;
 
     private Main() {}
@@ -74,6 +76,8 @@ public final class Main {
             Path dir,
             long stopTimeoutMs,
             long transactionTimeoutMs,
+            Path lake,
+            long lakeCompactMs,
             boolean verbose) {
 
         /** Parses --name value and --name=value; throws IllegalArgumentException with the reason. */
@@ -102,7 +106,8 @@ public final class Main {
                 }
                 switch (name) {
                     case "brokers", "input", "output", "id", "parallelism", "commit-ms",
-                            "checkpoint-dir", "stop-timeout-ms", "transaction-timeout-ms" -> v.put(name, value);
+                            "checkpoint-dir", "stop-timeout-ms", "transaction-timeout-ms",
+                            "lake", "lake-compact-ms" -> v.put(name, value);
                     default -> throw new IllegalArgumentException("unknown flag --" + name);
                 }
             }
@@ -120,8 +125,28 @@ public final class Main {
             long stopTimeoutMs = positive(v, "stop-timeout-ms", 20_000);
             long transactionTimeoutMs = positive(v, "transaction-timeout-ms", 60_000);
             Path dir = Path.of(v.getOrDefault("checkpoint-dir", "/tmp/kord-bench-flink/" + id)).toAbsolutePath();
+            String lakeDir = v.get("lake");
+            if (lakeDir != null && lakeDir.isEmpty()) {
+                throw new IllegalArgumentException("--lake wants a directory");
+            }
+            Path lake = lakeDir == null ? null : Path.of(lakeDir).toAbsolutePath();
+            long lakeCompactMs = 60_000;
+            if (v.containsKey("lake-compact-ms")) {
+                if (lake == null) {
+                    throw new IllegalArgumentException("--lake-compact-ms goes with --lake");
+                }
+                lakeCompactMs = v.get("lake-compact-ms").equals("0") ? 0 : positive(v, "lake-compact-ms", 0);
+            }
             return new Options(v.get("brokers"), v.get("input"), v.get("output"), id,
-                    parallelism, commitMs, dir, stopTimeoutMs, transactionTimeoutMs, verbose);
+                    parallelism, commitMs, dir, stopTimeoutMs, transactionTimeoutMs, lake, lakeCompactMs, verbose);
+        }
+
+        /**
+         * --lake-compact-ms in checkpoints, as Flink's compaction counts them
+         * (at least 1); 0: no compaction.
+         */
+        int lakeCompactCheckpoints() {
+            return lakeCompactMs == 0 ? 0 : (int) Math.max(1, (lakeCompactMs + commitMs - 1) / commitMs);
         }
 
         private static int positive(Map<String, String> v, String name, int def) {
@@ -250,6 +275,11 @@ public final class Main {
         // next run can clear what a killed one left.
         c.set(CoreOptions.TMP_DIRS, o.tmp().toString());
         c.set(WebOptions.TMP_DIR, o.tmp().toString());
+        // No delegation tokens are used. With Hadoop's classes on the class
+        // path (for --lake), the token manager's Hadoop providers would load
+        // some 400 of them and look for a Hadoop configuration at every
+        // start, --lake or not.
+        c.set(SecurityOptions.DELEGATION_TOKENS_ENABLED, false);
         from.ifPresent(p -> {
             c.set(StateRecoveryOptions.SAVEPOINT_PATH, p.toString());
             // The new run owns the checkpoint it resumes from and deletes it
@@ -269,7 +299,7 @@ public final class Main {
                 // Used only when the job has no checkpoint: after one, the
                 // source resumes from the offsets in it.
                 .setStartingOffsets(OffsetsInitializer.committedOffsets(OffsetResetStrategy.EARLIEST))
-                .setValueOnlyDeserializer(new EventSchema())
+                .setValueOnlyDeserializer(new EventSchema(o.lake() != null))
                 .setProperty("isolation.level", "read_committed")
                 .build();
 
@@ -292,15 +322,22 @@ public final class Main {
                 .setProperty("transaction.timeout.ms", Long.toString(o.transactionTimeoutMs()))
                 .build();
 
-        env.fromSource(source, WatermarkStrategy.noWatermarks(), "kafka-source")
+        DataStream<Result> results = env.fromSource(source, WatermarkStrategy.noWatermarks(), "kafka-source")
                 .uid("kafka-source")
                 .keyBy(e -> e.uuid, Types.STRING)
                 .process(new CountFunction())
                 .uid("count")
-                .name("count")
-                .sinkTo(sink)
+                .name("count");
+        results.sinkTo(sink)
                 .uid("kafka-sink")
                 .name("kafka-sink");
+        if (o.lake() != null) {
+            // The same results, landed as Parquet: published when the
+            // checkpoint that commits them to Kafka completes.
+            results.sinkTo(Lake.sink(o.lake(), o.lakeCompactCheckpoints()))
+                    .uid("lake-sink")
+                    .name("lake-sink");
+        }
     }
 
     /**
@@ -326,11 +363,18 @@ public final class Main {
      * If that does not finish within --stop-timeout-ms, the job is
      * cancelled: what the last completed checkpoint committed stays, and
      * the next run resumes from that checkpoint. Returns 0 either way.
+     *
+     * <p>With a compacting lake the stop drains: Flink's file compaction
+     * holds a bucket's files, hidden, until its next compaction, and only
+     * the end of the input (a drained stop, not a plain one) merges and
+     * publishes what it holds. Draining also sends the end-of-time
+     * watermark, which this job, with no timers or windows, ignores.
      */
     private static int stopJob(JobClient job, CompletableFuture<JobExecutionResult> done, Options o, String why) {
-        LOG.info("{}: stopping the job with a savepoint", why);
+        boolean drain = o.lake() != null && o.lakeCompactCheckpoints() > 0;
+        LOG.info("{}: stopping the job with a savepoint{}", why, drain ? ", draining" : "");
         try {
-            String savepoint = job.stopWithSavepoint(false, o.savepoints().toUri().toString(),
+            String savepoint = job.stopWithSavepoint(drain, o.savepoints().toUri().toString(),
                     SavepointFormatType.CANONICAL).get(o.stopTimeoutMs(), TimeUnit.MILLISECONDS);
             LOG.info("stopped; savepoint {}", savepoint);
             done.get(5, TimeUnit.SECONDS);
