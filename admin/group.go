@@ -152,3 +152,43 @@ func (c *Client) CommitGroupOffsets(ctx context.Context, group string, offsets [
 	}
 	return nil
 }
+
+// Member is one member of a consumer group, as DescribeGroups lists it.
+type Member struct {
+	ClientID   string
+	MemberID   string
+	InstanceID string // group.instance.id: "" unless a static member
+}
+
+// GroupMembers lists group's members now (Kafka's DescribeGroups;
+// kafka-consumer-groups --describe --members). A group that does not
+// exist, or has no members, has none. A static member stays listed until
+// its session times out, whether or not its process lives.
+func (c *Client) GroupMembers(ctx context.Context, group string) ([]Member, error) {
+	what := fmt.Sprintf("members of group %q", group)
+	var res kafka.DescribeConsumerGroupsResult
+	if err := c.do(ctx, what, func(ctx context.Context, slice time.Duration) error {
+		ga, err := c.groupAdmin()
+		if err != nil {
+			return err
+		}
+		res, err = ga.DescribeConsumerGroups(ctx, []string{group})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if len(res.ConsumerGroupDescriptions) != 1 {
+		return nil, fmt.Errorf("admin: %s: %d results", what, len(res.ConsumerGroupDescriptions))
+	}
+	d := res.ConsumerGroupDescriptions[0]
+	if code := d.Error.Code(); code == kafka.ErrGroupIDNotFound {
+		return nil, nil
+	} else if code != kafka.ErrNoError {
+		return nil, fmt.Errorf("admin: %s: %w", what, d.Error)
+	}
+	out := make([]Member, len(d.Members))
+	for i, m := range d.Members {
+		out[i] = Member{ClientID: m.ClientID, MemberID: m.ConsumerID, InstanceID: m.GroupInstanceID}
+	}
+	return out, nil
+}

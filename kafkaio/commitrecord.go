@@ -11,7 +11,11 @@ import (
 // group, inside the transaction that commits a checkpoint's output, so that
 // Kafka itself records which checkpoint is committed:
 //
-//	kord1;run=<run id>;ckpt=<checkpoint id>[;job=<job name>]
+//	kord1;run=<run id>;ckpt=<checkpoint id>[;job=<job name>][;inst=<instance>]
+//
+// inst is the instance (keyed.Instance) of a job on several processes
+// whose transaction committed it: what a survivor reads to find the
+// transactional id of a process that left the group (fenceDeparted).
 //
 // Fields after the version are key=value pairs separated by ';'; unknown keys
 // are kept out of the way of future versions (ignored on parse). Kafka caps
@@ -20,6 +24,7 @@ type commitRecord struct {
 	Run        string
 	Checkpoint uint64
 	Job        string
+	Instance   string
 }
 
 const commitRecordVersion = "kord1"
@@ -39,6 +44,9 @@ func (r commitRecord) String() string {
 	if r.Job != "" {
 		s += ";job=" + r.Job
 	}
+	if r.Instance != "" {
+		s += ";inst=" + r.Instance
+	}
 	return s
 }
 
@@ -54,6 +62,9 @@ func (r commitRecord) validate() error {
 	}
 	if r.Job != "" && !validField(r.Job) {
 		return fmt.Errorf("kafkaio: invalid job name %q in commit record", r.Job)
+	}
+	if r.Instance != "" && !validField(r.Instance) {
+		return fmt.Errorf("kafkaio: invalid instance %q in commit record", r.Instance)
 	}
 	return nil
 }
@@ -88,6 +99,11 @@ func parseCommitRecord(s string) (commitRecord, error) {
 				return commitRecord{}, fmt.Errorf("%w: job in %q", errNotCommitRecord, s)
 			}
 			r.Job = v
+		case "inst":
+			if !validField(v) {
+				return commitRecord{}, fmt.Errorf("%w: inst in %q", errNotCommitRecord, s)
+			}
+			r.Instance = v
 		}
 	}
 	if !haveRun || !haveCkpt {

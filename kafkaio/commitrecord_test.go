@@ -1,6 +1,7 @@
 package kafkaio
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,6 +11,7 @@ func TestCommitRecordRoundTrip(t *testing.T) {
 	for _, r := range []commitRecord{
 		{Run: "0123456789abcdef", Checkpoint: 0},
 		{Run: "r", Checkpoint: 18446744073709551615, Job: "user-behavior.counts"},
+		{Run: "r", Checkpoint: 3, Job: "j", Instance: "pod-7"},
 	} {
 		require.NoError(t, r.validate())
 		got, err := parseCommitRecord(r.String())
@@ -17,6 +19,20 @@ func TestCommitRecordRoundTrip(t *testing.T) {
 		require.Equal(t, r, got)
 	}
 	require.Equal(t, "kord1;run=ab;ckpt=7;job=j", commitRecord{Run: "ab", Checkpoint: 7, Job: "j"}.String())
+	require.Equal(t, "kord1;run=ab;ckpt=7;job=j;inst=p1", commitRecord{Run: "ab", Checkpoint: 7, Job: "j", Instance: "p1"}.String())
+	// A record of a kord before instances parses without one.
+	r, err := parseCommitRecord("kord1;run=ab;ckpt=7;job=j")
+	require.NoError(t, err)
+	require.Empty(t, r.Instance)
+}
+
+func TestValidInstance(t *testing.T) {
+	for _, id := range []string{"p0", "pod-7", "a.b_c-D9", strings.Repeat("x", 249)} {
+		require.True(t, validInstance(id), id)
+	}
+	for _, id := range []string{"", "a;b", "a=b", "a b", "é", strings.Repeat("x", 250)} {
+		require.False(t, validInstance(id), id)
+	}
 }
 
 func TestCommitRecordRejects(t *testing.T) {
@@ -34,6 +50,9 @@ func TestCommitRecordRejects(t *testing.T) {
 	require.Equal(t, commitRecord{Run: "a", Checkpoint: 1}, r)
 	require.Error(t, commitRecord{Run: "a;b"}.validate())
 	require.Error(t, commitRecord{Run: "a", Job: "x=y"}.validate())
+	require.Error(t, commitRecord{Run: "a", Instance: "x;y"}.validate())
+	_, err = parseCommitRecord("kord1;run=a;ckpt=1;inst=")
+	require.ErrorIs(t, err, errNotCommitRecord)
 }
 
 func FuzzParseCommitRecord(f *testing.F) {

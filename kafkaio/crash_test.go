@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,16 +72,41 @@ func childMain() int {
 		spec.sinkOpts = append(spec.sinkOpts, kafkaio.SessionTimeout(time.Duration(session)*time.Millisecond))
 		spec.opts = append(spec.opts, keyed.Instance(id))
 		// A checkpoint timeout of 5 s makes the transaction timeout 15 s:
-		// how long a dead process's open transaction holds readers back.
-		spec.opts = append(spec.opts, keyed.CheckpointTimeout(5*time.Second))
+		// how long a dead process's open transaction holds readers back
+		// when no survivor fences it. KORD_JOB_CHECKPOINT_TIMEOUT sets
+		// another.
+		timeout := 5 * time.Second
+		if d, err := time.ParseDuration(os.Getenv("KORD_JOB_CHECKPOINT_TIMEOUT")); err == nil {
+			timeout = d
+		}
+		spec.opts = append(spec.opts, keyed.CheckpointTimeout(timeout))
 	}
 	j, _, sink := newJob(spec)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	// An instance whose hold file exists stops before it sends a commit's
+	// offsets, its transaction open with the checkpoint's output in it,
+	// says "holding", and goes on when the file is removed: for a SIGKILL
+	// that must find a transaction open (killInTransaction).
+	hold := ""
+	if id := os.Getenv("KORD_JOB_INSTANCE"); id != "" {
+		hold = filepath.Join(spec.dir, "hold-"+id)
+	}
 	ctx = failpoint.WithHook(ctx, func(p string) error {
 		if p == failpoint.AfterCommit {
 			fmt.Fprintln(os.Stdout, "committed")
 			spec.logger.Info("test: committed")
+		}
+		if p == failpoint.BeforeSendOffsets && hold != "" {
+			if _, err := os.Stat(hold); err == nil {
+				fmt.Fprintln(os.Stdout, "holding")
+				for ctx.Err() == nil {
+					if _, err := os.Stat(hold); err != nil {
+						break
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
 		}
 		return nil
 	})

@@ -292,9 +292,16 @@ func InitTimeout(d time.Duration) Opt {
 }
 
 // SessionTimeout is how long Kafka waits for a silent process of a job on
-// several processes (keyed.Instance) before it moves the process's partitions to
-// the others: the group member's session.timeout.ms. Default 45 s, Kafka's.
-// Configures a sink.
+// several processes (keyed.Instance) before it moves the process's
+// partitions to the others: the group member's session.timeout.ms. Default
+// 10 s, Kafka's default before 3.0 (KIP-735 made it 45 s). It bounds how
+// long a dead process holds back the others' output too: when its
+// partitions move, a survivor fences its transactional id, which aborts
+// what it left open, and read_committed readers see the output behind it
+// again. A longer one rides out longer pauses (the heartbeats come from
+// librdkafka's own thread, which Go's garbage collector does not stop);
+// a process restarted under its id within it gets its partitions back
+// without a rebalance. Configures a sink.
 func SessionTimeout(d time.Duration) Opt {
 	return func(o *options) {
 		if o.is("SessionTimeout", toSink|toRepartition) {
@@ -303,12 +310,16 @@ func SessionTimeout(d time.Duration) Opt {
 	}
 }
 
+// defaultSession is SessionTimeout's default.
+const defaultSession = 10 * time.Second
+
 // memberSettings are the group member's settings beside the Client's.
 func (o *options) memberSettings() map[string]string {
-	if o.session <= 0 {
-		return nil
+	session := o.session
+	if session <= 0 {
+		session = defaultSession
 	}
-	return map[string]string{"session.timeout.ms": strconv.FormatInt(o.session.Milliseconds(), 10)}
+	return map[string]string{"session.timeout.ms": strconv.FormatInt(session.Milliseconds(), 10)}
 }
 
 // Partitions sets the repartition topic's partition count, that is the

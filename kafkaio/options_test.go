@@ -49,6 +49,13 @@ func TestOptionsMisplaced(t *testing.T) {
 	require.NoError(t, err)
 	sink = kafkaio.NewSink(c, "out", serde.String(), kafkaio.Set("linger.ms", "5"), kafkaio.Logger(nil)).(*kafkaio.Sink[string])
 	require.NoError(t, sink.ValidateSink(info))
+
+	// An instance id Kafka would refuse as a group.instance.id.
+	scaled := info
+	scaled.Instance = "pod 7"
+	require.ErrorContains(t, sink.ValidateSink(scaled), `sink to topic "out": instance id "pod 7" (keyed.Instance)`)
+	scaled.Instance = "pod-7"
+	require.NoError(t, sink.ValidateSink(scaled))
 }
 
 // TestOutputRefusals: a job's further Kafka sink must be an Output of

@@ -22,6 +22,7 @@ type procs struct {
 	t       *testing.T
 	f       *fixture
 	session time.Duration
+	env     []string // the children's environment beside startChild's
 	running map[string]*crashtest.Child
 	all     []*crashtest.Child
 }
@@ -33,7 +34,7 @@ func (f *fixture) procs(session time.Duration) *procs {
 // start starts instance ids.
 func (ps *procs) start(ids ...string) {
 	for _, id := range ids {
-		ps.running[id] = ps.f.startChild(id, ps.session)
+		ps.running[id] = ps.f.startChild(id, ps.session, ps.env...)
 		ps.all = append(ps.all, ps.running[id])
 	}
 }
@@ -77,14 +78,18 @@ func (ps *procs) waitCommits(n int, what string, ids ...string) {
 	for _, id := range ids {
 		before[id] = ps.commits(id)
 	}
-	require.Eventually(ps.t, func() bool {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		done := true
 		for _, id := range ids {
-			if ps.commits(id) < before[id]+n {
-				return false
-			}
+			done = done && ps.commits(id) >= before[id]+n
 		}
-		return true
-	}, 2*time.Minute, 20*time.Millisecond, "%s: %v commit\n%s", what, ids, ps.logs)
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			require.FailNow(ps.t, fmt.Sprintf("%s: %v did not commit %d times within 2 minutes", what, ids, n), ps.logs())
+		}
+	}
 }
 
 // stop stops process id with SIGTERM and requires a clean exit.

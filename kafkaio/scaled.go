@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -46,6 +47,22 @@ const (
 	fenceWindow = 10 * time.Minute
 )
 
+// validInstance reports whether id is a valid group.instance.id: Kafka
+// refuses one that is empty, longer than 249 characters or holds others
+// than ASCII letters, digits, '.', '_' and '-' (JoinGroupRequest's
+// validateGroupInstanceId, the rule of topic names).
+func validInstance(id string) bool {
+	if id == "" || len(id) > 249 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // scaled reports whether the job runs on several processes, this one its
 // instance SinkInfo.Instance (keyed.Instance).
 func (s *sink[T]) scaled() bool { return s.info.Instance != "" }
@@ -72,15 +89,7 @@ func (s *sink[T]) join(ctx context.Context, info connector.SinkInfo) error {
 		if err := classify(merr); errors.Is(err, keyed.ErrPermanent) {
 			return err
 		}
-		now := time.Now()
-		recent := s.fencings[:0]
-		for _, t := range s.fencings {
-			if now.Sub(t) < fenceWindow {
-				recent = append(recent, t)
-			}
-		}
-		s.fencings = append(recent, now)
-		if len(s.fencings) >= maxFencings {
+		if s.fencedAgain() >= maxFencings {
 			return keyed.Permanent(sinkErrorf(s.topic, "instance %q fell out of group %s %d times within %v, last: %w; another running process may use the same instance id (keyed.Instance: give each process its own), or this one cannot heartbeat within session.timeout.ms (kafkaio.SessionTimeout)",
 				s.info.Instance, CommitGroup(info.Job), len(s.fencings), fenceWindow, merr))
 		}
@@ -112,6 +121,40 @@ func (s *sink[T]) join(ctx context.Context, info connector.SinkInfo) error {
 	}
 	s.member, s.ms = m, ms
 	return nil
+}
+
+// fencedAgain counts one more fencing of this instance, of its member or
+// of its producer, and returns how many fell within fenceWindow; called
+// with s.mu held.
+func (s *sink[T]) fencedAgain() int {
+	now := time.Now()
+	recent := s.fencings[:0]
+	for _, t := range s.fencings {
+		if now.Sub(t) < fenceWindow {
+			recent = append(recent, t)
+		}
+	}
+	s.fencings = append(recent, now)
+	return len(s.fencings)
+}
+
+// producerFenced classifies err, which is producer.ErrFenced, on a job of
+// several processes: an unknown outcome, which the engine recovers from
+// with a new producer (Reset), unless this instance was fenced
+// maxFencings times within fenceWindow. A survivor fences the
+// transactional id of an instance that left the group (fenceDeparted); a
+// process paused past its session comes back to a fenced producer, and
+// must go on, as it goes on after its member was fenced (join). Two
+// running processes with one instance id fence each other in turn, and
+// fail here. Called with s.mu held.
+func (s *sink[T]) producerFenced(err error) error {
+	if n := s.fencedAgain(); n >= maxFencings {
+		return keyed.Permanent(fmt.Errorf("instance %q fenced %d times within %v (another running process may use the same instance id: keyed.Instance must be unique): %w",
+			s.info.Instance, n, fenceWindow, err))
+	}
+	s.log.Warn("kafkaio: sink: the producer was fenced (this instance was out of the group, and another process fenced its transactional id): the run ends uncommitted, and the next starts with a new producer",
+		"instance", s.info.Instance, "err", err)
+	return keyed.OutcomeUnknown(err)
 }
 
 // change closes changed and makes a new one; called with ms.mu held.
@@ -240,9 +283,11 @@ func (s *sink[T]) Released() {
 
 // recordedParts reads every input partition's committed offset and record
 // in the commit group (stable offsets: a pending transactional commit is
-// waited for).
+// waited for), and fences the instances those records name that have left
+// the group (fenceDeparted).
 func (s *sink[T]) recordedParts(ctx context.Context, group string, offs []admin.Committed) (*connector.Recorded, error) {
 	rec := &connector.Recorded{Where: "commit group " + group}
+	var crs []commitRecord
 	for _, o := range offs {
 		if o.Offset < 0 {
 			continue
@@ -253,7 +298,9 @@ func (s *sink[T]) recordedParts(ctx context.Context, group string, offs []admin.
 		}
 		rec.Parts = append(rec.Parts, connector.PartitionRecord{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset,
 			Ref: checkpoint.Ref{Run: cr.Run, ID: cr.Checkpoint}})
+		crs = append(crs, cr)
 	}
+	s.fenceDeparted(ctx, group, crs)
 	if len(rec.Parts) == 0 {
 		return nil, nil
 	}
@@ -267,4 +314,101 @@ func (s *sink[T]) sendOffsets(ctx context.Context, group string, offs []producer
 		return s.p.SendOffsetsToTransactionFor(ctx, s.member, offs)
 	}
 	return s.p.SendOffsetsToTransaction(ctx, group, offs)
+}
+
+// fenceTimeout bounds the fencing of the departed instances at a run's
+// start (fenceDeparted); past it the run goes on, and a departed
+// instance's open transaction ends at its timeout as before.
+const fenceTimeout = 10 * time.Second
+
+// fenceDeparted fences the transactional id of every instance that
+// committed one of the job's input partitions (its commit record names
+// it: recs) and is no longer a member of the commit group: a process that
+// died, or stopped, and whose session has expired. Its InitTransactions
+// aborts what the departed process left open, at once, where the
+// transaction's timeout (transaction.timeout.ms, about 71 s with kord's
+// derived settings) would otherwise hold every read_committed reader of
+// the partitions it wrote back, the survivors' output included: the last
+// stable offset cannot pass an open transaction. Kafka Streams keeps that
+// wait short instead, with a 10 s transaction timeout under exactly-once.
+//
+// A live process is never fenced: it is a member until its session
+// expires, and its partitions move only then. A process that was paused
+// past its session and comes back finds its producer fenced as well as
+// its generation (KIP-447); both end its run, uncommitted, and it joins
+// again with a new producer (failed). An instance restarted under its id
+// while a survivor fences it can have its new producer fenced the same
+// way, and recovers the same way.
+//
+// Each departure is fenced once by this sink; one that fails is logged
+// and tried again at the next run. Runs at the start of every run over a
+// new assignment (Recorded), where a departed process's partitions arrive.
+func (s *sink[T]) fenceDeparted(ctx context.Context, group string, recs []commitRecord) {
+	s.mu.Lock()
+	self, job, settings, log := s.info.Instance, s.info.Job, s.settings, s.log
+	s.mu.Unlock()
+	named := map[string]bool{}
+	for _, r := range recs {
+		if r.Instance != "" && r.Instance != self {
+			named[r.Instance] = true
+		}
+	}
+	if len(named) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, fenceTimeout)
+	defer cancel()
+	a, err := s.c.admin(log)
+	if err != nil {
+		log.Warn("kafkaio: sink: cannot list the commit group's members to fence departed instances", "group", group, "err", err)
+		return
+	}
+	members, err := a.GroupMembers(ctx, group)
+	a.Close()
+	if err != nil {
+		log.Warn("kafkaio: sink: cannot list the commit group's members to fence departed instances", "group", group, "err", err)
+		return
+	}
+	s.mu.Lock()
+	if s.departed == nil {
+		s.departed = map[string]bool{}
+	}
+	for _, m := range members {
+		delete(named, m.InstanceID)
+		delete(s.departed, m.InstanceID)
+	}
+	var fence []string
+	for id := range named {
+		if !s.departed[id] {
+			fence = append(fence, id)
+		}
+	}
+	s.mu.Unlock()
+	sort.Strings(fence)
+	for _, id := range fence {
+		tid := InstanceTransactionalID(job, id)
+		began := time.Now()
+		if err := fenceTransactionalID(ctx, s.c, log, settings, tid); err != nil {
+			log.Warn("kafkaio: sink: fencing a departed instance failed: its open transaction, if any, ends at its timeout", "instance", id, "transactional_id", tid, "err", err)
+			continue
+		}
+		s.mu.Lock()
+		s.departed[id] = true
+		s.mu.Unlock()
+		log.Info("kafkaio: sink: fenced a departed instance: it is no longer in the commit group, and what it left open is aborted",
+			"instance", id, "transactional_id", tid, "group", group, "took", time.Since(began).Round(time.Millisecond))
+	}
+}
+
+// fenceTransactionalID starts a producer under tid and initializes its
+// transactions, which fences every earlier producer of tid and aborts its
+// open transaction, then closes it.
+func fenceTransactionalID(ctx context.Context, c *Client, log *slog.Logger, settings map[string]string, tid string) error {
+	opts := append(c.producerOpts(log, settings), producer.TransactionalID(tid), producer.CloseTimeout(5*time.Second), producer.Logger(log))
+	p, err := producer.New[[]byte, []byte](nil, nil, opts...)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	return p.InitTransactions(ctx)
 }

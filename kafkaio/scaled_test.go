@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -156,95 +157,143 @@ func field(line, key string) string {
 
 // startChild starts instance id of the fixture's job in a child process
 // (SIGKILL-able), on the fixture's shared directory.
-func (f *fixture) startChild(id string, session time.Duration) *crashtest.Child {
-	return crashtest.Start(f.t,
+func (f *fixture) startChild(id string, session time.Duration, env ...string) *crashtest.Child {
+	return crashtest.Start(f.t, append([]string{
 		"KORD_TEST_CHILD=job",
-		"KORD_JOB_NAME="+f.name, "KORD_JOB_BROKERS="+f.c.Brokers,
-		"KORD_JOB_INPUT="+f.in, "KORD_JOB_OUTPUT="+f.out,
-		"KORD_JOB_DIR="+f.dir, "KORD_JOB_INTERVAL="+f.interval.String(),
-		"KORD_JOB_PARALLELISM=2", "KORD_JOB_INSTANCE="+id,
-		"KORD_JOB_SESSION_MS="+strconv.FormatInt(session.Milliseconds(), 10))
+		"KORD_JOB_NAME=" + f.name, "KORD_JOB_BROKERS=" + f.c.Brokers,
+		"KORD_JOB_INPUT=" + f.in, "KORD_JOB_OUTPUT=" + f.out,
+		"KORD_JOB_DIR=" + f.dir, "KORD_JOB_INTERVAL=" + f.interval.String(),
+		"KORD_JOB_PARALLELISM=2", "KORD_JOB_INSTANCE=" + id,
+		"KORD_JOB_SESSION_MS=" + strconv.FormatInt(session.Milliseconds(), 10)}, env...)...)
 }
 
-// TestScaledKill: one job on three processes, input arriving; one is
-// SIGKILLed with its transaction open. Kafka moves its partitions to the
-// other two after the session timeout, they restore its partitions' state
-// from the checkpoints its records name, and the output read by a
-// read_committed reader is every result exactly once, in order, with
-// counts that continue. The test logs the time from the kill to the
-// survivors' first commit over the dead process's partitions.
+// TestScaledKill: one job on three processes, input arriving, whose
+// transaction timeout (70 s) is far above its session timeout (6 s). One
+// process is SIGKILLed with its transaction open and restarted at once
+// under its id; its new producer aborts what it left. Then another is
+// SIGKILLed and never comes back: Kafka moves its partitions to the other
+// two after the session timeout, they restore its partitions' state from
+// the checkpoints its records name, and one of them fences its
+// transactional id, which aborts its open transaction without waiting for
+// the timeout. Each time, the test measures how long read_committed
+// readers were held back (until every output partition's last stable
+// offset passed its high watermark at the kill) and requires it well
+// below the transaction timeout; the output read by a read_committed
+// reader is every result exactly once, in order, with counts that
+// continue.
 func TestScaledKill(t *testing.T) {
 	c := kafkatest.Broker(t)
 	f := newFixture(t, c, 6, 200)
 	f.fill(2000)
-	prodErr := f.produceInBackground(8000, 400, 3*time.Minute)
+	prodErr := f.produceInBackground(12000, 400, 3*time.Minute)
 	const session = 6 * time.Second
+	txnTimeout := f.interval + 60*time.Second + 10*time.Second
 	ps := f.procs(session)
+	ps.env = []string{"KORD_JOB_CHECKPOINT_TIMEOUT=60s"}
 	ps.start("p0", "p1", "p2")
 	ps.waitCommits(2, "every process commits")
 	logs := ps.logs
 
-	// p1 dies holding an open transaction over its partitions, with
-	// records in it: one of its output partitions has a last stable offset
-	// below its high watermark (right after a commit its transaction is
-	// empty, and holds no reader back).
+	// p2 dies holding an open transaction and is restarted at once.
+	killed := f.killInTransaction(ps, "p2")
+	ps.start("p2")
+	held := f.stall(t, killed)
+	t.Logf("read_committed stall behind p2's open transaction, p2 restarted at once: %v (transaction timeout %v)", held.Round(time.Millisecond), txnTimeout)
+	require.Less(t, held, txnTimeout/2, "the restarted instance did not abort its predecessor's transaction\n%s", logs())
+	ps.waitCommits(2, "every process commits after p2's restart")
+
+	// p1 dies holding an open transaction and does not come back.
 	owned := lastAssigned(ps.get("p1").Stderr.String())
-	require.NotEmpty(t, owned, "p1's assignment\n%s", logs())
+	killed = f.killInTransaction(ps, "p1")
+	held = f.stall(t, killed)
+	t.Logf("read_committed stall behind p1's open transaction, p1 not restarted: %v (session timeout %v, transaction timeout %v)", held.Round(time.Millisecond), session, txnTimeout)
+	require.Less(t, held, txnTimeout/2, "no survivor fenced p1's transaction: readers waited for its timeout\n%s", logs())
 	require.Eventually(t, func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		hw, err1 := f.ends(ctx, f.out, 0)
-		lso, err2 := f.ends(ctx, f.out, 1)
-		if err1 != nil || err2 != nil {
-			return false
-		}
-		for _, p := range owned {
-			if lso[p] < hw[p] {
-				return true
-			}
-		}
-		return false
-	}, time.Minute, 20*time.Millisecond, "p1 writes in a transaction\n%s", logs)
-	killed := time.Now()
-	ps.kill("p1")
-	t.Logf("SIGKILLed p1, which owned partitions %v", owned)
-	// The stall of read_committed readers: until every output partition's
-	// last stable offset passes its high watermark at the kill (the dead
-	// process's open transaction is aborted by its timeout).
-	stall := make(chan time.Duration, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		hw, err := f.ends(ctx, f.out, 0)
-		if err != nil {
-			stall <- -1
-			return
-		}
-		for ctx.Err() == nil {
-			lso, err := f.ends(ctx, f.out, 1)
-			done := err == nil
-			for p, h := range hw {
-				done = done && lso[p] >= h
-			}
-			if done {
-				stall <- time.Since(killed)
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		stall <- -1
-	}()
+		return slices.ContainsFunc([]string{ps.get("p0").Stderr.String(), ps.get("p2").Stderr.String()}, func(l string) bool {
+			return strings.Contains(grepLines(l, "fenced a departed instance"), "instance=p1")
+		})
+	}, 30*time.Second, 20*time.Millisecond, "no survivor says it fenced p1\n%s", logs())
 
 	require.NoError(t, <-prodErr)
 	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
 	resumed := resumeTime(t, []string{ps.get("p0").Stderr.String(), ps.get("p2").Stderr.String()}, owned, killed)
-	t.Logf("kill to the first commit covering p1's partitions: %v (session timeout %v)", resumed.Sub(killed).Round(time.Millisecond), session)
-	held := <-stall
-	require.Positive(t, held, "read_committed readers still held back 2 minutes after the kill: p1's transaction never timed out")
-	t.Logf("read_committed stall behind p1's open transaction: %v (transaction timeout %v)", held.Round(time.Millisecond), transactionTimeout(f))
+	t.Logf("kill to the first commit covering p1's partitions %v: %v (session timeout %v)", owned, resumed.Sub(killed).Round(time.Millisecond), session)
 	ps.stopAll()
 	require.Equal(t, f.expected(), len(recs), "%s", logs())
 	f.verify()
+}
+
+// killInTransaction SIGKILLs process id while its transaction is open
+// with records in it: its hold file (childMain) stops it before it sends
+// a commit's offsets, and one of the output partitions it owns must then
+// have a last stable offset below its high watermark (a checkpoint's
+// transaction may hold no records of them: the file is removed, and the
+// next commit is held). It returns when it killed.
+func (f *fixture) killInTransaction(ps *procs, id string) time.Time {
+	t := f.t
+	t.Helper()
+	owned := lastAssigned(ps.get(id).Stderr.String())
+	require.NotEmpty(t, owned, "%s's assignment\n%s", id, ps.logs())
+	hold := filepath.Join(f.dir, "hold-"+id)
+	defer os.Remove(hold)
+	c := ps.get(id)
+	for try := 1; ; try++ {
+		holds := strings.Count(c.Stdout.String(), "holding")
+		require.NoError(t, os.WriteFile(hold, nil, 0o644))
+		require.Eventually(t, func() bool { return strings.Count(c.Stdout.String(), "holding") > holds }, time.Minute, 10*time.Millisecond,
+			"%s holds its transaction open (try %d)\n%s", id, try, ps.logs())
+		// Its records reach the brokers while it holds (librdkafka's
+		// linger).
+		open := func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			hw, err1 := f.ends(ctx, f.out, 0)
+			lso, err2 := f.ends(ctx, f.out, 1)
+			open := false
+			for _, p := range owned {
+				open = open || lso[p] < hw[p]
+			}
+			return err1 == nil && err2 == nil && open
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for !open() && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if open() {
+			break
+		}
+		t.Logf("%s's transaction %d held no records of %v", id, try, owned)
+		require.Less(t, try, 10, "%s held 10 transactions with no records in %v\n%s", id, owned, ps.logs())
+		require.NoError(t, os.Remove(hold))
+	}
+	killed := time.Now()
+	ps.kill(id)
+	t.Logf("SIGKILLed %s, which owned partitions %v, its transaction open", id, owned)
+	return killed
+}
+
+// stall returns how long read_committed readers were held back after
+// killed: until every output partition's last stable offset passed its
+// high watermark at the call. It fails the test after 2 minutes.
+func (f *fixture) stall(t *testing.T, killed time.Time) time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	hw, err := f.ends(ctx, f.out, 0)
+	require.NoError(t, err)
+	for ctx.Err() == nil {
+		lso, err := f.ends(ctx, f.out, 1)
+		done := err == nil
+		for p, h := range hw {
+			done = done && lso[p] >= h
+		}
+		if done {
+			return time.Since(killed)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("read_committed readers still held back 2 minutes after the kill")
+	return 0
 }
 
 // rebalancePauses returns, for each run a process started over a changed
@@ -336,8 +385,10 @@ func resumeTime(t *testing.T, logs []string, owned []int32, killed time.Time) ti
 // session timeout, with its transaction open; Kafka moves its partitions
 // to the other, which restores them and goes on. Then it is continued
 // (SIGCONT): a zombie of an older generation, whose commit the group
-// coordinator refuses (KIP-447), so its output is aborted; it rejoins and
-// the partitions move back. The output is every result exactly once.
+// coordinator refuses (KIP-447), and whose producer p0 fenced when it
+// took the partitions (fenceDeparted), so its output is aborted; it
+// rejoins with a new producer, goes on, and the partitions move back. The
+// output is every result exactly once.
 func TestScaledZombie(t *testing.T) {
 	c := kafkatest.Broker(t)
 	f := newFixture(t, c, 4, 200)
@@ -353,12 +404,19 @@ func TestScaledZombie(t *testing.T) {
 	stopped := time.Now()
 	t.Logf("SIGSTOPped p1")
 	require.Eventually(t, func() bool { return len(lastAssigned(ps.get("p0").Stderr.String())) == 4 }, time.Minute, 20*time.Millisecond,
-		"p0 takes every partition\n%s", logs)
+		"p0 takes every partition\n%s", logs())
 	t.Logf("p0 took p1's partitions after %v", time.Since(stopped).Round(time.Millisecond))
 	ps.waitCommits(2, "p0 goes on", "p0")
 	beforeCont := len(zombie.Stderr.String()) // a stopped process writes nothing
+	// p0 fenced p1's transactional id, which had left the group with its
+	// transaction open.
+	require.Contains(t, grepLines(ps.get("p0").Stderr.String(), "fenced a departed instance"), "instance=p1", "%s", logs())
 	require.NoError(t, zombie.Cmd.Process.Signal(syscall.SIGCONT))
 	t.Logf("SIGCONTinued p1 after %v", time.Since(stopped).Round(time.Millisecond))
+	// A live process is never killed by that fencing: p1 finds its
+	// producer fenced as well as its generation, joins again with a new
+	// producer and goes on.
+	ps.waitCommits(2, "p1 goes on after SIGCONT", "p1")
 
 	require.NoError(t, <-prodErr)
 	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
@@ -424,7 +482,7 @@ func TestScaledScaleAndRoll(t *testing.T) {
 	ps.stop("p2")
 	require.Eventually(t, func() bool {
 		return len(lastAssigned(ps.get("p0").Stderr.String()))+len(lastAssigned(ps.get("p1").Stderr.String())) == 6
-	}, time.Minute, 20*time.Millisecond, "p2's partitions move\n%s", logs)
+	}, time.Minute, 20*time.Millisecond, "p2's partitions move\n%s", logs())
 	for _, id := range []string{"p0", "p1"} {
 		t.Logf("rolling restart: %s", id)
 		owned := lastAssigned(ps.get(id).Stderr.String())

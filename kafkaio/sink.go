@@ -67,6 +67,13 @@ type sink[T any] struct {
 	member   *consumer.Member
 	ms       *membership
 	fencings []time.Time // when members fell out of the group (join)
+	// settings are the producer's, kept from Reset for the producers
+	// that fence departed instances (fenceDeparted).
+	settings map[string]string
+	// departed are the instances this sink fenced while they were out of
+	// the group, so that each departure is fenced once; an instance seen
+	// in the group again is taken out.
+	departed map[string]bool
 }
 
 // Set by tests only.
@@ -138,6 +145,9 @@ func (s *sink[T]) ValidateSink(info connector.SinkInfo) error {
 				errs = append(errs, sinkErrorf(s.topic, "topic %s is also an input of the job", out))
 			}
 		}
+	}
+	if info.Instance != "" && !validInstance(info.Instance) {
+		errs = append(errs, sinkConfigErrorf(s.topic, "instance id %q (keyed.Instance): Kafka's group.instance.id takes 1 to 249 of a-z, A-Z, 0-9, '.', '_' and '-'", info.Instance))
 	}
 	if _, _, err := s.checkSettings(info); err != nil {
 		errs = append(errs, err)
@@ -213,6 +223,7 @@ func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error
 	if settings, err = s.sizedSettings(ictx, settings); err != nil {
 		return err
 	}
+	s.settings = settings
 	if s.scaled() {
 		if err := s.join(ictx, info); err != nil {
 			return err
@@ -249,6 +260,9 @@ func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error
 	}
 	if err := p.InitTransactions(ictx); err != nil {
 		p.Close()
+		if s.scaled() && errors.Is(err, producer.ErrFenced) {
+			return sinkErrorf(s.topic, "on brokers %s: %w", s.c.BrokerList(), s.producerFenced(err))
+		}
 		if errors.Is(err, producer.ErrConfig) || errors.Is(err, producer.ErrFenced) || errors.Is(err, producer.ErrAuth) {
 			return keyed.Permanent(sinkErrorf(s.topic, "on brokers %s: %w", s.c.BrokerList(), err))
 		}
@@ -637,7 +651,9 @@ func (s *sink[T]) abortIfRequired(ctx context.Context, err error) error {
 // classified), kept for every later call, and returned. Called with s.mu
 // held.
 func (s *sink[T]) failed(err error) error {
-	if errors.Is(err, producer.ErrFenced) || errors.Is(err, producer.ErrConfig) || errors.Is(err, producer.ErrAuth) {
+	if s.scaled() && errors.Is(err, producer.ErrFenced) {
+		err = s.producerFenced(err)
+	} else if errors.Is(err, producer.ErrFenced) || errors.Is(err, producer.ErrConfig) || errors.Is(err, producer.ErrAuth) {
 		err = keyed.Permanent(err)
 	} else {
 		err = keyed.OutcomeUnknown(err)
@@ -681,7 +697,7 @@ func (s *sink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []chec
 		return s.err
 	}
 	group := CommitGroup(s.info.Job)
-	meta := commitRecord{Run: ref.Run, Checkpoint: ref.ID, Job: s.info.Job}.String()
+	meta := commitRecord{Run: ref.Run, Checkpoint: ref.ID, Job: s.info.Job, Instance: s.info.Instance}.String()
 	offs := make([]producer.Offset, len(offsets))
 	for i, o := range offsets {
 		offs[i] = producer.Offset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Metadata: meta}
