@@ -86,7 +86,7 @@ func childMain() int {
 	defer stop()
 	// An instance whose hold file exists stops before it sends a commit's
 	// offsets, its transaction open with the checkpoint's output in it,
-	// says "holding", and goes on when the file is removed: for a SIGKILL
+	// says "holding", and goes on when the file is removed ("released"): for a SIGKILL
 	// that must find a transaction open (killInTransaction).
 	hold := ""
 	if id := os.Getenv("KORD_JOB_INSTANCE"); id != "" {
@@ -106,6 +106,7 @@ func childMain() int {
 					}
 					time.Sleep(10 * time.Millisecond)
 				}
+				fmt.Fprintln(os.Stdout, "released")
 			}
 		}
 		return nil
