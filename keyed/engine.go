@@ -609,6 +609,12 @@ func (j *Job) decide(ctx context.Context, r *run) (d recovery.Decision, rec *con
 			_, _, err := checkpoint.ReadCheckpoint(ctx, r.store, ref.Run, ref.ID)
 			return err
 		}})
+	if err != nil && !errors.Is(err, checkpoint.ErrCommittedMissing) && !errors.Is(err, checkpoint.ErrAmbiguous) {
+		// The storage failed to read a checkpoint (an EIO, a bucket that
+		// did not answer): retryable, since it may pass, and nothing to
+		// do with what the checkpoint holds (recovery.Unusable).
+		return d, nil, fmt.Errorf("keyed: restoring from %s: %w", j.storageName(), err)
+	}
 	if err != nil {
 		// What is on disk and what the sink recorded disagree: no restart
 		// can mend that.
@@ -644,6 +650,9 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 		return rs, nil
 	}
 	m, files, err := checkpoint.ReadCheckpoint(ctx, r.store, d.Ref.Run, d.Ref.ID)
+	if err != nil && !recovery.Unusable(err) {
+		return nil, fmt.Errorf("keyed: restoring checkpoint %s: %w", d.Ref, err) // a failure to read: retryable
+	}
 	if err != nil {
 		return nil, Permanent(fmt.Errorf("keyed: %w; %s", err, j.waysForward(checkpoint.ErrCommittedMissing)))
 	}
