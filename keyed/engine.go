@@ -833,6 +833,7 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 				if crashed(a.err) {
 					return c.progressed, a.err
 				}
+				c.failedBy(a.id, fmt.Errorf("task %s: %w", r.names[a.task], a.err))
 				effs = lc.TaskFailed(a.id, time.Now())
 				break
 			}
@@ -875,6 +876,10 @@ type coordinator struct {
 	maxP       int
 	pending    map[uint64]*collected
 	progressed bool // some checkpoint committed
+	// cause is what failed the checkpoint in flight (a task's snapshot
+	// write, its metadata write): the abort's error and, past
+	// TolerableFailures, the job's.
+	cause error
 }
 
 // collected is what the tasks' acks of a checkpoint brought.
@@ -882,7 +887,8 @@ type collected struct {
 	offsets []checkpoint.PartitionOffset
 	files   []checkpoint.FileRef
 	refs    []checkpoint.OperatorRef
-	wm      int64 // the oldest operator task watermark so far
+	wm      int64        // the oldest operator task watermark so far
+	acked   map[int]bool // the tasks that acked
 }
 
 // collect keeps what ack a brings for its checkpoint.
@@ -894,6 +900,7 @@ func (c *coordinator) collect(a ack) {
 	p.offsets = append(p.offsets, a.offsets...)
 	p.files = append(p.files, a.files...)
 	p.refs = append(p.refs, a.refs...)
+	p.acked[a.task] = true
 	if a.opTask {
 		p.wm = min(p.wm, a.wm)
 	}
@@ -921,7 +928,8 @@ func (c *coordinator) apply(effs []lifecycle.Effect) (done bool, err error) {
 		case lifecycle.Committed:
 			err = c.committed(e)
 		case lifecycle.Abort:
-			r.log.Warn("keyed: checkpoint aborted; its output commits with the next", "checkpoint", e.ID, "reason", e.Reason)
+			c.cause = c.why(e)
+			r.log.Warn("keyed: checkpoint aborted; its output commits with the next", "checkpoint", e.ID, "reason", e.Reason, "err", c.cause)
 			delete(c.pending, e.ID)
 			for _, ch := range r.cancels {
 				select {
@@ -931,7 +939,10 @@ func (c *coordinator) apply(effs []lifecycle.Effect) (done bool, err error) {
 				}
 			}
 		case lifecycle.Fail:
-			return false, fmt.Errorf("keyed: checkpoint %d: %s", e.ID, e.Reason)
+			// Follows the abort of e.ID, whose cause the error wraps: a
+			// full disk's is errors.Is(err, syscall.ENOSPC), and names
+			// the file.
+			return false, fmt.Errorf("keyed: checkpoint %d aborted, more than TolerableFailures (%d) in a row: %w", e.ID, r.cfg.Checkpoint.TolerableFailures, c.cause)
 		case lifecycle.Stopped:
 			return true, nil
 		}
@@ -944,7 +955,8 @@ func (c *coordinator) apply(effs []lifecycle.Effect) (done bool, err error) {
 
 // trigger starts checkpoint e.ID: each source task gets its trigger.
 func (c *coordinator) trigger(e lifecycle.Effect) error {
-	c.pending = map[uint64]*collected{e.ID: {wm: channel.EndOfTime}}
+	c.pending = map[uint64]*collected{e.ID: {wm: channel.EndOfTime, acked: map[int]bool{}}}
+	c.cause = nil
 	if e.Final {
 		c.r.finalID.Store(e.ID) // before any barrier of it: the sinks' snapshots see it
 	}
@@ -991,12 +1003,40 @@ func (c *coordinator) writeMetadata(e lifecycle.Effect) ([]lifecycle.Effect, err
 	}
 	if err := checkpoint.PutMetadata(c.rctx, r.store, m); err != nil {
 		r.log.Warn("keyed: checkpoint metadata", "checkpoint", e.ID, "err", err)
+		c.failedBy(e.ID, err)
 		return c.lc.MetadataFailed(e.ID, time.Now()), nil
 	}
 	if err := r.point(pointAfterMetadata); err != nil {
 		return nil, err
 	}
 	return c.lc.MetadataDurable(e.ID), nil
+}
+
+// failedBy keeps err as the cause of checkpoint id's failure, if id is
+// in flight (a late report of an aborted one is not).
+func (c *coordinator) failedBy(id uint64, err error) {
+	if cur, ok := c.lc.InFlight(); ok && cur == id {
+		c.cause = err
+	}
+}
+
+// why says why checkpoint e.ID aborts: what failed it, or, timed out, what
+// it was still waiting for.
+func (c *coordinator) why(e lifecycle.Effect) error {
+	r := c.r
+	if e.Reason != lifecycle.ReasonTimeout {
+		if c.cause != nil {
+			return c.cause
+		}
+		return errors.New(e.Reason.String())
+	}
+	var tasks []string
+	for i, name := range r.names {
+		if p := c.pending[e.ID]; p == nil || !p.acked[i] {
+			tasks = append(tasks, name)
+		}
+	}
+	return fmt.Errorf("not complete within the checkpoint timeout %v, waiting for the snapshots of %s", r.cfg.Checkpoint.Timeout, strings.Join(tasks, ", "))
 }
 
 // commit commits checkpoint e.ID through the sink.
