@@ -258,6 +258,10 @@ func (s *Store) writeTemp(op, name string, data []byte) (string, error) {
 		return fail("write", err)
 	}
 	if err := f.Sync(); err != nil {
+		// Never retried, and the file is dropped: after a failed fsync
+		// Linux may have marked the lost pages clean, so a second fsync
+		// can succeed over data that never reached the disk (PostgreSQL's
+		// "fsyncgate", 2018). The caller's next attempt is a new file.
 		f.Close()
 		return fail("fsync", err)
 	}

@@ -76,6 +76,13 @@ type ack struct {
 	opTask bool
 }
 
+// metaDone is the outcome of checkpoint id's metadata write
+// (coordinator.writeMetadata).
+type metaDone struct {
+	id  uint64
+	err error
+}
+
 type trigger struct {
 	id    uint64
 	final bool
@@ -121,6 +128,7 @@ type run struct {
 	triggers  []chan trigger           // per source task
 	cancels   []chan uint64            // per operator and sink task
 	acks      chan ack                 // to the coordinator
+	metas     chan metaDone            // metadata writes' outcomes, to the coordinator
 	exhausted chan int                 // source tasks whose input ended
 	failures  chan error               // task failures
 	wg        sync.WaitGroup           // tasks
@@ -481,7 +489,7 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 	rctx, cancel := context.WithCancelCause(wctx)
 	defer cancel(nil)
 	r := &run{assigned: assigned, changed: changed, j: j, cfg: j.cfg, store: store, runID: newRunID(), log: j.cfg.Logger.With("job", j.name), warn: j.cfg.warnLog.With("job", j.name), fp: fp, stop: rctx.Done(), cancel: cancel,
-		acks: make(chan ack, 64), exhausted: make(chan int, 64), failures: make(chan error, 1), align: &alignmentStats{}}
+		acks: make(chan ack, 64), metas: make(chan metaDone, 1), exhausted: make(chan int, 64), failures: make(chan error, 1), align: &alignmentStats{}}
 	sctx, scancel := context.WithTimeout(rctx, time.Minute)
 	defer scancel()
 	if r.sources, err = j.provenance(sctx); err != nil {
@@ -609,6 +617,12 @@ func (j *Job) decide(ctx context.Context, r *run) (d recovery.Decision, rec *con
 			_, _, err := checkpoint.ReadCheckpoint(ctx, r.store, ref.Run, ref.ID)
 			return err
 		}})
+	if err != nil && !errors.Is(err, checkpoint.ErrCommittedMissing) && !errors.Is(err, checkpoint.ErrAmbiguous) {
+		// The storage failed to read a checkpoint (an EIO, a bucket that
+		// did not answer): retryable, since it may pass, and nothing to
+		// do with what the checkpoint holds (recovery.Unusable).
+		return d, nil, fmt.Errorf("keyed: restoring from %s: %w", j.storageName(), err)
+	}
 	if err != nil {
 		// What is on disk and what the sink recorded disagree: no restart
 		// can mend that.
@@ -644,6 +658,9 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 		return rs, nil
 	}
 	m, files, err := checkpoint.ReadCheckpoint(ctx, r.store, d.Ref.Run, d.Ref.ID)
+	if err != nil && !recovery.Unusable(err) {
+		return nil, fmt.Errorf("keyed: restoring checkpoint %s: %w", d.Ref, err) // a failure to read: retryable
+	}
 	if err != nil {
 		return nil, Permanent(fmt.Errorf("keyed: %w; %s", err, j.waysForward(checkpoint.ErrCommittedMissing)))
 	}
@@ -818,12 +835,17 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 			effs = lc.Stop(time.Now())
 		case <-tick.C:
 			effs = lc.Tick(time.Now())
+		case m := <-r.metas:
+			if effs, err = c.metadataWritten(m); err != nil {
+				return c.progressed, err
+			}
 		case a := <-r.acks:
 			if a.err != nil {
 				r.log.Warn("keyed: task declined checkpoint", "task", r.names[a.task], "checkpoint", a.id, "err", a.err)
 				if crashed(a.err) {
 					return c.progressed, a.err
 				}
+				c.failedBy(a.id, fmt.Errorf("task %s: %w", r.names[a.task], a.err))
 				effs = lc.TaskFailed(a.id, time.Now())
 				break
 			}
@@ -866,6 +888,12 @@ type coordinator struct {
 	maxP       int
 	pending    map[uint64]*collected
 	progressed bool // some checkpoint committed
+	// cause is what failed the checkpoint in flight (a task's snapshot
+	// write, its metadata write): the abort's error and, past
+	// TolerableFailures, the job's. writing is the checkpoint whose
+	// metadata is being written.
+	cause   error
+	writing uint64
 }
 
 // collected is what the tasks' acks of a checkpoint brought.
@@ -873,7 +901,8 @@ type collected struct {
 	offsets []checkpoint.PartitionOffset
 	files   []checkpoint.FileRef
 	refs    []checkpoint.OperatorRef
-	wm      int64 // the oldest operator task watermark so far
+	wm      int64        // the oldest operator task watermark so far
+	acked   map[int]bool // the tasks that acked
 }
 
 // collect keeps what ack a brings for its checkpoint.
@@ -885,6 +914,7 @@ func (c *coordinator) collect(a ack) {
 	p.offsets = append(p.offsets, a.offsets...)
 	p.files = append(p.files, a.files...)
 	p.refs = append(p.refs, a.refs...)
+	p.acked[a.task] = true
 	if a.opTask {
 		p.wm = min(p.wm, a.wm)
 	}
@@ -897,14 +927,12 @@ func (c *coordinator) apply(effs []lifecycle.Effect) (done bool, err error) {
 		switch e.Kind {
 		case lifecycle.Trigger:
 			err = c.trigger(e)
-		case lifecycle.WriteMetadata, lifecycle.Commit:
-			// What the step leads to is applied at once, in place of the
+		case lifecycle.WriteMetadata:
+			err = c.writeMetadata(e)
+		case lifecycle.Commit:
+			// What the commit leads to is applied at once, in place of the
 			// effects after it.
-			step := c.writeMetadata
-			if e.Kind == lifecycle.Commit {
-				step = c.commit
-			}
-			next, err := step(e)
+			next, err := c.commit(e)
 			if err != nil {
 				return false, err
 			}
@@ -912,7 +940,8 @@ func (c *coordinator) apply(effs []lifecycle.Effect) (done bool, err error) {
 		case lifecycle.Committed:
 			err = c.committed(e)
 		case lifecycle.Abort:
-			r.log.Warn("keyed: checkpoint aborted; its output commits with the next", "checkpoint", e.ID, "reason", e.Reason)
+			c.cause = c.why(e)
+			r.log.Warn("keyed: checkpoint aborted; its output commits with the next", "checkpoint", e.ID, "reason", e.Reason, "err", c.cause)
 			delete(c.pending, e.ID)
 			for _, ch := range r.cancels {
 				select {
@@ -922,7 +951,10 @@ func (c *coordinator) apply(effs []lifecycle.Effect) (done bool, err error) {
 				}
 			}
 		case lifecycle.Fail:
-			return false, fmt.Errorf("keyed: checkpoint %d: %s", e.ID, e.Reason)
+			// Follows the abort of e.ID, whose cause the error wraps: a
+			// full disk's is errors.Is(err, syscall.ENOSPC), and names
+			// the file.
+			return false, fmt.Errorf("keyed: checkpoint %d aborted, more than TolerableFailures (%d) in a row: %w", e.ID, r.cfg.Checkpoint.TolerableFailures, c.cause)
 		case lifecycle.Stopped:
 			return true, nil
 		}
@@ -935,7 +967,8 @@ func (c *coordinator) apply(effs []lifecycle.Effect) (done bool, err error) {
 
 // trigger starts checkpoint e.ID: each source task gets its trigger.
 func (c *coordinator) trigger(e lifecycle.Effect) error {
-	c.pending = map[uint64]*collected{e.ID: {wm: channel.EndOfTime}}
+	c.pending = map[uint64]*collected{e.ID: {wm: channel.EndOfTime, acked: map[int]bool{}}}
+	c.cause = nil
 	if e.Final {
 		c.r.finalID.Store(e.ID) // before any barrier of it: the sinks' snapshots see it
 	}
@@ -961,12 +994,15 @@ func (c *coordinator) trigger(e lifecycle.Effect) error {
 	return c.r.point(pointAfterBarrier)
 }
 
-// writeMetadata makes checkpoint e.ID's metadata durable, with the
-// offsets, files and stages its acks brought.
-func (c *coordinator) writeMetadata(e lifecycle.Effect) ([]lifecycle.Effect, error) {
+// writeMetadata starts making checkpoint e.ID's metadata durable, with
+// the offsets, files and stages its acks brought. The write runs beside
+// the coordinator and reports to metadataWritten, so that a slow disk or
+// bucket holds neither the checkpoint timeout, which aborts the
+// checkpoint, nor a stop.
+func (c *coordinator) writeMetadata(e lifecycle.Effect) error {
 	r := c.r
 	if err := r.point(pointAfterSnapshots); err != nil {
-		return nil, err
+		return err
 	}
 	p := c.pending[e.ID]
 	sort.Slice(p.offsets, func(a, b int) bool {
@@ -980,14 +1016,69 @@ func (c *coordinator) writeMetadata(e lifecycle.Effect) ([]lifecycle.Effect, err
 		wm := p.wm
 		m.Watermark = &wm
 	}
-	if err := checkpoint.PutMetadata(c.rctx, r.store, m); err != nil {
-		r.log.Warn("keyed: checkpoint metadata", "checkpoint", e.ID, "err", err)
-		return c.lc.MetadataFailed(e.ID, time.Now()), nil
+	c.writing = e.ID
+	ctx := c.rctx
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		err := checkpoint.PutMetadata(ctx, r.store, m)
+		select {
+		case r.metas <- metaDone{id: e.ID, err: err}:
+		case <-r.stop:
+		}
+	}()
+	return nil
+}
+
+// metadataWritten takes the outcome of a metadata write. One whose
+// checkpoint aborted meanwhile (timed out) is ignored: that checkpoint
+// never commits, and retention removes what it left.
+func (c *coordinator) metadataWritten(m metaDone) ([]lifecycle.Effect, error) {
+	r := c.r
+	if id, ok := c.lc.InFlight(); !ok || id != m.id {
+		return nil, nil
+	}
+	c.writing = 0
+	if m.err != nil {
+		r.log.Warn("keyed: checkpoint metadata", "checkpoint", m.id, "err", m.err)
+		c.failedBy(m.id, m.err)
+		return c.lc.MetadataFailed(m.id, time.Now()), nil
 	}
 	if err := r.point(pointAfterMetadata); err != nil {
 		return nil, err
 	}
-	return c.lc.MetadataDurable(e.ID), nil
+	return c.lc.MetadataDurable(m.id), nil
+}
+
+// failedBy keeps err as the cause of checkpoint id's failure, if id is
+// in flight (a late report of an aborted one is not).
+func (c *coordinator) failedBy(id uint64, err error) {
+	if cur, ok := c.lc.InFlight(); ok && cur == id {
+		c.cause = err
+	}
+}
+
+// why says why checkpoint e.ID aborts: what failed it, or, timed out, what
+// it was still waiting for.
+func (c *coordinator) why(e lifecycle.Effect) error {
+	r := c.r
+	if e.Reason != lifecycle.ReasonTimeout {
+		if c.cause != nil {
+			return c.cause
+		}
+		return errors.New(e.Reason.String())
+	}
+	waiting := "writing its metadata " + r.store.Where(layout.MetaName(r.runID, e.ID))
+	if c.writing != e.ID {
+		var tasks []string
+		for i, name := range r.names {
+			if p := c.pending[e.ID]; p == nil || !p.acked[i] {
+				tasks = append(tasks, name)
+			}
+		}
+		waiting = "waiting for the snapshots of " + strings.Join(tasks, ", ")
+	}
+	return fmt.Errorf("not complete within the checkpoint timeout %v, %s", r.cfg.Checkpoint.Timeout, waiting)
 }
 
 // commit commits checkpoint e.ID through the sink.

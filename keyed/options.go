@@ -191,7 +191,12 @@ func MinPause(d time.Duration) Opt { return func(c *config) { c.Checkpoint.MinPa
 
 // TolerableFailures is how many checkpoints in a row may abort before the
 // job fails (Flink execution.checkpointing.tolerable-failed-checkpoints).
-// An aborted checkpoint's output commits with the next one. Default 0.
+// A checkpoint aborts when its storage fails a write (a full disk, a failed
+// fsync, a bucket's error) or it outlasts CheckpointTimeout (a slow disk, a
+// bucket that does not answer). An aborted checkpoint's output commits
+// with the next one. The failure past them wraps the last abort's cause,
+// which names the file or object key: errors.Is(err, syscall.ENOSPC) for
+// a full disk. Default 0.
 func TolerableFailures(n int) Opt {
 	return func(c *config) { c.Checkpoint.TolerableFailures = n }
 }

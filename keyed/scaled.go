@@ -10,6 +10,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/recovery"
 	"github.com/kordproject/kord/internal/retain"
 	"github.com/kordproject/kord/keyed/connector"
 )
@@ -67,6 +68,9 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 	for _, ref := range refs {
 		parts := byRef[ref]
 		m, files, err := checkpoint.ReadCheckpoint(ctx, r.store, ref.Run, ref.ID)
+		if err != nil && !recovery.Unusable(err) {
+			return nil, fmt.Errorf("keyed: restoring checkpoint %s: %w", ref, err) // a failure to read: retryable
+		}
 		if err != nil {
 			err = fmt.Errorf("%w: %w", checkpoint.ErrCommittedMissing, err)
 			return nil, Permanent(fmt.Errorf("keyed: %s[%d]'s record (%s) names checkpoint %s: %w (is the checkpoint directory %s shared by every process of the job?)",

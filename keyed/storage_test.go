@@ -5,21 +5,19 @@ package keyed_test
 import (
 	"context"
 	"errors"
+	"path"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gocloud.dev/blob"
-	"gocloud.dev/blob/driver"
 	"gocloud.dev/blob/memblob"
-	"gocloud.dev/gcerrors"
 
-	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/checkpoint/blobstore"
 	"github.com/kordproject/kord/internal/failpoint"
 	"github.com/kordproject/kord/internal/layout"
+	"github.com/kordproject/kord/internal/rig/faultbucket"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
@@ -80,37 +78,6 @@ func TestCheckpointStorage(t *testing.T) {
 	require.True(t, err != nil || len(local) == 0, "nothing in the directory: %v %v", local, err)
 }
 
-// blockingBucket is a bucket driver whose writes block until their
-// context is done: object storage that stopped answering. (Writes are all
-// the test sends it.)
-type blockingBucket struct{ driver.Bucket }
-
-func (blockingBucket) NewTypedWriter(ctx context.Context, _, _ string, _ *driver.WriterOptions) (driver.Writer, error) {
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
-
-func (blockingBucket) ErrorCode(error) gcerrors.ErrorCode { return gcerrors.Unknown }
-func (blockingBucket) Close() error                       { return nil }
-
-// hangingStorage keeps its objects in Storage but puts state files into
-// stuck, a blobstore over the blocking bucket, where each put waits for
-// its context.
-type hangingStorage struct {
-	checkpoint.Storage
-	stuck  checkpoint.Objects
-	once   sync.Once
-	hanged chan struct{} // closed at the first put into stuck
-}
-
-func (h *hangingStorage) Put(ctx context.Context, name string, data []byte) error {
-	if n, ok := layout.ParseName(name); ok && n.Kind == layout.KindState {
-		h.once.Do(func() { close(h.hanged) })
-		return h.stuck.Put(ctx, name, data)
-	}
-	return h.Storage.Put(ctx, name, data)
-}
-
 // TestCheckpointStorageCancel: cancelling a job reaches its checkpoint
 // storage. The bucket stops answering while a checkpoint's state files are
 // written; Run's context then passes its deadline, and Run ends within the
@@ -119,14 +86,20 @@ func (h *hangingStorage) Put(ctx context.Context, name string, data []byte) erro
 func TestCheckpointStorageCancel(t *testing.T) {
 	bucket := memblob.OpenBucket(nil)
 	defer bucket.Close()
-	// Not closed: Close waits for the requests under way, which a store
-	// that ignored its context would leave blocked for an hour.
-	stuck := blob.NewBucket(blockingBucket{})
-	st := &hangingStorage{
-		Storage: blobstore.New(bucket, "jobs/users/"),
-		stuck:   blobstore.New(stuck, "jobs/users/", blobstore.Timeout(time.Hour)),
-		hanged:  make(chan struct{}),
-	}
+	// A state file's put waits for its context: the bucket stopped
+	// answering. Not closed: Close waits for the requests under way, which
+	// a store that ignored its context would leave blocked for an hour.
+	fb := faultbucket.New(bucket)
+	hanged := make(chan struct{})
+	var once sync.Once
+	fb.Set(func(ctx context.Context, op faultbucket.Op, key string) error {
+		if n, ok := layout.ParseName(path.Base(key)); op == faultbucket.Write && ok && n.Kind == layout.KindState {
+			once.Do(func() { close(hanged) })
+			return faultbucket.Hang(ctx)
+		}
+		return nil
+	})
+	st := blobstore.New(fb.Blob(), "jobs/users/", blobstore.Timeout(time.Hour))
 	src, _ := inputOf(11, 4, 50, 1_000, false)
 	j := keyed.NewJob("users", keyed.CheckpointStorage(st), keyed.FS(vfs.NewMem()), keyed.Dir("/unused"),
 		keyed.CheckpointInterval(2*time.Millisecond), keyed.StopTimeout(200*time.Millisecond))
@@ -140,7 +113,7 @@ func TestCheckpointStorageCancel(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()
 	select {
-	case <-st.hanged:
+	case <-hanged:
 	case <-ctx.Done():
 		t.Fatal("no state file was put before the deadline")
 	}

@@ -7,14 +7,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gocloud.dev/blob"
-	"gocloud.dev/blob/driver"
 	"gocloud.dev/blob/fileblob"
 	"gocloud.dev/blob/memblob"
-	"gocloud.dev/gcerrors"
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/checkpoint/blobstore"
+	"github.com/kordproject/kord/internal/rig/faultbucket"
 	"github.com/kordproject/kord/internal/rig/objectstest"
 )
 
@@ -80,47 +78,18 @@ func TestFailingBucket(t *testing.T) {
 	require.ErrorContains(t, err, "list jobs/j/")
 }
 
-// blockingBucket is a bucket driver whose every request blocks until its
-// context is done: object storage that stopped answering.
-type blockingBucket struct{ driver.Bucket }
-
-func wait(ctx context.Context) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
-func (blockingBucket) Attributes(ctx context.Context, _ string) (*driver.Attributes, error) {
-	return nil, wait(ctx)
-}
-
-func (blockingBucket) ListPaged(ctx context.Context, _ *driver.ListOptions) (*driver.ListPage, error) {
-	return nil, wait(ctx)
-}
-
-func (blockingBucket) NewRangeReader(ctx context.Context, _ string, _, _ int64, _ *driver.ReaderOptions) (driver.Reader, error) {
-	return nil, wait(ctx)
-}
-
-func (blockingBucket) NewTypedWriter(ctx context.Context, _, _ string, _ *driver.WriterOptions) (driver.Writer, error) {
-	return nil, wait(ctx)
-}
-
-func (blockingBucket) Delete(ctx context.Context, _ string, _ *driver.DeleteOptions) error {
-	return wait(ctx)
-}
-
-func (blockingBucket) ErrorCode(error) gcerrors.ErrorCode { return gcerrors.Unknown }
-func (blockingBucket) As(any) bool                        { return false }
-func (blockingBucket) ErrorAs(error, any) bool            { return false }
-func (blockingBucket) Close() error                       { return nil }
-
 // TestContext: every request goes to the bucket under the caller's
 // context, so that cancelling it ends a request the bucket does not
 // answer, long before the store's own timeout.
 func TestContext(t *testing.T) {
-	// Not closed: Close waits for the requests under way, which a broken
-	// store would leave blocked for an hour.
-	b := blob.NewBucket(blockingBucket{})
+	// Every request blocks until its context is done: object storage
+	// that stopped answering. Not closed: Close waits for the requests
+	// under way, which a broken store would leave blocked for an hour.
+	inner := memblob.OpenBucket(nil)
+	defer inner.Close()
+	fb := faultbucket.New(inner)
+	fb.Set(func(ctx context.Context, _ faultbucket.Op, _ string) error { return faultbucket.Hang(ctx) })
+	b := fb.Blob()
 	s := blobstore.New(b, "jobs/j/", blobstore.Timeout(time.Hour))
 	for name, call := range map[string]func(ctx context.Context) error{
 		"put":         func(ctx context.Context) error { return s.Put(ctx, "x", []byte("y")) },

@@ -42,7 +42,9 @@ type Input struct {
 	// Marker is the local committed marker, nil if none or unreadable.
 	Marker *checkpoint.Ref
 	// Valid reports whether a checkpoint reads back intact (every file's
-	// size and checksum), and the error naming the file when not.
+	// size and checksum), and the error naming the file when not. An
+	// error that is not Unusable (the storage failed to read) decides
+	// nothing: Decide returns it.
 	Valid func(checkpoint.Ref) error
 	// AcceptDuplicates lets exactly-once mode restore an older checkpoint
 	// when the committed one is missing or corrupt, or restore the local
@@ -52,12 +54,43 @@ type Input struct {
 	AcceptDuplicates bool
 }
 
+// Unusable reports whether err, from reading a checkpoint, says the
+// checkpoint itself is bad: missing, corrupt, or of a newer format, which
+// no retry mends. Any other error is the storage failing to read it (an
+// EIO, a bucket that did not answer): it may pass, and says nothing of the
+// checkpoint, so that neither a stop as ErrCommittedMissing nor a fallback
+// to an older checkpoint (duplicates) follows from it.
+func Unusable(err error) bool {
+	var corrupt *checkpoint.CorruptError
+	return errors.Is(err, checkpoint.ErrMissing) || errors.As(err, &corrupt) || errors.Is(err, checkpoint.ErrUnsupportedVersion)
+}
+
+// valid is in.Valid, with the failures to read apart: usable reports
+// whether ref reads back intact; bad is why it does not, when it is
+// Unusable; fail is a failure to read it, which Decide returns.
+func (in Input) valid(ref checkpoint.Ref) (usable bool, bad, fail error) {
+	err := in.Valid(ref)
+	switch {
+	case err == nil:
+		return true, nil, nil
+	case Unusable(err):
+		return false, err, nil
+	}
+	return false, nil, fmt.Errorf("reading checkpoint %s: %w", ref, err)
+}
+
 // Decide applies DESIGN.md's start rules. It is pure apart from in.Valid.
+// Its error satisfies errors.Is with checkpoint.ErrCommittedMissing or
+// checkpoint.ErrAmbiguous, or is a failure to read a checkpoint (see
+// Unusable).
 func Decide(in Input) (Decision, error) {
 	if in.Recorded != nil {
 		ref := *in.Recorded
-		err := in.Valid(ref)
-		if err == nil {
+		ok, err, fail := in.valid(ref)
+		if fail != nil {
+			return Decision{}, fail
+		}
+		if ok {
 			return Decision{Action: Restore, Ref: ref, Note: "Kafka's commit record"}, nil
 		}
 		if !in.AcceptDuplicates {
@@ -65,7 +98,12 @@ func Decide(in Input) (Decision, error) {
 		}
 		for i := len(in.Local) - 1; i >= 0; i-- {
 			old := in.Local[i]
-			if old.ID < ref.ID && in.Valid(old) == nil {
+			if old.ID >= ref.ID {
+				continue
+			}
+			if ok, _, fail := in.valid(old); fail != nil {
+				return Decision{}, fail
+			} else if ok {
 				return Decision{Action: Restore, Ref: old, Fallback: true,
 					Note: fmt.Sprintf("committed checkpoint %s unusable (%v); duplicates accepted, restoring older %s", ref, err, old)}, nil
 			}
@@ -83,7 +121,9 @@ func Decide(in Input) (Decision, error) {
 	}
 	if in.Marker != nil {
 		m := *in.Marker
-		if err := in.Valid(m); err != nil {
+		if ok, err, fail := in.valid(m); fail != nil {
+			return Decision{}, fail
+		} else if !ok {
 			return Decision{}, fmt.Errorf("%w: marker names %s: %w", checkpoint.ErrAmbiguous, m, err)
 		}
 		if newer := newerThan(in.Local, m); newer != nil {

@@ -1,7 +1,9 @@
 package recovery
 
 import (
-	"errors"
+	"fmt"
+	"io/fs"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,7 +12,7 @@ import (
 )
 
 func TestDecide(t *testing.T) {
-	corrupt := errors.New("ckpt-b-3.meta: checksum mismatch")
+	corrupt := &checkpoint.CorruptError{Path: "ckpt-b-3.meta", Reason: "checksum mismatch"}
 	valid := func(bad ...checkpoint.Ref) func(checkpoint.Ref) error {
 		return func(r checkpoint.Ref) error {
 			for _, b := range bad {
@@ -62,6 +64,52 @@ func TestDecide(t *testing.T) {
 	_, err = Decide(Input{Local: []checkpoint.Ref{a2, b3}, Marker: &a2, Valid: valid()})
 	for _, s := range []string{"marker names a/2", "newer checkpoint b/3", "AcceptDuplicates"} {
 		require.ErrorContains(t, err, s, "the error names the marker, the newer checkpoint and the way out")
+	}
+}
+
+// TestDecideReadFailure: a checkpoint the storage fails to read (an EIO,
+// a bucket that timed out) is neither missing nor corrupt: Decide returns
+// the failure, retryable, instead of stopping with ErrCommittedMissing or
+// falling back to an older checkpoint and its duplicates.
+func TestDecideReadFailure(t *testing.T) {
+	eio := &fs.PathError{Op: "read", Path: "/ckpt/ckpt-b-3.meta", Err: syscall.EIO}
+	a2, b3 := checkpoint.Ref{Run: "a", ID: 2}, checkpoint.Ref{Run: "b", ID: 3}
+	fails := func(bad checkpoint.Ref, err error) func(checkpoint.Ref) error {
+		return func(r checkpoint.Ref) error {
+			if r == bad {
+				return err
+			}
+			return nil
+		}
+	}
+	for name, in := range map[string]Input{
+		"the recorded one":                      {Recorded: &b3, Local: []checkpoint.Ref{a2, b3}, Valid: fails(b3, eio)},
+		"the recorded one, duplicates accepted": {Recorded: &b3, Local: []checkpoint.Ref{a2, b3}, Valid: fails(b3, eio), AcceptDuplicates: true},
+		"the older one to fall back to": {Recorded: &b3, Local: []checkpoint.Ref{a2, b3}, AcceptDuplicates: true,
+			Valid: func(r checkpoint.Ref) error {
+				if r == b3 {
+					return &checkpoint.CorruptError{Path: "ckpt-b-3.meta", Reason: "checksum mismatch"}
+				}
+				return eio
+			}},
+		"the marker's": {Local: []checkpoint.Ref{a2}, Marker: &a2, Valid: fails(a2, eio)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d, err := Decide(in)
+			require.ErrorIs(t, err, syscall.EIO)
+			require.ErrorContains(t, err, "/ckpt/ckpt-b-3.meta")
+			require.NotErrorIs(t, err, checkpoint.ErrCommittedMissing)
+			require.NotErrorIs(t, err, checkpoint.ErrAmbiguous)
+			require.False(t, Unusable(err))
+			require.Zero(t, d)
+		})
+	}
+	for _, err := range []error{
+		fmt.Errorf("%w: checkpoint b/3: no metadata", checkpoint.ErrMissing),
+		&checkpoint.CorruptError{Path: "x", Reason: "truncated"},
+		fmt.Errorf("%w: version 9", checkpoint.ErrUnsupportedVersion),
+	} {
+		require.True(t, Unusable(err), "%v", err)
 	}
 }
 
