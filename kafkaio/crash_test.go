@@ -80,6 +80,12 @@ func childMain() int {
 			timeout = d
 		}
 		spec.opts = append(spec.opts, keyed.CheckpointTimeout(timeout))
+		// KORD_JOB_RESTARTS=n restarts the job up to n times in a row, a
+		// second apart, as a deployment on brokers that fail would
+		// (TestClusterScaledFaults); by default a failure ends the process.
+		if n, err := strconv.Atoi(os.Getenv("KORD_JOB_RESTARTS")); err == nil {
+			spec.opts = append(spec.opts, keyed.RestartStrategy(keyed.FixedDelay(n, time.Second)))
+		}
 	}
 	j, _, sink := newJob(spec)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
