@@ -33,7 +33,7 @@ type restartLog struct{ n atomic.Int64 }
 
 func (l *restartLog) Enabled(context.Context, slog.Level) bool { return true }
 func (l *restartLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == "keyed: restarting from the last committed checkpoint" {
+	if r.Message == restartMessage {
 		l.n.Add(1)
 	}
 	return nil

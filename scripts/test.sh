@@ -24,12 +24,25 @@
 # KORD_DUCKDB_PYTHON when set, otherwise the one scripts/duckdb.sh installs
 # from PyPI into a cache (once; a failed install fails the run), and
 # KORD_REQUIRE_DUCKDB=1 is always set.
+# Last, once the single broker and the Metastore this script started are
+# stopped (the machine is small), the three-broker tier
+# (scripts/test-cluster.sh): the tests that take brokers of a cluster of
+# three down under a running job, on the cluster named by KORD_KAFKA_CLUSTER
+# or one it starts and stops; KORD_REQUIRE_KAFKA_CLUSTER=1 there too.
+# KORD_CLUSTER_TIER=0 leaves it out (.ci/run runs it itself, after stopping
+# the broker it gave this script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# What this script started, stopped at exit.
+# What this script started, stopped at exit or before the three-broker
+# tier, whichever comes first.
 stops=()
-trap 'for s in "${stops[@]}"; do eval "$s"; done' EXIT
+stop_started() {
+	local s
+	for s in "${stops[@]}"; do eval "$s"; done
+	stops=()
+}
+trap stop_started EXIT
 if [ -z "${KORD_KAFKA_BROKERS:-}" ]; then
 	KORD_KAFKA_DIR="${KORD_KAFKA_DIR:-$(mktemp -d /tmp/kord-kafka-test.XXXXXX)}"
 	export KORD_KAFKA_DIR
@@ -131,3 +144,7 @@ for m in bench/peers bench/peers/franz bench/peers/goka bench/peers/librdkafka b
 		(cd $m && go vet ./... && go test -count=1 ./...)
 	fi
 done
+if [ "${KORD_CLUSTER_TIER:-1}" != 0 ]; then
+	stop_started
+	KORD_TEST_LOGS="$KORD_TEST_LOGS" scripts/test-cluster.sh "$@"
+fi
