@@ -117,6 +117,7 @@ run_tagged() {
 	rc=0
 	gotest kafkaio -race -count=1 -timeout 25m "$@" ./kafkaio/ || rc=$?
 	run_tagged kafkaio "$@" || rc=$?
+	echo "test.sh: the kafkaio lane ended at $((SECONDS / 60))m$((SECONDS % 60))s" >&2
 	exit $rc
 ) >"$KORD_TEST_LOGS/kafkaio-lane.out" 2>&1 &
 lane=$!
@@ -124,26 +125,30 @@ status=0
 # shellcheck disable=SC2046
 gotest others -race -count=1 -timeout 25m -p 1 "$@" $(go list ./... | grep -vx 'github.com/kordproject/kord/kafkaio') || status=$?
 run_tagged others "$@" || status=$?
+# The tests below need no broker; they follow in this lane, beside the
+# kafkaio lane's last minutes, rather than after both lanes.
+# The race detector slows the engine tenfold, so under -race the seeded
+# failure test runs 150 seeds and the window model tests 45 and 30; here
+# they run 1,000 and 300 each without it.
+gotest seeded -count=1 -tags kordfailpoints -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/ || status=$?
+# Allocation counts that a sync.Pool makes: the race detector drops pooled
+# values on purpose, so these run without it.
+gotest allocs -count=1 -run 'TestDecoderAllocs' ./internal/jsonx/ || status=$?
+# Modules of their own: the benchmark peers and suite, and the toy sink
+# written outside kord against its public connector interface only.
+for m in bench/peers bench/peers/franz bench/peers/goka bench/peers/librdkafka bench/suite examples/toysink; do
+	if [ -f $m/go.mod ]; then
+		(cd $m && go vet ./... && go test -count=1 ./...) || status=$?
+	fi
+done
+echo "test.sh: the other lane ended at $((SECONDS / 60))m$((SECONDS % 60))s" >&2
 wait "$lane" || status=$?
+echo "test.sh: both lanes ended at $((SECONDS / 60))m$((SECONDS % 60))s" >&2
 cat "$KORD_TEST_LOGS/kafkaio-lane.out"
 if [ "$status" != 0 ]; then
 	echo "test.sh: tests failed (reports in $KORD_TEST_LOGS)" >&2
 	exit "$status"
 fi
-# The race detector slows the engine tenfold, so under -race the seeded
-# failure test runs 150 seeds and the window model tests 45 and 30; here
-# they run 1,000 and 300 each without it.
-gotest seeded -count=1 -tags kordfailpoints -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/
-# Allocation counts that a sync.Pool makes: the race detector drops pooled
-# values on purpose, so these run without it.
-gotest allocs -count=1 -run 'TestDecoderAllocs' ./internal/jsonx/
-# Modules of their own: the benchmark peers and suite, and the toy sink
-# written outside kord against its public connector interface only.
-for m in bench/peers bench/peers/franz bench/peers/goka bench/peers/librdkafka bench/suite examples/toysink; do
-	if [ -f $m/go.mod ]; then
-		(cd $m && go vet ./... && go test -count=1 ./...)
-	fi
-done
 if [ "${KORD_CLUSTER_TIER:-1}" != 0 ]; then
 	stop_started
 	KORD_TEST_LOGS="$KORD_TEST_LOGS" scripts/test-cluster.sh "$@"
