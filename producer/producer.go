@@ -164,7 +164,10 @@ func (p *Producer[K, V]) Flush(ctx context.Context) error { return p.c.flush(ctx
 // Close flushes (bounded by CloseTimeout), purges what is still undelivered
 // (those records fail), closes the librdkafka handle and waits for the
 // producer's goroutines. It returns undelivered records' failures not
-// reported to a callback. Calls after the first return nil.
+// reported to a callback. Calls after the first return nil. After a
+// transactional call was given up (librdkafka still in it past its
+// deadline: see SendOffsetsToTransaction), Close returns an error at once,
+// and the handle is closed, and the goroutines end, when that call returns.
 func (p *Producer[K, V]) Close() error { return p.c.close() }
 
 // Partition returns the partition r would be written to now, without
@@ -193,6 +196,11 @@ type client struct {
 	// while they call into librdkafka.
 	closeMu sync.RWMutex
 	closed  bool
+	// abandoned counts transactional calls still in librdkafka after
+	// txnCall stopped waiting for them; each holds closeMu shared. Close
+	// meanwhile sets closeLater and leaves the handle to the last of them.
+	abandoned  atomic.Int32
+	closeLater atomic.Bool
 
 	metaMu  sync.RWMutex
 	topics  map[string]*topicMeta
@@ -563,7 +571,20 @@ func (c *client) flushing(ctx context.Context, closing bool) error {
 	return errors.Join(errs...)
 }
 
+// errLeftOpen is Close's error while an abandoned transactional call holds
+// the handle (txnCall).
+var errLeftOpen = errors.New("producer: close: a transactional call is still in librdkafka past its deadline (librdkafka issues #5456 and #5511); the handle is closed when it returns")
+
 func (c *client) close() error {
+	if c.abandoned.Load() > 0 {
+		c.closeLater.Store(true)
+		// Checked again: the last abandoned call closes only if it sees
+		// closeLater, which it may have looked at just before.
+		if c.abandoned.Load() > 0 {
+			c.log.Warn("kord producer: close left to a transactional call still in librdkafka", "transactional_id", c.cfg.transactionalID)
+			return errLeftOpen
+		}
+	}
 	c.closeMu.Lock()
 	if c.closed {
 		c.closeMu.Unlock()

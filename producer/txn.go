@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
@@ -104,6 +107,98 @@ func (c *client) txnGuard(op string, fn func(kp *kafka.Producer) error) error {
 	return c.txnErr(op, fn(c.kp))
 }
 
+// stuckGrace is how long a transactional call may outlast its context's
+// deadline, which librdkafka is given as the call's timeout, before the
+// producer stops waiting for it (txnCall).
+const stuckGrace = 2 * time.Second
+
+// testHookTxnCall, set by tests only, runs on the goroutine of each
+// transactional call that txnCall bounds, before librdkafka is called.
+var testHookTxnCall func(op string)
+
+// txnCall runs fn, a transactional call that librdkafka bounds by ctx's
+// deadline, as txnGuard does, but returns stuckGrace after that deadline
+// even when librdkafka has not: rd_kafka_send_offsets_to_transaction never
+// checks its timeout for the request to the group coordinator (librdkafka
+// issue #5456), and waits for a broker to change state when the
+// coordinator it cached was decommissioned, as a broker is once it leaves
+// the metadata (killed, then fenced), which may be never (#5511). A job's
+// commit then blocked for good, and with it the job's stop. The call left
+// behind goes on in the background holding the handle; the producer is
+// failed (a fatal TxnError wrapping context.DeadlineExceeded: what the call
+// did is unknown), and Close leaves the handle to be closed when the call
+// returns. Without a deadline it waits as long as librdkafka does.
+func (c *client) txnCall(ctx context.Context, op string, fn func(kp *kafka.Producer) error) error {
+	if c.cfg.transactionalID == "" {
+		return fmt.Errorf("%w: %s needs producer.TransactionalID", ErrConfig, op)
+	}
+	c.closeMu.RLock()
+	if c.closed {
+		c.closeMu.RUnlock()
+		return ErrClosed
+	}
+	call := &txnCallState{}
+	done := make(chan error, 1)
+	go func() {
+		if testHookTxnCall != nil {
+			testHookTxnCall(op)
+		}
+		err := fn(c.kp)
+		c.closeMu.RUnlock()
+		done <- err
+		if call.back() && c.abandoned.Add(-1) == 0 && c.closeLater.Load() {
+			_ = c.close()
+		}
+	}()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return c.txnErr(op, <-done)
+	}
+	t := time.NewTimer(time.Until(deadline) + stuckGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return c.txnErr(op, err)
+	case <-t.C:
+	}
+	if !call.abandon(&c.abandoned) {
+		return c.txnErr(op, <-done) // it returned meanwhile
+	}
+	te := &TxnError{Op: op, ID: c.cfg.transactionalID, Fatal: true,
+		Err: fmt.Errorf("librdkafka has not returned %v after the call's deadline (librdkafka issues #5456 and #5511), and the producer is given up: %w", stuckGrace, context.DeadlineExceeded)}
+	c.fail(te)
+	c.log.Error("kord producer: a transactional call outlived its deadline; the producer is given up and its handle closed once the call returns", "op", op, "transactional_id", c.cfg.transactionalID)
+	return te
+}
+
+// txnCallState is whether a call of txnCall came back, and whether its
+// caller stopped waiting for it first.
+type txnCallState struct {
+	mu                  sync.Mutex
+	returned, abandoned bool
+}
+
+// abandon marks the call abandoned, counting it in n, unless it came back
+// already; it reports whether it did.
+func (s *txnCallState) abandon(n *atomic.Int32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.returned {
+		return false
+	}
+	s.abandoned = true
+	n.Add(1)
+	return true
+}
+
+// back marks the call returned and reports whether it had been abandoned.
+func (s *txnCallState) back() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.returned = true
+	return s.abandoned
+}
+
 // InitTransactions registers the transactional.id with the broker, fencing
 // older producers with the same id and completing or aborting what they left
 // open. Bounded by ctx.
@@ -125,7 +220,7 @@ func (c *client) initTransactions(ctx context.Context) error {
 	if err := c.failure(); err != nil {
 		return &TxnError{Op: "init transactions", ID: c.cfg.transactionalID, Fatal: true, Err: err}
 	}
-	err := c.txnGuard("init transactions", func(kp *kafka.Producer) error { return kp.InitTransactions(ctx) })
+	err := c.txnCall(ctx, "init transactions", func(kp *kafka.Producer) error { return kp.InitTransactions(ctx) })
 	if err == nil {
 		c.conn.Served()
 		return nil
@@ -160,6 +255,14 @@ type Offset struct {
 // transaction, committed to group when the transaction commits. The group
 // need not have members: kord's commit group never does, and the commit is
 // made with generation -1 and no member id.
+//
+// Like InitTransactions, CommitTransaction and AbortTransaction, it is
+// bounded by ctx's deadline, which librdkafka gets as its timeout. When
+// librdkafka overstays it by 2 s (it can wait for good on a group
+// coordinator that left the cluster: librdkafka issues #5456 and #5511),
+// the call returns a fatal *TxnError wrapping context.DeadlineExceeded and
+// the producer is given up: what the call did is unknown, and the handle
+// stays in use by it until it returns (see Close).
 func (p *Producer[K, V]) SendOffsetsToTransaction(ctx context.Context, group string, offsets []Offset) error {
 	gm, err := kafka.NewTestConsumerGroupMetadata(group)
 	if err != nil {
@@ -198,20 +301,20 @@ func (p *Producer[K, V]) sendOffsets(ctx context.Context, group string, gm *kafk
 		topic, md := o.Topic, o.Metadata
 		tps[i] = kafka.TopicPartition{Topic: &topic, Partition: o.Partition, Offset: kafka.Offset(o.Offset), Metadata: &md}
 	}
-	return p.c.txnGuard(fmt.Sprintf("send offsets to transaction (group %q)", group), func(kp *kafka.Producer) error {
+	return p.c.txnCall(ctx, fmt.Sprintf("send offsets to transaction (group %q)", group), func(kp *kafka.Producer) error {
 		return kp.SendOffsetsToTransaction(ctx, tps, gm)
 	})
 }
 
 // CommitTransaction flushes the transaction's records and commits it.
 func (p *Producer[K, V]) CommitTransaction(ctx context.Context) error {
-	return p.c.txnGuard("commit transaction", func(kp *kafka.Producer) error { return kp.CommitTransaction(ctx) })
+	return p.c.txnCall(ctx, "commit transaction", func(kp *kafka.Producer) error { return kp.CommitTransaction(ctx) })
 }
 
 // AbortTransaction aborts the current transaction; its records are never
 // seen by read_committed consumers.
 func (p *Producer[K, V]) AbortTransaction(ctx context.Context) error {
-	return p.c.txnGuard("abort transaction", func(kp *kafka.Producer) error { return kp.AbortTransaction(ctx) })
+	return p.c.txnCall(ctx, "abort transaction", func(kp *kafka.Producer) error { return kp.AbortTransaction(ctx) })
 }
 
 // fencedCode reports whether err is librdkafka's or the broker's word that

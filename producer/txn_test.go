@@ -3,7 +3,9 @@ package producer_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,4 +202,51 @@ func TestCommitReports(t *testing.T) {
 			last[string(r.Key)] = v
 		}
 	})
+}
+
+// TestTxnCallOutlivingDeadline: a transactional call whose librdkafka call
+// does not return (as rd_kafka_send_offsets_to_transaction does not when
+// its group coordinator was decommissioned: librdkafka issues #5456 and
+// #5511, met when a broker of three was killed) returns anyway, 2 s after
+// its context's deadline, with a fatal error wrapping
+// context.DeadlineExceeded; the producer is failed; Close returns at once,
+// saying it left the handle open; and when the call comes back at last, the
+// handle is closed and the producer's goroutines end.
+func TestTxnCallOutlivingDeadline(t *testing.T) {
+	c := kafkatest.Fake(t)
+	p := newBytesProducer(t, c, producer.TransactionalID(kafkatest.TopicName(t)))
+	release := make(chan struct{})
+	producer.SetTxnCallHook(func(op string) {
+		if strings.HasPrefix(op, "send offsets") {
+			<-release
+		}
+	})
+	t.Cleanup(func() { producer.SetTxnCallHook(nil) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := p.SendOffsetsToTransaction(ctx, "g", []producer.Offset{{Topic: "in", Partition: 0, Offset: 1}})
+	took := time.Since(start)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	var te *producer.TxnError
+	require.ErrorAs(t, err, &te)
+	require.True(t, te.Fatal, "%v", err)
+	require.Contains(t, err.Error(), "#5456")
+	require.GreaterOrEqual(t, took, 2*time.Second, "returned before the grace after the deadline")
+	require.Less(t, took, 5*time.Second)
+	require.Error(t, p.Produce(context.Background(), producer.Record[string, []byte]{Topic: "in", Key: "k"}, nil), "a given-up producer takes no records")
+
+	start = time.Now()
+	err = p.Close()
+	require.ErrorContains(t, err, "still in librdkafka")
+	require.Less(t, time.Since(start), time.Second, "Close waited for the call")
+
+	close(release)
+	require.Eventually(t, func() bool {
+		buf := make([]byte, 1<<20)
+		n := runtime.Stack(buf, true)
+		return !strings.Contains(string(buf[:n]), "kord/producer.(*client)")
+	}, 30*time.Second, 50*time.Millisecond, "the producer's goroutines outlived the call")
+	require.NoError(t, p.Close(), "closed by the call that came back")
 }

@@ -30,14 +30,15 @@ import (
 
 // Cluster is one cluster a test runs against.
 type Cluster struct {
-	Name    string // "kfake" or "kafka"
+	Name    string // "kfake", "kafka" or "kafka-cluster" (ThreeBrokers)
 	Brokers string
 	// Fake is the in-process cluster, for fault injection; nil on the real
 	// broker.
 	Fake *kfake.Cluster
 }
 
-// Real reports whether c is the real Apache Kafka broker.
+// Real reports whether c is real Apache Kafka (one broker or three), not
+// kfake.
 func (c *Cluster) Real() bool { return c.Fake == nil }
 
 // Env names the environment variables kafkatest reads.
@@ -134,8 +135,9 @@ func (c *Cluster) AddPartitions(t testing.TB, topic string, count int32) {
 	}
 }
 
-// CreateTopic creates a topic with a unique name and returns the name. It
-// waits until every partition has a leader.
+// CreateTopic creates a topic with a unique name and the brokers' default
+// replication factor, and returns the name. It waits until every partition
+// has a leader.
 func (c *Cluster) CreateTopic(t testing.TB, partitions int32, configs map[string]string) string {
 	t.Helper()
 	topic := TopicName(t)
@@ -158,7 +160,10 @@ func createTopic(ctx context.Context, brokers []string, name string, partitions 
 	defer cl.Close()
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, 1
+	// -1: the brokers' default.replication.factor (1 on scripts/kafka.sh's
+	// broker, 3 on scripts/kafka-cluster.sh's; kfake takes as many as it
+	// has brokers, up to 3).
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, -1
 	for k, v := range configs {
 		rc := kmsg.NewCreateTopicsRequestTopicConfig()
 		rc.Name, rc.Value = k, kmsg.StringPtr(v)
