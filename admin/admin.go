@@ -198,9 +198,11 @@ func New(opts ...Opt) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	kafkaconf.HandleOpened()
 	a, err := kafka.NewAdminClientFromProducer(p)
 	if err != nil {
 		p.Close()
+		kafkaconf.HandleClosed()
 		return nil, fmt.Errorf("admin: %w", err)
 	}
 	cl := &Client{p: p, a: a, conn: kafkaconf.NewConn(settings), log: c.log, timeout: c.timeout, cm: cm}
@@ -255,6 +257,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	c.a.Close()
 	c.p.Close()
+	kafkaconf.HandleClosed()
 	c.gmu.Lock()
 	if c.gc != nil {
 		close(c.gstop)
@@ -263,6 +266,7 @@ func (c *Client) Close() error {
 		if err := c.gc.Close(); err != nil {
 			c.log.Debug("kord admin: closing the group handle", "err", err)
 		}
+		kafkaconf.HandleClosed()
 	}
 	c.gmu.Unlock()
 	c.wg.Wait()
@@ -298,9 +302,11 @@ func (c *Client) groupAdmin() (*kafka.AdminClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: group handle: %w", ErrConfig, err)
 	}
+	kafkaconf.HandleOpened()
 	ga, err := kafka.NewAdminClientFromConsumer(gc)
 	if err != nil {
 		_ = gc.Close()
+		kafkaconf.HandleClosed()
 		return nil, fmt.Errorf("admin: group handle: %w", err)
 	}
 	c.gc, c.ga, c.gstop, c.gpolled = gc, ga, make(chan struct{}), make(chan struct{})

@@ -10,16 +10,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/admin"
+	"github.com/kordproject/kord/cluster"
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 )
 
 // TestAdmin: create a topic, read its partitions and offsets, delete it;
-// a missing topic or group is its own class.
+// a missing topic or group is its own class; the client's librdkafka
+// handles are counted open (cluster.OpenHandles) until Close.
 func TestAdmin(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		before := cluster.OpenHandles()
 		a, err := admin.New(admin.Brokers(strings.Split(c.Brokers, ",")...))
 		require.NoError(t, err)
+		require.Equal(t, before+1, cluster.OpenHandles())
 		defer a.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -49,6 +53,7 @@ func TestAdmin(t *testing.T) {
 		require.ErrorIs(t, err, admin.ErrUnknownGroup)
 
 		require.NoError(t, a.Close())
+		require.Equal(t, before, cluster.OpenHandles(), "handles left open after Close")
 		_, err = a.Partitions(ctx, topic)
 		require.ErrorIs(t, err, admin.ErrClosed)
 	})

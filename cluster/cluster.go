@@ -100,3 +100,11 @@ func (c *Config) Settings() map[string]string { return maps.Clone(c.settings) }
 
 // String lists the settings, secrets redacted: for logs.
 func (c *Config) String() string { return strings.Join(kafkaconf.Redacted(c.settings), " ") }
+
+// OpenHandles is the number of librdkafka handles kord's clients (package
+// producer, consumer and admin, and so kafkaio, which is built on them)
+// hold open in this process now: one per producer, consumer or source,
+// two for an admin client that has read a group. A handle is counted from
+// its creation until its client's Close returns. It is there for a soak to
+// check that a long-running process leaks none.
+func OpenHandles() int { return int(kafkaconf.Handles()) }

@@ -177,6 +177,7 @@ func Join(ctx context.Context, topics []string, hooks Hooks, opts ...Opt) (*Memb
 	if err != nil {
 		return nil, fmt.Errorf("%w: member of group %q: %w", ErrConfig, c.group, err)
 	}
+	kafkaconf.HandleOpened()
 	hctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	m := &Member{group: c.group, c: kc, log: c.log, conn: kafkaconf.NewConn(settings), hooks: hooks, ctx: hctx, stop: stop,
 		assigned: map[TopicPartition]bool{}, runDone: make(chan struct{}), logStop: make(chan struct{})}
@@ -186,6 +187,7 @@ func Join(ctx context.Context, topics []string, hooks Hooks, opts ...Opt) (*Memb
 		stop()
 		close(m.runDone)
 		kc.Close()
+		kafkaconf.HandleClosed()
 		m.wg.Wait()
 		return nil, fmt.Errorf("consumer: member of group %q: subscribe to %v: %w", c.group, topics, err)
 	}
@@ -374,6 +376,7 @@ func (m *Member) Close() error {
 	if err := m.c.Close(); err != nil {
 		m.closeErr = fmt.Errorf("consumer: member of group %q: close: %w", m.group, err)
 	}
+	kafkaconf.HandleClosed()
 	m.wg.Wait()
 	return m.closeErr
 }

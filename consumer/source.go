@@ -291,6 +291,7 @@ func New(opts ...Opt) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	kafkaconf.HandleOpened()
 	iso, _ := cm["isolation.level"].(string)
 	s := &Source{cfg: c, c: kc, log: c.log, pos: map[TopicPartition]int64{}, readCommitted: iso == "read_committed", conn: kafkaconf.NewConn(settings)}
 	s.wg.Add(1)
@@ -629,6 +630,7 @@ func (s *Source) Close() error {
 	}
 	s.closed = true
 	err := s.c.Close()
+	kafkaconf.HandleClosed()
 	s.wg.Wait()
 	if err != nil {
 		return fmt.Errorf("consumer: close: %w", err)

@@ -262,6 +262,7 @@ func newClient(opts []Opt) (*client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	kafkaconf.HandleOpened()
 	c.kp = kp
 	c.log.Info("kord producer started", "config", kafkaconf.Redacted(settings), "partitioner", fmt.Sprintf("%T", c.cfg.part))
 	c.wg.Add(3)
@@ -614,6 +615,7 @@ func (c *client) close() error {
 	}
 	close(c.stop)
 	c.kp.Close() // closes the events and logs channels after librdkafka's poller stops
+	kafkaconf.HandleClosed()
 	c.wg.Wait()
 	return ferr
 }

@@ -36,6 +36,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -44,6 +45,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/kordproject/kord/admin"
+	"github.com/kordproject/kord/cluster"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/kordtest"
 	"github.com/kordproject/kord/producer"
@@ -90,6 +92,7 @@ type options struct {
 	instance    string        // -instance: this process's instance id
 	session     time.Duration // the instance's session timeout
 	freshTopics bool          // the topics were named by this run: nothing to resume
+	stats       string        // -stats: a file to append goroutines and Kafka handles to
 	stdout      io.Writer
 }
 
@@ -167,6 +170,7 @@ func parseFlags(args []string) (options, error) {
 	flag.IntVar(&o.processes, "processes", 0, "run the job as this many processes on this machine (children of this one, instances p0, p1, ...), Kafka's consumer group sharing the partitions; 0: this process runs the job alone")
 	flag.StringVar(&o.instance, "instance", "", "run the job as this instance (a stable id: pod name, ordinal) of a job on several processes; every process of the job uses the same -checkpoints directory")
 	flag.DurationVar(&o.session, "session", 10*time.Second, "with -processes or -instance: how long Kafka waits for a dead process before it moves its partitions (session.timeout.ms)")
+	flag.StringVar(&o.stats, "stats", "", "append a line every 2 s to this file: unix milliseconds, goroutines and kord's open librdkafka handles (cluster.OpenHandles), for a soak")
 	err := flag.Parse(args)
 	var live io.Writer
 	if o.verbose {
@@ -181,6 +185,13 @@ func run(ctx context.Context, o options) error {
 	if o.book == nil { // a test's options
 		o.book = runlog.New("userbehavior", nil)
 		o.log = o.book.Logger()
+	}
+	if o.stats != "" {
+		stop, err := writeStats(o.stats, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if o.events <= 0 || o.users <= 0 || o.partitions <= 0 {
 		return errors.New("-events, -users and -partitions must be positive")
@@ -510,4 +521,37 @@ func uuid(r *rand.Rand) string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// writeStats appends "unixms goroutines handles" to path every period
+// until stop is called (then once more): what a soak reads of the process
+// that it cannot see in /proc.
+func writeStats(path string, period time.Duration) (stop func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("-stats: %w", err)
+	}
+	line := func() {
+		fmt.Fprintf(f, "%d %d %d\n", time.Now().UnixMilli(), runtime.NumGoroutine(), cluster.OpenHandles())
+	}
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() { // until stop
+		defer close(exited)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			line()
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+		line()
+		f.Close()
+	}, nil
 }
