@@ -44,28 +44,44 @@ import (
 func TestClusterBrokerFaults(t *testing.T) {
 	kafkatest.ThreeBrokers(t) // skip (or fail) before the subtests when there is no cluster
 	for _, tc := range []struct {
-		name  string
-		fault func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun)
+		name string
+		// coordinators: where the job's transaction coordinator and its
+		// commit group's coordinator are (its name is chosen so): on one
+		// broker, on two, or wherever ("").
+		coordinators string
+		fault        func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun)
 	}{
-		{"input-leader-killed", func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
+		{"input-leader-killed", "", func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
 			id := th.Leader(f.in, 0)
 			r.killUntilMoved(t, th, id, fmt.Sprintf("leader of %s[0]", f.in), func() int { return th.Leader(f.in, 0) })
 		}},
-		{"output-leader-killed", func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
+		{"output-leader-killed", "", func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
 			id := th.Leader(f.out, 0)
 			r.killUntilMoved(t, th, id, fmt.Sprintf("leader of %s[0]", f.out), func() int { return th.Leader(f.out, 0) })
 		}},
-		{"txn-coordinator-killed", func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
+		{"txn-coordinator-killed", apart, func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
 			tid := kafkaio.TransactionalID(f.name)
 			id := th.TxnCoordinator(tid)
 			r.killUntilMoved(t, th, id, "transaction coordinator of "+tid, func() int { return th.TxnCoordinator(tid) })
 		}},
-		{"group-coordinator-killed", func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
+		{"group-coordinator-killed", apart, func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
 			g := kafkaio.CommitGroup(f.name)
 			id := th.GroupCoordinator(g)
 			r.killUntilMoved(t, th, id, "coordinator of "+g, func() int { return th.GroupCoordinator(g) })
 		}},
-		{"rolling-restart", func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
+		{"coordinators-killed", together, func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
+			// Both coordinators on the broker killed: the transaction
+			// coordinator's move delays the offsets' request to the group
+			// coordinator until librdkafka has decommissioned the dead one
+			// it cached, and rd_kafka_send_offsets_to_transaction then
+			// never returns (librdkafka #5511); kord's producer gives up
+			// on it at its deadline (TestTxnCallOutlivingDeadline), and
+			// the job recovers.
+			g := kafkaio.CommitGroup(f.name)
+			id := th.GroupCoordinator(g)
+			r.killUntilMoved(t, th, id, "coordinator of "+g, func() int { return th.GroupCoordinator(g) })
+		}},
+		{"rolling-restart", "", func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
 			for id := 1; id <= 3; id++ {
 				r.mark("stop node %d (%s)", id, roles(th, f, id))
 				th.Stop(id)
@@ -74,7 +90,7 @@ func TestClusterBrokerFaults(t *testing.T) {
 				r.mark("node %d back in sync", id)
 			}
 		}},
-		{"frozen-past-lag", func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
+		{"frozen-past-lag", "", func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
 			// The leader of an output partition, with the job's producer
 			// connected to it: it stays connected to a broker that
 			// answers nothing, past replica.lag.time.max.ms (10 s) and
@@ -88,7 +104,7 @@ func TestClusterBrokerFaults(t *testing.T) {
 			th.Resume(id)
 			r.mark("node %d back in sync", id)
 		}},
-		{"two-down", func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
+		{"two-down", "", func(t *testing.T, th *kafkatest.Three, f *fixture, r *clusterRun) {
 			// Below min.insync.replicas and without a controller quorum:
 			// nothing commits until one comes back.
 			tid := kafkaio.TransactionalID(f.name)
@@ -111,13 +127,35 @@ func TestClusterBrokerFaults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			th := kafkatest.ThreeBrokers(t)
-			r := startClusterRun(t, th.Cluster)
+			r := startClusterRun(t, th, tc.coordinators)
 			r.waitCommits(t, 5)
 			tc.fault(t, th, r.f, r)
 			r.waitCommits(t, 5)
 			r.finish(t)
 		})
 	}
+}
+
+// nameWithCoordinators returns a job name, base with a number appended,
+// whose transaction coordinator and commit group coordinator are one broker
+// (same) or two. Each is the leader of the partition of its internal topic
+// the id hashes to (of 4), so about one name in three has them together;
+// right after a fault every leader may sit on the brokers that stayed up,
+// until the preferred leaders are elected again (every 10 s on
+// scripts/kafka-cluster.sh's brokers), so it tries for up to a minute.
+func nameWithCoordinators(t *testing.T, th *kafkatest.Three, base string, same bool) string {
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; time.Now().Before(deadline); i++ {
+		name := fmt.Sprintf("%s.%d", base, i)
+		if (th.TxnCoordinator(kafkaio.TransactionalID(name)) == th.GroupCoordinator(kafkaio.CommitGroup(name))) == same {
+			return name
+		}
+		if i%20 == 19 {
+			time.Sleep(2 * time.Second)
+		}
+	}
+	t.Fatalf("no job name found within a minute with its coordinators on one broker: %v", same)
+	return ""
 }
 
 // roles says what node id is to the run: the leader of which of its
@@ -183,8 +221,17 @@ type clusterRun struct {
 	start     time.Time
 }
 
-func startClusterRun(t *testing.T, c *kafkatest.Cluster) *clusterRun {
-	f := newFixture(t, c, 3, 60)
+// Where a job's two coordinators are (TestClusterBrokerFaults).
+const (
+	apart    = "apart"
+	together = "together"
+)
+
+func startClusterRun(t *testing.T, th *kafkatest.Three, coordinators string) *clusterRun {
+	f := newFixture(t, th.Cluster, 3, 60)
+	if coordinators != "" {
+		f.name = nameWithCoordinators(t, th, f.name, coordinators == together)
+	}
 	r := &clusterRun{f: f, done: make(chan error, 1), start: time.Now()}
 	f.fill(500)
 	r.j, _, r.sink = f.build(func(s *jobSpec) {
@@ -295,24 +342,25 @@ func (r *clusterRun) killUntilMoved(t *testing.T, th *kafkatest.Three, id int, w
 }
 
 // finish ends the input, waits for every result to be committed, stops
-// the job gracefully, and checks the output; it logs the stall and the
-// recoveries.
+// the job gracefully, logs the stall and the recoveries, and checks the
+// output with the independent read_committed check.
 func (r *clusterRun) finish(t *testing.T) {
 	t.Helper()
 	require.NoError(t, r.stopInput())
 	inputEnd := time.Now()
-	recs := r.f.c.ReadAll(t, r.f.out, r.f.expected(), true, 3*time.Minute)
+	if n := len(r.f.c.ReadAll(t, r.f.out, r.f.expected(), true, 3*time.Minute)); n < r.f.expected() {
+		t.Logf("%d of %d results visible to read_committed readers after 3 minutes\n%s", n, r.f.expected(), r.problems())
+	}
 	require.NoError(t, r.end(2*time.Minute), "the job failed\n%s", r.problems())
 	require.NoError(t, r.sink.Close())
 	stall, from := r.watch.end(inputEnd)
-	require.Equal(t, r.f.expected(), len(recs), "results visible to read_committed readers\n%s", r.problems())
-	r.f.verify()
-	r.deleteTopics(t)
 	t.Logf("%d events; committed output stalled at most %v (from %.1fs) while input arrived; recovered from the last committed checkpoint %d times after a failure, %d after an unknown commit outcome; %d commits",
 		r.f.total(), stall.Round(100*time.Millisecond), from.Sub(r.start).Seconds(), r.restarts.Load(), r.recoveries.Load(), r.commits.Load())
 	if r.restarts.Load()+r.recoveries.Load() > 0 {
 		t.Logf("the job's warnings and errors:\n%s", r.problems())
 	}
+	r.f.verify()
+	r.deleteTopics(t)
 }
 
 // deleteTopics deletes the run's topics once it passed, so that the

@@ -63,6 +63,10 @@
 #   replica.lag.time.max.ms=10000 (default 30000): a follower that fetched
 #   nothing for 10 s leaves the ISR, so a frozen node is out of it within
 #   about 10 s, and tests need not wait half a minute.
+#   leader.imbalance.check.interval.seconds=10 (default 300): a node that
+#   comes back gets its preferred leaderships back within about 10 s, not
+#   5 minutes, so a test after a fault does not find every leader, and both
+#   coordinators of a job, on the nodes that stayed up.
 #   broker.session.timeout.ms and broker.heartbeat.interval.ms are Kafka's
 #   defaults (9 s, 2 s): a node killed or frozen is fenced, and its
 #   leaderships move, about 9 s after its last heartbeat, as in production.
@@ -201,6 +205,7 @@ offsets.topic.num.partitions=4
 transaction.state.log.num.partitions=4
 num.partitions=1
 auto.create.topics.enable=false
+leader.imbalance.check.interval.seconds=10
 group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
 group.consumer.min.session.timeout.ms=1000
