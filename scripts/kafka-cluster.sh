@@ -76,7 +76,8 @@
 #   move); auto.create.topics.enable=false.
 #   Small JVMs for 2 cores: -Xmx384m -Xms128m with the serial collector,
 #   and fewer request threads (num.network.threads=2, num.io.threads=4,
-#   background.threads=4). Three idle nodes take about 1.1 GB of memory.
+#   background.threads=4). Three idle nodes take about 1 GB of memory and 15 % of
+#   one core.
 #
 # Files (the state dir, $STATE below; only these are ever deleted):
 #   nodeN/server.properties, nodeN/data/, nodeN/broker.log, nodeN/broker.pid
