@@ -624,6 +624,12 @@ func (s *sink[T]) produce(ctx context.Context, rec producer.Record[[]byte, []byt
 	if err == nil || !s.exactlyOnce() {
 		return err
 	}
+	if errors.Is(err, producer.ErrFenced) {
+		// A newer producer of this transactional id took over (a restarted
+		// copy of the job, or a survivor fencing this instance after its
+		// session expired): nothing of this producer may commit.
+		return s.failed(fmt.Errorf("produce to %s: %w", rec.Topic, err))
+	}
 	if producer.RequiresAbort(err) {
 		// The transaction failed under us (a newer copy of the job may have
 		// fenced this one): abort it on this producer, so that a zombie

@@ -354,6 +354,16 @@ func (c *client) enqueue(m *kafka.Message) error {
 	if errors.As(err, &kerr) && kerr.Code() == kafka.ErrMsgSizeTooLarge {
 		err = fmt.Errorf("%w (%d bytes of key and value): %w", ErrRecordTooLarge, len(m.Key)+len(m.Value), err)
 	}
+	if errors.As(err, &kerr) && kerr.Code() == kafka.ErrFatal {
+		// librdkafka refuses every record once the producer has a fatal
+		// error, with only "Local: Fatal error": say which (a fenced
+		// transactional producer is ErrFenced, as its other calls are).
+		if fatal := c.kp.GetFatalError(); fencedCode(fatal) {
+			err = fmt.Errorf("%w: %w: %w", ErrFenced, fatal, err)
+		} else if fatal != nil {
+			err = fmt.Errorf("%w: %w", fatal, err)
+		}
+	}
 	return &Error{Op: "produce", Topic: *m.TopicPartition.Topic, Partition: m.TopicPartition.Partition, Offset: -1, Err: err}
 }
 

@@ -2,6 +2,7 @@ package producer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -249,4 +250,33 @@ func TestTxnCallOutlivingDeadline(t *testing.T) {
 		return !strings.Contains(string(buf[:n]), "kord/producer.(*client)")
 	}, 30*time.Second, 50*time.Millisecond, "the producer's goroutines outlived the call")
 	require.NoError(t, p.Close(), "closed by the call that came back")
+}
+
+// TestZombieProduceIsFenced: a fenced producer's records fail with
+// ErrFenced whichever path learns it first: the fatal error its events
+// recorded, or librdkafka refusing the record itself ("Local: Fatal
+// error", before the event is read), which a job on several processes
+// must tell from any other failure (kafkaio's sink recovers from a
+// fencing there; a CI run's zombie died of the bare error).
+func TestZombieProduceIsFenced(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, _, old, cur := fencedPair(t, ctx, c)
+		var err error
+		for i := 0; err == nil && ctx.Err() == nil; i++ {
+			err = old.Produce(ctx, producer.Record[string, []byte]{Topic: out, Key: fmt.Sprint(i)}, nil)
+			if err == nil {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		if c.Real() {
+			require.ErrorIs(t, err, producer.ErrFenced)
+		} else {
+			// kfake answers a zombie's records "abort required", which
+			// AbortIfRequired turns into ErrFenced (TestZombieAbortIsFenced).
+			require.True(t, errors.Is(err, producer.ErrFenced) || producer.RequiresAbort(err), "%v", err)
+		}
+		liveCommits(t, ctx, c, cur, out)
+	})
 }
