@@ -244,21 +244,29 @@ func (j *Job) Run(ctx context.Context) (err error) {
 	// the stop deadline.
 	wctx, endWork := stopContext(ctx, j.cfg.StopTimeout)
 	defer endWork()
-	store, closeStore, err := j.openStorage(wctx)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
 	fp := pointsOf(ctx)
 	rs := &restarts{j: j, stable: j.cfg.Restart.StableAfter}
 	if rs.stable <= 0 {
 		rs.stable = time.Minute
 	}
+	var store checkpoint.Storage
 	for {
 		began := time.Now()
-		progressed, err := j.runOnce(ctx, wctx, store, fp)
+		var progressed bool
+		err = nil
+		if store == nil {
+			// Opening the storage fails like a run does: a storage
+			// that does not answer yet is restarted on, another job's
+			// storage (Permanent) is not.
+			var closeStore func()
+			if store, closeStore, err = j.openStorage(wctx); err == nil {
+				defer closeStore()
+			}
+		}
 		if err == nil {
-			return nil
+			if progressed, err = j.runOnce(ctx, wctx, store, fp); err == nil {
+				return nil
+			}
 		}
 		if err := rs.after(ctx, wctx, err, progressed, began); err != nil {
 			return err
@@ -408,7 +416,11 @@ func (j *Job) openStorage(ctx context.Context) (checkpoint.Storage, func(), erro
 		// No lock keeps another job out: the job's name does.
 		if err := retain.Claim(ctx, st, j.name); err != nil {
 			closeStore()
-			return nil, nil, Permanent(fmt.Errorf("keyed: %w", err))
+			if errors.Is(err, retain.ErrOtherJob) {
+				return nil, nil, Permanent(fmt.Errorf("keyed: %w", err))
+			}
+			// The storage failed: a restart may find it back.
+			return nil, nil, fmt.Errorf("keyed: claiming the checkpoint storage %s for job %q: %w", j.storageName(), j.name, err)
 		}
 	}
 	return st, closeStore, nil

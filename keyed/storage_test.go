@@ -127,3 +127,43 @@ func TestCheckpointStorageCancel(t *testing.T) {
 		t.Fatal("Run still waits for the bucket 10s after its context's deadline")
 	}
 }
+
+// TestClaimStorageFailureRetried: the storage failing while the job claims
+// it (the JOB object's write) is a storage fault like any other, retried by
+// the restart strategy, not a refusal: the job starts once the bucket
+// answers. Another job's name in the JOB object is refused at once,
+// whatever the restart strategy.
+func TestClaimStorageFailureRetried(t *testing.T) {
+	bucket := memblob.OpenBucket(nil)
+	defer bucket.Close()
+	fb := faultbucket.New(bucket)
+	var mu sync.Mutex
+	failed := 0
+	fb.Set(func(ctx context.Context, op faultbucket.Op, key string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if op == faultbucket.Write && path.Base(key) == layout.JobName && failed < 2 {
+			failed++
+			return errors.New("injected: the bucket refused the write")
+		}
+		return nil
+	})
+	st := blobstore.New(fb.Blob(), "jobs/users/")
+	build := func(name string) *keyed.Job {
+		src, _ := inputOf(11, 4, 50, 200, true)
+		j := keyed.NewJob(name, keyed.CheckpointStorage(st), keyed.FS(vfs.NewMem()), keyed.Dir("/unused"),
+			keyed.CheckpointInterval(2*time.Millisecond), keyed.RestartStrategy(keyed.FixedDelay(5, 10*time.Millisecond)))
+		s := keyed.FromSource(j, "events", 2, connector.Source[event](src))
+		out := keyed.Process(keyed.ByPartition(s), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
+		keyed.ToSink(out, "results", connector.Sink[result](keyed.NewMemorySink[result]()))
+		return j
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	require.NoError(t, build("users").Run(ctx))
+	require.Equal(t, 2, failed, "both injected failures were met and retried")
+
+	err := build("other").Run(ctx)
+	require.ErrorIs(t, err, keyed.ErrPermanent)
+	require.ErrorContains(t, err, `not of job "other"`)
+}

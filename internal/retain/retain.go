@@ -224,9 +224,14 @@ func compare(a, b checkpoint.Ref) int {
 	return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Run, b.Run))
 }
 
+// ErrOtherJob: the storage holds another job's checkpoints (Claim). No
+// retry mends it; a storage error on the way to finding out is not it.
+var ErrOtherJob = errors.New("the storage holds another job's checkpoints")
+
 // Claim makes o the storage of job: the first job to claim it writes
 // its name in the JOB object, and a different job's claim is refused with
-// an error naming both. Storage several processes share has no lock, and
+// an error naming both (ErrOtherJob). A failure to read or write the
+// object is returned as it is, for the caller to retry. Storage several processes share has no lock, and
 // retention of other runs (Others) takes every run it finds for the
 // job's own: two jobs on one storage would delete each other's
 // checkpoints.
@@ -244,7 +249,7 @@ func Claim(ctx context.Context, o checkpoint.Objects, job string) error {
 		if st, ok := o.(checkpoint.Storage); ok {
 			where = st.Where(layout.JobName)
 		}
-		return fmt.Errorf("retain: the storage holds the checkpoints of job %q (%s), not of job %q: give each job its own checkpoint directory or prefix", b, where, job)
+		return fmt.Errorf("retain: %w: it holds the checkpoints of job %q (%s), not of job %q: give each job its own checkpoint directory or prefix", ErrOtherJob, b, where, job)
 	}
 	return nil
 }

@@ -279,6 +279,7 @@ func TestClaim(t *testing.T) {
 	require.NoError(t, Claim(t.Context(), s, "counts"))
 	require.NoError(t, Claim(t.Context(), s, "counts"))
 	err = Claim(t.Context(), s, "other")
+	require.ErrorIs(t, err, ErrOtherJob)
 	require.ErrorContains(t, err, `job "counts"`)
 	require.ErrorContains(t, err, `not of job "other"`)
 	require.ErrorContains(t, err, "/shared/JOB")
