@@ -349,14 +349,14 @@ func (s *sourceTask[T]) barrier(ctx context.Context, t trigger, pos map[int32]in
 	for _, p := range s.positions {
 		offs = append(offs, checkpoint.PartitionOffset{Topic: s.topic, Partition: p.Partition, Offset: pos[p.Partition]})
 	}
-	files, err := s.r.writeOpState(ctx, s.reader, s.name, s.instance, t.id)
+	files, putErr, err := s.r.writeOpState(ctx, s.reader, s.name, s.instance, t.id)
 	if err != nil {
 		return err
 	}
 	if err := s.out.Broadcast(t.id); err != nil {
 		return err
 	}
-	s.r.ack(ack{task: s.task, id: t.id, offsets: offs, files: files})
+	s.r.ack(ack{task: s.task, id: t.id, offsets: offs, files: files, err: putErr})
 	return nil
 }
 
@@ -666,11 +666,11 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 			case align.Snapshot:
 				t.r.align.add(e.Alignment)
 				t.epoch = e.ID + 1
-				files, err := t.r.writeOpState(ctx, t.sink, t.name, 0, e.ID)
+				files, putErr, err := t.r.writeOpState(ctx, t.sink, t.name, 0, e.ID)
 				if err != nil {
 					return err
 				}
-				t.r.ack(ack{task: t.task, id: e.ID, files: files})
+				t.r.ack(ack{task: t.task, id: e.ID, files: files, err: putErr})
 			case align.Error:
 				return e.Err()
 			}
@@ -713,21 +713,26 @@ func opStateName(name string) string { return name + ".operator-state" }
 
 // writeOpState writes, if v keeps operator state, instance's snapshot for
 // checkpoint id as an Avro file (one entry per element, keyed by its
-// index), and returns its reference.
-func (r *run) writeOpState(ctx context.Context, v any, name string, instance int, id uint64) ([]checkpoint.FileRef, error) {
+// index), and returns its reference. Two failures differ: the
+// connector's own (SnapshotState: it could not take its state, a file
+// sink's part file not made durable, say) fails the run, as its other
+// errors do; the checkpoint storage's (putErr) declines the checkpoint
+// only, as a keyed state file's does, within TolerableFailures: the
+// connector took its state and carries it to the next checkpoint
+// (connector.OperatorState).
+func (r *run) writeOpState(ctx context.Context, v any, name string, instance int, id uint64) (files []checkpoint.FileRef, putErr, err error) {
 	st, ok := v.(connector.OperatorState)
 	if !ok {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var elems [][]byte
-	var err error
 	if fs, ok := v.(connector.FinalState); ok && id == r.finalID.Load() {
 		elems, err = fs.SnapshotFinal(id)
 	} else {
 		elems, err = st.SnapshotState(id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("operator state of %s[%d]: %w", name, instance, err)
+		return nil, nil, fmt.Errorf("operator state of %s[%d]: %w", name, instance, err)
 	}
 	entries := make([]statefile.Entry, len(elems))
 	for k, e := range elems {
@@ -735,9 +740,13 @@ func (r *run) writeOpState(ctx context.Context, v any, name string, instance int
 	}
 	data, err := statefile.EncodeKeyGroup(entries)
 	if err != nil {
-		return nil, fmt.Errorf("operator state of %s[%d]: %w", name, instance, err)
+		return nil, nil, fmt.Errorf("operator state of %s[%d]: %w", name, instance, err)
 	}
-	return checkpoint.PutAll(ctx, r.store, map[string][]byte{layout.StateFileName(r.runID, id, opStateName(name), instance): data})
+	files, putErr = checkpoint.PutAll(ctx, r.store, map[string][]byte{layout.StateFileName(r.runID, id, opStateName(name), instance): data})
+	if putErr != nil {
+		putErr = fmt.Errorf("operator state of %s[%d]: %w", name, instance, putErr)
+	}
+	return files, putErr, nil
 }
 
 // checkOpStateNames refuses a checkpoint holding operator state of a

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/vfs"
+	"github.com/kordproject/kord/vfs/errorfs"
 )
 
 // posSource is a MemorySource whose readers keep operator state: their
@@ -178,4 +180,48 @@ func TestDistinctNames(t *testing.T) {
 	s := keyed.FromSource(j, "count", 1, connector.Source[event](keyed.NewMemorySource[event]("events", 1, true)))
 	keyed.ToSink(keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} }), "results", connector.Sink[result](keyed.NewMemorySink[result]()))
 	require.ErrorContains(t, j.Validate(), `two parts of the job are named "count"`)
+}
+
+// TestOperatorStateWriteDeclines: the checkpoint storage failing to keep a
+// source's or the sink's operator-state file declines that checkpoint, as
+// a keyed state file's failure does, within TolerableFailures; the run
+// goes on without a restart (none is allowed here), and the next
+// checkpoint carries the state. A restore of the last checkpoint then
+// gives the readers and the sink exactly what the committed output
+// covers.
+func TestOperatorStateWriteDeclines(t *testing.T) {
+	mem, want := inputOf(7, 4, 200, 20_000, false)
+	src := &posSource{MemorySource: mem}
+	sink := &countSink{MemorySink: keyed.NewMemorySink[result]()}
+	src.committed = func() int { return len(sink.Committed()) }
+	var mu sync.Mutex
+	failed := map[string]int{}
+	fs := errorfs.New(vfs.NewMem(), func(op errorfs.Op, name string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, who := range []string{"events.operator-state", "results.operator-state"} {
+			if op == errorfs.OpCreate && strings.Contains(name, who) && failed[who] < 3 {
+				failed[who]++
+				return errorfs.ErrInjected
+			}
+		}
+		return nil
+	})
+	total := 0
+	for _, n := range want {
+		total += int(n)
+	}
+	for range 2 {
+		j := keyed.NewJob("users", keyed.FS(fs), keyed.Dir("/c"), keyed.CheckpointInterval(5*time.Millisecond), keyed.TolerableFailures(10))
+		s := keyed.FromSource(j, "events", 2, connector.Source[event](src))
+		k := keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s)
+		keyed.ToSink(keyed.Process(k, "count", 2, func() keyed.Operator[event, result] { return &counter{} }), "results", connector.Sink[result](sink))
+		runUntil(t, j, sink.MemorySink, total)
+	}
+	require.Equal(t, map[string]int{"events.operator-state": 3, "results.operator-state": 3}, failed, "every injected failure was met")
+	checkOutput(t, sink.Committed(), want)
+	require.Empty(t, sink.mismatch)
+	require.Empty(t, src.mismatch)
+	require.Len(t, sink.restored, 1)
+	require.Len(t, src.restores, 2, "each reader of the second run")
 }

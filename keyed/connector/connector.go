@@ -88,7 +88,11 @@ type Identified interface {
 type OperatorState interface {
 	// SnapshotState returns the state as of the barrier of checkpoint id:
 	// the sink's when every output before the barrier has been written to
-	// it, a reader's at the point its offsets are recorded.
+	// it, a reader's at the point its offsets are recorded. An error fails
+	// the run. Checkpoint id may still be declined after it (the storage
+	// failed to keep this file or another's, a task declined): the next
+	// snapshot then holds whatever this one held, as the job restores
+	// only a checkpoint that completed.
 	SnapshotState(id uint64) ([][]byte, error)
 	// RestoreState is called once, before any record, when the job
 	// restores a checkpoint (not on a fresh start). It receives the
