@@ -211,6 +211,13 @@ func TestFailFast(t *testing.T) {
 		return "bootstrap.servers=" + addr + "\nsecurity.protocol=SSL\nssl.truststore.location=" + s.TLS("ca.pem") + "\nssl.truststore.type=PEM\n" +
 			"ssl.keystore.location=" + s.TLS("client.pem") + "\nssl.keystore.type=PEM\n"
 	}
+	// Most paths wait out a timeout (10 s on an unreachable port), not
+	// the CPU: every case and path runs at once, up to 16 paths at a
+	// time, whatever go test's -parallel (t.Run may be called from
+	// several goroutines; each returns before its parent does).
+	var cases sync.WaitGroup
+	defer cases.Wait()
+	slots := make(chan struct{}, 16)
 	for _, c := range []struct {
 		name    string
 		props   string
@@ -228,7 +235,20 @@ func TestFailFast(t *testing.T) {
 			words: []string{"cannot reach the cluster at " + closed, "connection refused"}},
 		{name: "missing topic", props: "bootstrap.servers=" + plain.Brokers + "\n", brokers: plain.Brokers},
 	} {
-		t.Run(c.name, func(t *testing.T) {
+		cases.Add(1)
+		go t.Run(c.name, func(t *testing.T) {
+			defer cases.Done()
+			var leaves sync.WaitGroup
+			defer leaves.Wait() // before the case returns: t.Run's rule
+			leaf := func(name string, f func(t *testing.T)) {
+				leaves.Add(1)
+				go func() {
+					defer leaves.Done()
+					slots <- struct{}{}
+					defer func() { <-slots }()
+					t.Run(name, f)
+				}()
+			}
 			props := filepath.Join(t.TempDir(), "client.properties")
 			require.NoError(t, os.WriteFile(props, []byte(c.props), 0o600))
 			for _, p := range paths {
@@ -239,8 +259,7 @@ func TestFailFast(t *testing.T) {
 				if class == nil || (p.plain && c.class != kafkaconf.ErrUnreachable && c.class != nil) {
 					continue // the path does not meet this failure
 				}
-				t.Run(p.name, func(t *testing.T) {
-					t.Parallel()
+				leaf(p.name, func(t *testing.T) {
 					var logs syncbuf.Buffer
 					e := env{props: props, brokers: c.brokers, topic: kafkatest.TopicName(t), group: "kord.connfail." + kafkatest.TopicName(t),
 						log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
@@ -270,8 +289,7 @@ func TestFailFast(t *testing.T) {
 			if c.class == nil {
 				return // the example creates its topics
 			}
-			t.Run("example userbehavior", func(t *testing.T) {
-				t.Parallel()
+			leaf("example userbehavior", func(t *testing.T) {
 				bin, err := example()
 				require.NoError(t, err)
 				var stdout, stderr bytes.Buffer
