@@ -9,7 +9,10 @@
 #   the engine's 1,000 seeded failure runs and the window model tests' 300
 #   seeds each, and the pooled decoder's allocation count, without the race
 #   detector;
-#   the tests of the separate Go modules under bench/ (the peers, the suite).
+#   the tests of the separate Go modules under bench/ (the peers, the suite);
+#   the soak's short version (bench/soak's TestSoak, KORD_SOAK=1): the main
+#   job SIGKILLed about twice in two and a half minutes, its memory,
+#   goroutines, files and handles fitted for flat slopes.
 # The real broker is the one named by KORD_KAFKA_BROKERS when set; otherwise
 # this script starts one with scripts/kafka.sh (fetched with Maven) and stops
 # it afterwards. KORD_REQUIRE_KAFKA=1 is always set, so the run fails, not
@@ -97,62 +100,133 @@ gotest() {
 }
 # Every test runs once: the tests of untagged files on plain binaries, the
 # tests of files built only with the tag (scripts/failpoint-tests.sh lists
-# them per package) on tagged ones. kafkaio's proofs take about 15 minutes
-# under -race on 2 cores (more than go test's default 10-minute timeout per
-# package), so they run in a lane of their own beside every other
-# package's, one package at a time in each lane: two test processes at once,
-# as one go test ./... runs on 2 cores. The kafkaio lane's output follows
-# the other's.
+# them per package) on tagged ones. The runs are jobs, the longest first,
+# taken from one queue by two workers (two test processes at once, as one
+# go test ./... runs on 2 cores; each go test runs one package at a time):
+# kafkaio's proofs alone take about 20 minutes under -race, so they are cut
+# into several jobs by name, which the workers share with every other
+# package's. A third worker runs the soak's short version (TestSoak: about
+# three minutes, mostly waiting on its paced input) beside them. Each job's
+# output is printed when it ends, whole; the status says whether any
+# failed.
 mapfile -t tagged < <(scripts/failpoint-tests.sh)
-# run_tagged LANE [go test flags]: the tagged tests of kafkaio (LANE
-# kafkaio) or of every other package (LANE others); every package is run
-# whatever the one before it did, and the status says whether any failed.
-run_tagged() {
-	local lane=$1 line pkg rc=0
-	shift
+# tagged_tests PKG [ERE]: the tagged tests of PKG as "A|B|...", those whose
+# name matches ERE (every one when it is not given), or none left for
+# another: with ERE "!X", those that do not match X.
+tagged_tests() {
+	local line want=${2:-.}
 	for line in "${tagged[@]}"; do
-		pkg=${line%% *}
-		if { [ "$lane" = kafkaio ] && [ "$pkg" = ./kafkaio ]; } || { [ "$lane" = others ] && [ "$pkg" != ./kafkaio ]; }; then
-			gotest "tagged-${pkg//[.\/]/_}" -race -count=1 -timeout 25m -tags kordfailpoints -run "^(${line#* })\$" "$@" "$pkg" || rc=$?
+		if [ "${line%% *}" = "$1" ]; then
+			if [ "${want:0:1}" = '!' ]; then
+				tr '|' '\n' <<<"${line#* }" | grep -Ev "${want:1}" | paste -sd'|' -
+			else
+				tr '|' '\n' <<<"${line#* }" | grep -E "$want" | paste -sd'|' -
+			fi
 		fi
+	done
+}
+# kafkaio's tagged tests, in four jobs of about four to five minutes each.
+kio_scaled='^Test(Scaled|Cluster)'
+kio_faults='^Test(Net|BrokerRestart$|UnknownOutcomeRecovers$|CrashAtEveryFailpoint$)'
+kio_kafka='^TestKafka'
+# run_tagged NAME PKG TESTS [go test flags]: TESTS of PKG on a tagged binary.
+run_tagged() {
+	local name=$1 pkg=$2 tests=$3
+	shift 3
+	if [ -n "$tests" ]; then
+		gotest "$name" -race -count=1 -timeout 25m -tags kordfailpoints -run "^(${tests})\$" "$@" "$pkg"
+	fi
+}
+# run_job NAME [go test flags]: one job of the queue.
+run_job() {
+	local job=$1 m status=0
+	shift
+	case $job in
+	others) # every package but kafkaio and the main example, untagged
+		# shellcheck disable=SC2046
+		gotest others -race -count=1 -timeout 25m -p 1 "$@" $(go list ./... | grep -vx -e 'github.com/kordproject/kord/kafkaio' -e 'github.com/kordproject/kord/examples/userbehavior') ;;
+	kafkaio) gotest kafkaio -race -count=1 -timeout 25m "$@" ./kafkaio/ ;;
+	userbehavior) gotest userbehavior -race -count=1 -timeout 25m "$@" ./examples/userbehavior/ ;;
+	tagged-kafkaio-scaled) run_tagged "$job" ./kafkaio "$(tagged_tests ./kafkaio "$kio_scaled")" "$@" ;;
+	tagged-kafkaio-faults) run_tagged "$job" ./kafkaio "$(tagged_tests ./kafkaio "$kio_faults")" "$@" ;;
+	tagged-kafkaio-kafka) run_tagged "$job" ./kafkaio "$(tagged_tests ./kafkaio "$kio_kafka")" "$@" ;;
+	tagged-kafkaio-rest) run_tagged "$job" ./kafkaio "$(tagged_tests ./kafkaio "!$kio_scaled|$kio_faults|$kio_kafka")" "$@" ;;
+	tagged-others) # the tagged tests of every other package, one after another
+		for m in "${tagged[@]}"; do
+			if [ "${m%% *}" != ./kafkaio ]; then
+				m=${m%% *}
+				run_tagged "tagged-${m//[.\/]/_}" "$m" "$(tagged_tests "$m")" "$@" || status=$?
+			fi
+		done
+		return $status ;;
+	seeded)
+		# The race detector slows the engine tenfold, so under -race the
+		# seeded failure test runs 150 seeds and the window model tests 45
+		# and 30; here they run 1,000 and 300 each without it. Allocation
+		# counts that a sync.Pool makes: the race detector drops pooled
+		# values on purpose, so these run without it too.
+		gotest seeded -count=1 -tags kordfailpoints -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/ || status=$?
+		gotest allocs -count=1 -run 'TestDecoderAllocs' ./internal/jsonx/ || status=$?
+		return $status ;;
+	modules)
+		# Modules of their own: the benchmark peers and suite, and the toy
+		# sink written outside kord against its public connector
+		# interface only.
+		for m in bench/peers bench/peers/franz bench/peers/goka bench/peers/librdkafka bench/suite examples/toysink; do
+			if [ -f $m/go.mod ]; then
+				(cd $m && go vet ./... && go test -count=1 ./...) || status=$?
+			fi
+		done
+		return $status ;;
+	soak) KORD_SOAK=1 gotest soak -race -count=1 -timeout 10m -run '^TestSoak$' "$@" ./bench/soak/ ;;
+	*)
+		echo "test.sh: no job $job" >&2
+		return 2 ;;
+	esac
+}
+# The queue, longest first (their times under -race on this 2-core
+# machine, from the reports of earlier runs).
+printf '%s\n' others tagged-kafkaio-faults kafkaio tagged-kafkaio-scaled tagged-kafkaio-kafka userbehavior \
+	tagged-others tagged-kafkaio-rest modules seeded >"$KORD_TEST_LOGS/queue"
+# worker [go test flags]: runs jobs from the queue until it is empty; the
+# status says whether any failed, and $KORD_TEST_LOGS/failed lists them.
+worker() {
+	local job rc=0
+	while job=$(flock "$KORD_TEST_LOGS/queue.lock" sh -c 'head -1 "$1"; sed -i 1d "$1"' _ "$KORD_TEST_LOGS/queue") && [ -n "$job" ]; do
+		finish_job "$job" "$@" || rc=1
 	done
 	return $rc
 }
-(
-	rc=0
-	gotest kafkaio -race -count=1 -timeout 25m "$@" ./kafkaio/ || rc=$?
-	run_tagged kafkaio "$@" || rc=$?
-	echo "test.sh: the kafkaio lane ended at $((SECONDS / 60))m$((SECONDS % 60))s" >&2
-	exit $rc
-) >"$KORD_TEST_LOGS/kafkaio-lane.out" 2>&1 &
-lane=$!
+# finish_job NAME [go test flags]: runs job NAME, then prints its output
+# whole, not interleaved with another's.
+finish_job() {
+	local job=$1 rc=0
+	shift
+	run_job "$job" "$@" >"$KORD_TEST_LOGS/job-$job.out" 2>&1 || rc=$?
+	{
+		flock 9
+		cat "$KORD_TEST_LOGS/job-$job.out"
+		echo "test.sh: job $job ended at $((SECONDS / 60))m$((SECONDS % 60))s, status $rc" >&2
+		if [ "$rc" != 0 ]; then
+			echo "$job" >>"$KORD_TEST_LOGS/failed"
+		fi
+	} 9>>"$KORD_TEST_LOGS/print.lock"
+	return $rc
+}
+finish_job soak "$@" &
+soak=$!
+worker "$@" &
+w1=$!
+worker "$@" &
+w2=$!
 status=0
-# shellcheck disable=SC2046
-gotest others -race -count=1 -timeout 25m -p 1 "$@" $(go list ./... | grep -vx 'github.com/kordproject/kord/kafkaio') || status=$?
-run_tagged others "$@" || status=$?
-# The tests below need no broker; they follow in this lane, beside the
-# kafkaio lane's last minutes, rather than after both lanes.
-# The race detector slows the engine tenfold, so under -race the seeded
-# failure test runs 150 seeds and the window model tests 45 and 30; here
-# they run 1,000 and 300 each without it.
-gotest seeded -count=1 -tags kordfailpoints -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/ || status=$?
-# Allocation counts that a sync.Pool makes: the race detector drops pooled
-# values on purpose, so these run without it.
-gotest allocs -count=1 -run 'TestDecoderAllocs' ./internal/jsonx/ || status=$?
-# Modules of their own: the benchmark peers and suite, and the toy sink
-# written outside kord against its public connector interface only.
-for m in bench/peers bench/peers/franz bench/peers/goka bench/peers/librdkafka bench/suite examples/toysink; do
-	if [ -f $m/go.mod ]; then
-		(cd $m && go vet ./... && go test -count=1 ./...) || status=$?
-	fi
-done
-echo "test.sh: the other lane ended at $((SECONDS / 60))m$((SECONDS % 60))s" >&2
-wait "$lane" || status=$?
-echo "test.sh: both lanes ended at $((SECONDS / 60))m$((SECONDS % 60))s" >&2
-cat "$KORD_TEST_LOGS/kafkaio-lane.out"
+wait "$w1" || status=$?
+wait "$w2" || status=$?
+wait "$soak" || status=$?
+echo "test.sh: every job ended at $((SECONDS / 60))m$((SECONDS % 60))s" >&2
 if [ "$status" != 0 ]; then
-	echo "test.sh: tests failed (reports in $KORD_TEST_LOGS)" >&2
-	exit "$status"
+	echo "test.sh: tests failed in $(paste -sd' ' "$KORD_TEST_LOGS/failed") (reports in $KORD_TEST_LOGS)" >&2
+	exit 1
 fi
 if [ "${KORD_CLUSTER_TIER:-1}" != 0 ]; then
 	stop_started

@@ -6,10 +6,10 @@ import (
 )
 
 // csvHeader names the columns of sample.csv; a kill is a line "kill,t".
-const csvHeader = "t,life,life_t,rss_mib,hwm_mib,fds,goroutines,handles,disk_mib,reported"
+const csvHeader = "t,life,life_t,rss_mib,hwm_mib,fds,goroutines,handles,disk_mib,reported,heap_mib"
 
 func (s sample) csv() string {
-	return fmt.Sprintf("%.1f,%d,%.1f,%.2f,%.2f,%.0f,%.0f,%.0f,%.4f,%t", s.t, s.life, s.lifeT, s.rss, s.hwm, s.fds, s.goroutines, s.handles, s.disk, s.haveReports)
+	return fmt.Sprintf("%.1f,%d,%.1f,%.2f,%.2f,%.0f,%.0f,%.0f,%.4f,%t,%.2f", s.t, s.life, s.lifeT, s.rss, s.hwm, s.fds, s.goroutines, s.handles, s.disk, s.haveReports, s.heap)
 }
 
 // sample is one look at the job process.
@@ -21,6 +21,7 @@ type sample struct {
 	fds         float64 // entries of /proc/PID/fd
 	goroutines  float64 // runtime.NumGoroutine, as the job reports it (-stats)
 	handles     float64 // cluster.OpenHandles, as the job reports it
+	heap        float64 // MiB: the Go heap's objects, as the job reports it (RSS less it: librdkafka and the runtime)
 	disk        float64 // MiB: the checkpoint directory's files
 	haveReports bool    // goroutines and handles were reported in this incarnation
 }

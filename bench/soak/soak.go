@@ -51,6 +51,9 @@ var series = []struct {
 	whole      bool // fitted over the whole run, not per life: it outlives the process
 }{
 	{"rss", "MiB", func(s sample) float64 { return s.rss }, func(l limits) float64 { return l.rss }, false, false},
+	// The Go heap, within RSS, has RSS's limit: it tells a leak of Go
+	// values from librdkafka's memory (RSS less the heap).
+	{"go_heap", "MiB", func(s sample) float64 { return s.heap }, func(l limits) float64 { return l.rss }, true, false},
 	{"goroutines", "", func(s sample) float64 { return s.goroutines }, func(l limits) float64 { return l.goroutines }, true, false},
 	{"fds", "", func(s sample) float64 { return s.fds }, func(l limits) float64 { return l.fds }, false, false},
 	{"handles", "", func(s sample) float64 { return s.handles }, func(l limits) float64 { return l.handles }, true, false},
@@ -280,9 +283,11 @@ func look(pid int, stats, ckpt string) (s sample, ok bool) {
 			last = sc.Text()
 		}
 		f.Close()
-		if fs := strings.Fields(last); len(fs) == 3 {
+		if fs := strings.Fields(last); len(fs) == 4 {
 			s.goroutines, _ = strconv.ParseFloat(fs[1], 64)
 			s.handles, _ = strconv.ParseFloat(fs[2], 64)
+			s.heap, _ = strconv.ParseFloat(fs[3], 64)
+			s.heap /= 1 << 20
 			s.haveReports = true
 		}
 	}

@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"syscall"
@@ -170,7 +171,7 @@ func parseFlags(args []string) (options, error) {
 	flag.IntVar(&o.processes, "processes", 0, "run the job as this many processes on this machine (children of this one, instances p0, p1, ...), Kafka's consumer group sharing the partitions; 0: this process runs the job alone")
 	flag.StringVar(&o.instance, "instance", "", "run the job as this instance (a stable id: pod name, ordinal) of a job on several processes; every process of the job uses the same -checkpoints directory")
 	flag.DurationVar(&o.session, "session", 10*time.Second, "with -processes or -instance: how long Kafka waits for a dead process before it moves its partitions (session.timeout.ms)")
-	flag.StringVar(&o.stats, "stats", "", "append a line every 2 s to this file: unix milliseconds, goroutines and kord's open librdkafka handles (cluster.OpenHandles), for a soak")
+	flag.StringVar(&o.stats, "stats", "", "append a line every 2 s to this file: unix milliseconds, goroutines, kord's open librdkafka handles (cluster.OpenHandles) and the Go heap's bytes, for a soak")
 	err := flag.Parse(args)
 	var live io.Writer
 	if o.verbose {
@@ -523,7 +524,9 @@ func uuid(r *rand.Rand) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
-// writeStats appends "unixms goroutines handles" to path every period
+// writeStats appends "unixms goroutines handles heap" to path every period
+// (heap: the Go heap's live and not yet swept objects, in bytes, apart
+// from librdkafka's memory, which RSS counts too)
 // until stop is called (then once more): what a soak reads of the process
 // that it cannot see in /proc.
 func writeStats(path string, period time.Duration) (stop func(), err error) {
@@ -532,7 +535,9 @@ func writeStats(path string, period time.Duration) (stop func(), err error) {
 		return nil, fmt.Errorf("-stats: %w", err)
 	}
 	line := func() {
-		fmt.Fprintf(f, "%d %d %d\n", time.Now().UnixMilli(), runtime.NumGoroutine(), cluster.OpenHandles())
+		heap := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		metrics.Read(heap)
+		fmt.Fprintf(f, "%d %d %d %d\n", time.Now().UnixMilli(), runtime.NumGoroutine(), cluster.OpenHandles(), heap[0].Value.Uint64())
 	}
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() { // until stop
