@@ -170,7 +170,19 @@ func run(ctx context.Context, cfg config) (*result, error) {
 				return nil, fmt.Errorf("job (life %d): %w (%s)", life, err, filepath.Join(cfg.dir, fmt.Sprintf("process.%d.log", life)))
 			}
 			if !produced {
-				return nil, fmt.Errorf("job (life %d) ended before its input did", life)
+				// The job ends once it saw every event's result, so the
+				// input was all written; the producer's process may still
+				// be flushing and exiting (a loaded machine: CI).
+				select {
+				case err := <-prodDone:
+					if err != nil {
+						return nil, fmt.Errorf("producer: %w (%s)", err, filepath.Join(cfg.dir, "produce.log"))
+					}
+				case <-time.After(time.Minute):
+					return nil, fmt.Errorf("job (life %d) ended, its producer still running a minute later", life)
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
 			}
 			logf("job finished: every result committed")
 		case <-tick.C:
