@@ -41,3 +41,33 @@ func SetNumCPU(n int) (restore func()) {
 	numCPU = func() int { return n }
 	return func() { numCPU = old }
 }
+
+// WatchEmpty watches the backends of operator's tasks that j's runs build
+// from now on (j's alone; one job at a time per test binary); the
+// returned func says whether every state of the last run's tasks is
+// empty, to call once Run returned.
+func WatchEmpty(j *Job, operator string) func() bool {
+	var last []*Backend
+	var run *Job
+	testBackendBuilt = func(bj *Job, op string, b *Backend) {
+		if bj != j || op != operator {
+			return
+		}
+		if run != bj || len(last) > 0 && b.r.Start == 0 {
+			last = nil // a new run's first task
+		}
+		run = bj
+		last = append(last, b)
+	}
+	return func() bool {
+		testBackendBuilt = nil
+		for _, b := range last {
+			for _, s := range b.states {
+				if !s.empty() {
+					return false
+				}
+			}
+		}
+		return len(last) > 0
+	}
+}

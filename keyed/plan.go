@@ -236,8 +236,15 @@ func (j *Job) validateGraph() []error {
 		if !o.hasOutputs() {
 			errs = append(errs, fmt.Errorf("keyed: stage %q: its output goes nowhere: send it to the sink (ToSink) or key it into a further stage (KeyBy)", o.stageName()))
 		}
-		if o.byPartition() && len(o.inputStages()) != 1 {
-			errs = append(errs, fmt.Errorf("keyed: operator %q: partition mode takes one source", o.stageName()))
+		if o.byPartition() {
+			// Several sources (CoProcess of two ByPartition streams) share
+			// the key groups, one per partition: keyGroups checks their
+			// partition counts agree.
+			for _, in := range o.inputStages() {
+				if _, ok := in.(sourceNode); !ok {
+					errs = append(errs, fmt.Errorf("keyed: operator %q: partition mode keys a source's records by their partition, and %q is no source", o.stageName(), in.stageName()))
+				}
+			}
 		}
 	}
 	if j.cfg.Instance != "" && len(j.ops) > 1 {
@@ -420,13 +427,17 @@ func (j *Job) positions(ctx context.Context, r *run, rs *restoreState) (srcs []s
 // max parallelism the job set or the default (a restore keeps the
 // checkpoint's).
 func (j *Job) keyGroups(rs *restoreState, srcs []srcBuild) (int, error) {
-	n := 0
+	n, first := 0, sourceNode(nil)
 	for i, s := range j.sources {
 		if !srcs[i].partitionLayout {
 			continue
 		}
 		if n != 0 && srcs[i].all != n {
-			return 0, fmt.Errorf("keyed: sources in partition mode have %d and %d partitions (source %q): the job's key groups are one partition count", n, srcs[i].all, s.sourceName())
+			return 0, Permanent(fmt.Errorf("keyed: sources in partition mode are not co-partitioned: topic %q (source %q) has %d partitions, topic %q (source %q) %d: the job's key groups are one partition count; key them with KeyBy (a shuffle), or repartition one",
+				first.topic(), first.sourceName(), n, s.topic(), s.sourceName(), srcs[i].all))
+		}
+		if n == 0 {
+			first = s
 		}
 		n = srcs[i].all
 		if !rs.fresh && rs.maxP != n {
@@ -574,6 +585,9 @@ func (o *opOf[T, O]) build(ctx, rctx context.Context, r *run, rs *restoreState, 
 		b, err := newBackend(o.name, maxP, rng, bopts...)
 		if err != nil {
 			return err
+		}
+		if testBackendBuilt != nil {
+			testBackendBuilt(r.j, o.name, b)
 		}
 		op := o.newOp()
 		if err := op.Open(b); err != nil {

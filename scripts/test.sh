@@ -165,7 +165,7 @@ run_job() {
 		# and 30; here they run 1,000 and 300 each without it. Allocation
 		# counts that a sync.Pool makes: the race detector drops pooled
 		# values on purpose, so these run without it too.
-		gotest seeded -count=1 -tags kordfailpoints -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel' ./keyed/ || status=$?
+		gotest seeded -count=1 -tags kordfailpoints -run 'TestSeededFailures|TestWindowsModel|TestWindowsLateModel|TestIntervalJoinModel' ./keyed/ || status=$?
 		gotest allocs -count=1 -run 'TestDecoderAllocs' ./internal/jsonx/ || status=$?
 		return $status ;;
 	modules)

@@ -1,0 +1,195 @@
+//go:build kordfailpoints
+
+package keyed_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/internal/failpoint"
+	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/partitioner"
+	"github.com/kordproject/kord/serde"
+	"github.com/kordproject/kord/vfs"
+)
+
+// order and payment are the two inputs of the join tests: an order of a
+// user, and a payment of a user (the key) for an order.
+type order struct {
+	User string `json:"user"`
+	ID   int64  `json:"id"`
+}
+
+type payment struct {
+	User  string `json:"user"`
+	Order int64  `json:"order"`
+	Cents int64  `json:"cents"`
+}
+
+// paired is the join's result: one order and one payment of a user.
+type paired struct {
+	User    string
+	Order   int64
+	Payment int64 // the payment's order field: which payment
+	Cents   int64
+}
+
+type timedID struct {
+	ts int64
+	v  int64
+}
+
+// TestIntervalJoinModel: orders and payments of 20 users, each input over
+// its own topic with its own partition count in keyBy mode (or the same in
+// partition mode), times out of order within the watermarks' lateness,
+// joined on user where the payment is within [lower, upper] of the order;
+// with crashes at random checkpoint steps and restores at other
+// parallelisms, the committed pairs are exactly the model's, each once.
+// At the end (the bounded inputs' watermark is past every time) the join's
+// buffers hold nothing.
+func TestIntervalJoinModel(t *testing.T) {
+	seeds := windowSeeds(30)
+	crashes := 0
+	defer func() {
+		if !t.Failed() {
+			require.Positive(t, crashes, "no run crashed: the restores went untested")
+			t.Logf("%d crashes over %d seeds", crashes, seeds)
+		}
+	}()
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 17))
+			byPartition := seed%3 == 0
+			lparts, rparts := 1+r.IntN(4), 1+r.IntN(4)
+			if byPartition {
+				rparts = lparts
+			}
+			lower := int64(r.IntN(60)) - 30
+			upper := lower + int64(r.IntN(80))
+			disorder := int64(1 + r.IntN(30))
+			orders := keyed.NewMemorySource[order]("orders", lparts, true)
+			payments := keyed.NewMemorySource[payment]("payments", rparts, true)
+			var os, ps = map[string][]timedID{}, map[string][]timedID{}
+			lclock, rclock := make([]int64, lparts), make([]int64, rparts)
+			const base = 1_700_000_000_000
+			n := 500 + r.IntN(1_500)
+			for i := range n {
+				u := fmt.Sprintf("user-%02d", r.IntN(20))
+				if r.IntN(2) == 0 {
+					p := partitioner.KeyPartition([]byte(u), lparts)
+					lclock[p] += int64(r.IntN(8))
+					ts := base + lclock[p] - int64(r.IntN(int(disorder)))
+					orders.AppendAt(p, []byte(u), order{User: u, ID: int64(i)}, time.UnixMilli(ts))
+					os[u] = append(os[u], timedID{ts, int64(i)})
+				} else {
+					p := partitioner.KeyPartition([]byte(u), rparts)
+					rclock[p] += int64(r.IntN(8))
+					ts := base + rclock[p] - int64(r.IntN(int(disorder)))
+					payments.AppendAt(p, []byte(u), payment{User: u, Order: int64(i), Cents: int64(r.IntN(10_000))}, time.UnixMilli(ts))
+					ps[u] = append(ps[u], timedID{ts, int64(i)})
+				}
+			}
+			// The model: every (order, payment) of a user within the bounds.
+			var want []string
+			for u, ol := range os {
+				for _, o := range ol {
+					for _, p := range ps[u] {
+						if p.ts >= o.ts+lower && p.ts <= o.ts+upper {
+							want = append(want, fmt.Sprintf("%s/%d/%d", u, o.v, p.v))
+						}
+					}
+				}
+			}
+			sort.Strings(want)
+
+			mem := vfs.NewMem()
+			sink := keyed.NewMemorySink[paired]()
+			t.Logf("byPartition %v, partitions %d and %d, bounds [%d, %d] ms, disorder %d ms, %d records, %d pairs", byPartition, lparts, rparts, lower, upper, disorder, n, len(want))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var late int64
+			var empty func() bool
+			for incarnation := 0; ; incarnation++ {
+				require.Less(t, incarnation, 10)
+				j := keyed.NewJob("joins", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
+					keyed.BatchSize(1+r.IntN(64)))
+				lw := time.Duration(disorder) * time.Millisecond
+				ls := keyed.FromSource(j, "orders", 1+r.IntN(3), connector.Source[order](orders)).Watermarks(lw)
+				rs := keyed.FromSource(j, "payments", 1+r.IntN(3), connector.Source[payment](payments)).Watermarks(lw)
+				var lk *keyed.KeyedStream[[]byte, order]
+				var rk *keyed.KeyedStream[[]byte, payment]
+				if byPartition {
+					lk, rk = keyed.ByPartition(ls), keyed.ByPartition(rs)
+				} else {
+					lk = keyed.KeyBy("user", func(o order) []byte { return []byte(o.User) }, ls)
+					rk = keyed.KeyBy("user", func(p payment) []byte { return []byte(p.User) }, rs)
+				}
+				par := 1 + r.IntN(3)
+				if byPartition {
+					par = min(par, lparts) // a key group per partition
+				}
+				out := keyed.IntervalJoin(lk, rk, "pay", par, time.Duration(lower)*time.Millisecond, time.Duration(upper)*time.Millisecond,
+					serde.JSON[order](), serde.JSON[payment](), func(user []byte, o order, p payment) paired {
+						return paired{User: string(user), Order: o.ID, Payment: p.Order, Cents: p.Cents}
+					})
+				keyed.ToSink(out, "pairs", connector.Sink[paired](sink))
+				empty = keyed.WatchEmpty(j, "pay")
+				rctx := ctx
+				if incarnation < 3 {
+					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
+				}
+				err := j.Run(rctx)
+				late += j.LateRecords()
+				if errors.Is(err, failpoint.ErrCrashed) {
+					crashes++
+					mem = mem.CrashClone()
+					continue
+				}
+				require.NoError(t, err)
+				break
+			}
+			require.Zero(t, late, "records late although within the watermarks' lateness")
+			var got []string
+			for _, p := range sink.Committed() {
+				got = append(got, fmt.Sprintf("%s/%d/%d", p.User, p.Order, p.Payment))
+			}
+			sort.Strings(got)
+			require.Equal(t, want, got)
+			require.True(t, empty(), "the join's buffers (and timers) hold entries after the watermark passed every time")
+		})
+	}
+}
+
+// TestCoProcessRefusals: inputs that cannot be co-partitioned are refused
+// with both named: topics of different partition counts in partition mode
+// (at run time, when the counts are known), one input keyed by partition
+// and the other by KeyBy (at once), and interval bounds the wrong way.
+func TestCoProcessRefusals(t *testing.T) {
+	build := func(lparts, rparts int, mixed bool, lower, upper time.Duration) *keyed.Job {
+		j := keyed.NewJob("joins", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"))
+		ls := keyed.FromSource(j, "orders", 0, connector.Source[order](keyed.NewMemorySource[order]("orders", lparts, true)))
+		rs := keyed.FromSource(j, "payments", 0, connector.Source[payment](keyed.NewMemorySource[payment]("payments", rparts, true)))
+		rk := keyed.ByPartition(rs)
+		if mixed {
+			rk = keyed.KeyBy("user", func(p payment) []byte { return []byte(p.User) }, rs)
+		}
+		out := keyed.IntervalJoin(keyed.ByPartition(ls), rk, "pay", 0, lower, upper, serde.JSON[order](), serde.JSON[payment](),
+			func(user []byte, o order, p payment) paired { return paired{} })
+		keyed.ToSink(out, "pairs", connector.Sink[paired](keyed.NewMemorySink[paired]()))
+		return j
+	}
+	err := build(4, 6, false, 0, time.Second).Run(t.Context())
+	require.ErrorContains(t, err, `not co-partitioned: topic "orders" (source "orders") has 4 partitions, topic "payments" (source "payments") 6`)
+	require.ErrorIs(t, err, keyed.ErrPermanent)
+	require.ErrorContains(t, build(4, 4, true, 0, time.Second).Validate(), `CoProcess "pay": one input is keyed by partition (ByPartition), the other by KeyBy`)
+	require.ErrorContains(t, build(4, 4, false, time.Second, 0).Validate(), `IntervalJoin "pay": lower bound 1s above the upper 0s`)
+	require.NoError(t, build(4, 4, false, 0, time.Second).Run(t.Context()))
+}
