@@ -88,7 +88,7 @@ func (f *feeders) upstreams() int {
 // record's Kafka key with the partition as the key group (ByPartition).
 type keyedExchange[T any] struct {
 	feeders
-	key         func(T) []byte
+	key         func(v T, recordKey []byte) []byte
 	keyName     string // KeyBy's; "" with ByPartition
 	byPartition bool
 	// The run being built: the downstream tasks' inboxes, the key groups,
@@ -125,7 +125,7 @@ func (x *keyedExchange[T]) connect(r *run, outs *outputs) emit[T] {
 			// KG (its partition); otherwise the key is computed here.
 			k, kg := e.Key, int(e.KG)
 			if !byPartition {
-				k = key(e.V)
+				k = key(e.V, e.Key)
 				kg = keygroup.Of(k, maxP)
 			}
 			if err := ob.Add(keygroup.OperatorIndex(kg, maxP, p), channel.Element[T]{V: e.V, Key: k, KG: int32(kg), TS: e.TS}); err != nil {

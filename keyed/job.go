@@ -235,7 +235,7 @@ func (s *Stream[T]) name() string {
 type KeyedStream[K, T any] struct {
 	j       *Job
 	streams []outlet[T]
-	key     func(T) []byte // KeyBy; nil with ByPartition
+	key     func(v T, recordKey []byte) []byte // KeyBy (recordKey: the source record's); nil with ByPartition
 	keyName string         // KeyBy's name for the key; "" with ByPartition
 	// byPartition: the key group is the source partition (ByPartition).
 	byPartition bool
@@ -332,10 +332,28 @@ func (s *Stream[T]) Idleness(d time.Duration) *Stream[T] {
 // empty). Each restored key is also checked to hash to the key group it
 // is stored under.
 func KeyBy[T any](name string, key func(T) []byte, streams ...*Stream[T]) *KeyedStream[[]byte, T] {
-	return keyBy(name, key, func(b []byte) []byte { return b }, streams)
+	return keyBy(name, func(v T, _ []byte) []byte { return key(v) }, func(b []byte) []byte { return b }, streams)
 }
 
-func keyBy[K, T any](name string, key func(T) []byte, keyOf func([]byte) K, streams []*Stream[T]) *KeyedStream[K, T] {
+// KeyByRecordKey keys streams by their records' Kafka keys, shuffled by
+// kord's hash of the key bytes as KeyBy's are: for records whose value
+// does not hold the key, such as a compacted topic's deletions (a null
+// value) that TableJoin reads. The streams are sources' records, as read
+// or through MapValues, Filter and FlatMapValues, which keep the key; a
+// stage's output has no record key and is refused. Unlike ByPartition, it
+// needs no co-partitioning: the records are shuffled.
+func KeyByRecordKey[T any](name string, streams ...*Stream[T]) *KeyedStream[[]byte, T] {
+	for _, s := range streams {
+		for _, o := range s.out.origins() {
+			if _, ok := o.(sourceNode); !ok {
+				s.j.errs = append(s.j.errs, fmt.Errorf("keyed: KeyByRecordKey of the output of %q: only a source's records have a record key; key a stage's output with KeyBy", o.stageName()))
+			}
+		}
+	}
+	return keyBy(name, func(_ T, rk []byte) []byte { return rk }, func(b []byte) []byte { return b }, streams)
+}
+
+func keyBy[K, T any](name string, key func(T, []byte) []byte, keyOf func([]byte) K, streams []*Stream[T]) *KeyedStream[K, T] {
 	if len(streams) == 0 {
 		panic("keyed: KeyBy of no stream")
 	}
@@ -369,7 +387,7 @@ func validKeyName(name string) error {
 // that returning []byte(s) from a KeyBy function costs, and ProcessFunc and
 // ProcessValue give the key as a string.
 func KeyByString[T any](name string, key func(T) string, streams ...*Stream[T]) *KeyedStream[string, T] {
-	return keyBy(name, func(v T) []byte {
+	return keyBy(name, func(v T, _ []byte) []byte {
 		s := key(v)
 		return unsafe.Slice(unsafe.StringData(s), len(s)) // read-only: see Operator.Process
 	}, func(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }, streams)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/kordproject/kord/keyed/internal/channel"
+	"slices"
 	"time"
 
 	"github.com/kordproject/kord/serde"
@@ -68,11 +69,11 @@ func CoProcess[K, L, R, O any](left *KeyedStream[K, L], right *KeyedStream[K, R]
 	k := &KeyedStream[K, either[L, R]]{j: j, byPartition: left.byPartition && right.byPartition, keyOf: left.keyOf}
 	if left.key != nil && right.key != nil {
 		lk, rk := left.key, right.key
-		k.key = func(e either[L, R]) []byte {
+		k.key = func(e either[L, R], recordKey []byte) []byte {
 			if e.right {
-				return rk(e.r)
+				return rk(e.r, recordKey)
 			}
-			return lk(e.l)
+			return lk(e.l, recordKey)
 		}
 		// The checkpoint records the key's name: both, when they differ.
 		k.keyName = left.keyName
@@ -266,3 +267,177 @@ func emitAt[O any](out *Collector[O], ts int64, v O) {
 // testBackendBuilt, when not nil, is told of each operator task's backend
 // as a run builds it (tests only: export_test.go's WatchEmpty).
 var testBackendBuilt func(j *Job, operator string, b *Backend)
+
+// TableJoin adds a keyed stage that joins each record of stream with the
+// row of its key in table, a changelog (a compacted topic read through
+// serde.Nullable: a nil row is a deletion), materialized as keyed state
+// (Kafka Streams' stream-table join on a versioned table, Flink's
+// event-time temporal join). A stream record at time t meets the row as it
+// was at t: the latest table record of its key with a time at or before
+// t, or none (found false) when there is none or it is a deletion; join
+// says what goes downstream, if anything (ok false: nothing, an inner
+// join's miss). The result has the stream record's time.
+//
+// The row as of t is known once the watermark passes t, so each stream
+// record waits in keyed state (codec sc) until then. That is what makes
+// the result the same after a crash and a replay: a lookup at arrival
+// would depend on which input the task happened to read first, and a
+// replay reads them in another interleaving. Both inputs need event time
+// (Stream.Timestamps, Stream.Watermarks). Rows (codec tc) are kept while a
+// stream record could still need them: every row newer than the
+// watermark, and the latest at or before it unless a deletion; so a
+// deleted key leaves nothing. A stream record older than the watermark is
+// late: counted (Job.LateRecords) and joined with nothing, as
+// IntervalJoin's. A late table record still updates the table. Keying and
+// parallelism as CoProcess.
+func TableJoin[K, T, V, O any](stream *KeyedStream[K, T], table *KeyedStream[K, *V], name string, parallelism int,
+	sc serde.Serde[T], tc serde.Serde[V], join func(key K, v T, row V, found bool) (O, bool)) *Stream[O] {
+	j := stream.j
+	if join == nil || sc == nil || tc == nil {
+		j.errs = append(j.errs, fmt.Errorf("keyed: TableJoin %q: nil join function or codec", name))
+	}
+	keyOf := stream.keyOf
+	late := &j.lateRecords
+	return CoProcess(stream, table, name, parallelism, func() CoOperator[T, *V, O] {
+		return &tableJoin[K, T, V, O]{sc: sc, tc: tc, join: join, keyOf: keyOf, late: late}
+	})
+}
+
+// tableJoin keeps, per key, the stream records waiting for the watermark
+// (time → records) and the table's versions (time → row, nil a deletion).
+type tableJoin[K, T, V, O any] struct {
+	sc       serde.Serde[T]
+	tc       serde.Serde[V]
+	join     func(K, T, V, bool) (O, bool)
+	keyOf    func([]byte) K
+	late     interface{ Add(int64) int64 }
+	waiting  *MapState[int64, []T]
+	versions *MapState[int64, *V]
+}
+
+func (tj *tableJoin[K, T, V, O]) Open(b *Backend) (err error) {
+	if tj.waiting, err = Map(b, "waiting", serde.Int64(), serde.Serde[[]T](listCodec[T]{c: tj.sc})); err != nil {
+		return err
+	}
+	tj.versions, err = Map(b, "rows", serde.Int64(), serde.Serde[*V](rowCodec[V]{tj.tc}))
+	return err
+}
+
+func (tj *tableJoin[K, T, V, O]) ProcessLeft(key []byte, v T, out *Collector[O]) error {
+	t := out.ts
+	if t == channel.NoTime {
+		return errNoEventTime
+	}
+	if out.wm != channel.NoTime && t < out.wm {
+		tj.late.Add(1)
+		return nil
+	}
+	ws, _ := tj.waiting.Get(t)
+	tj.waiting.Put(t, append(ws[:len(ws):len(ws)], v))
+	// Once the watermark passes t, no table record at or before t is to
+	// come (one at the watermark's time is not late yet: hence +1).
+	out.RegisterTimer(EventTime, time.UnixMilli(t+1))
+	return out.err
+}
+
+func (tj *tableJoin[K, T, V, O]) ProcessRight(key []byte, row *V, out *Collector[O]) error {
+	t := out.ts
+	if t == channel.NoTime {
+		return errNoEventTime
+	}
+	tj.versions.Put(t, row)
+	out.RegisterTimer(EventTime, time.UnixMilli(t+1)) // to drop what it replaces
+	return out.err
+}
+
+// OnTimer joins the records older than at, then drops the versions no
+// later record can meet.
+func (tj *tableJoin[K, T, V, O]) OnTimer(key []byte, tm Timer, out *Collector[O]) error {
+	at := tm.Time.UnixMilli()
+	var due []int64
+	for t := range tj.waiting.All() {
+		if t < at {
+			due = append(due, t)
+		}
+	}
+	slices.Sort(due)
+	k := tj.keyOf(key)
+	for _, t := range due {
+		row, found := tj.rowAt(t)
+		ws, _ := tj.waiting.Get(t)
+		for _, v := range ws {
+			var zero V
+			r := zero
+			if found {
+				r = *row
+			}
+			if o, ok := tj.join(k, v, r, found); ok {
+				emitAt(out, t, o)
+			}
+		}
+		tj.waiting.Delete(t)
+	}
+	// Of the versions before at only the latest can still be met; a
+	// deletion not even that.
+	var older []int64
+	for t := range tj.versions.All() {
+		if t < at {
+			older = append(older, t)
+		}
+	}
+	slices.Sort(older)
+	for i, t := range older {
+		if i < len(older)-1 {
+			tj.versions.Delete(t)
+		} else if row, _ := tj.versions.Get(t); row == nil {
+			tj.versions.Delete(t)
+		}
+	}
+	return out.err
+}
+
+// rowAt returns the row as of time t: the latest version at or before t,
+// unless a deletion.
+func (tj *tableJoin[K, T, V, O]) rowAt(t int64) (*V, bool) {
+	best, have := int64(0), false
+	for vt := range tj.versions.All() {
+		if vt <= t && (!have || vt > best) {
+			best, have = vt, true
+		}
+	}
+	if !have {
+		return nil, false
+	}
+	row, _ := tj.versions.Get(best)
+	return row, row != nil
+}
+
+// rowCodec keeps a table row or a deletion in keyed state: a 0 byte for a
+// deletion, 1 and the row's encoding otherwise.
+type rowCodec[V any] struct{ c serde.Serde[V] }
+
+func (r rowCodec[V]) Encode(dst []byte, v *V) ([]byte, error) {
+	if v == nil {
+		return append(dst, 0), nil
+	}
+	return r.c.Encode(append(dst, 1), *v)
+}
+
+func (r rowCodec[V]) Decode(b []byte) (*V, error) {
+	if len(b) == 0 || b[0] > 1 {
+		return nil, errors.New("keyed: a table row's state: no 0 or 1 byte first")
+	}
+	if b[0] == 0 {
+		if len(b) != 1 {
+			return nil, errors.New("keyed: a table row's state: bytes after a deletion")
+		}
+		return nil, nil
+	}
+	v, err := r.c.Decode(b[1:])
+	if err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+func (r rowCodec[V]) Fingerprint() string { return "row(" + r.c.Fingerprint() + ")" }

@@ -193,3 +193,166 @@ func TestCoProcessRefusals(t *testing.T) {
 	require.ErrorContains(t, build(4, 4, false, time.Second, 0).Validate(), `IntervalJoin "pay": lower bound 1s above the upper 0s`)
 	require.NoError(t, build(4, 4, false, 0, time.Second).Run(t.Context()))
 }
+
+// profile is the table of the table join tests: a user's tier.
+type profile struct {
+	Tier int64 `json:"tier"`
+}
+
+// tiered is the table join's result: an order with its user's tier as of
+// the order's time, if the user had a row then.
+type tiered struct {
+	User  string
+	Order int64
+	Tier  int64
+	Found bool
+}
+
+// TestTableJoinModel: orders joined with a table of profiles (a changelog
+// with updates and deletions, read as serde.Nullable gives it: nil a
+// deletion), both out of order within the watermarks' lateness, in both
+// keying modes, with crashes and restores at other parallelisms: each
+// order meets the row its user had at the order's time (the latest
+// table record at or before it, none if deleted), exactly once, whatever
+// order the two inputs were read in. The table ends with a deletion of
+// every user, after every order: then every state of the stage is empty,
+// the versions no order can meet having been dropped.
+func TestTableJoinModel(t *testing.T) {
+	seeds := windowSeeds(30)
+	crashes := 0
+	defer func() {
+		if !t.Failed() {
+			require.Positive(t, crashes, "no run crashed: the restores went untested")
+		}
+	}()
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 23))
+			byPartition := seed%3 == 0
+			lparts, rparts := 1+r.IntN(4), 1+r.IntN(4)
+			if byPartition {
+				rparts = lparts
+			}
+			disorder := int64(1 + r.IntN(30))
+			orders := keyed.NewMemorySource[order]("orders", lparts, true)
+			profiles := keyed.NewMemorySource[*profile]("profiles", rparts, true)
+			type row struct {
+				ts  int64
+				seq int
+				p   *profile
+			}
+			rows := map[string][]row{}
+			var os []timedID
+			users := map[int64]string{}
+			lclock, rclock := make([]int64, lparts), make([]int64, rparts)
+			const base = 1_700_000_000_000
+			n := 500 + r.IntN(1_500)
+			var last int64
+			for i := range n {
+				u := fmt.Sprintf("user-%02d", r.IntN(15))
+				if r.IntN(3) == 0 {
+					p := partitioner.KeyPartition([]byte(u), rparts)
+					rclock[p] += int64(r.IntN(8))
+					ts := base + rclock[p] - int64(r.IntN(int(disorder)))
+					var pr *profile
+					if r.IntN(5) > 0 {
+						pr = &profile{Tier: int64(r.IntN(1000))}
+					}
+					profiles.AppendAt(p, []byte(u), pr, time.UnixMilli(ts))
+					rows[u] = append(rows[u], row{ts, i, pr})
+					last = max(last, ts)
+				} else {
+					p := partitioner.KeyPartition([]byte(u), lparts)
+					lclock[p] += int64(r.IntN(8))
+					ts := base + lclock[p] - int64(r.IntN(int(disorder)))
+					orders.AppendAt(p, []byte(u), order{User: u, ID: int64(i)}, time.UnixMilli(ts))
+					os = append(os, timedID{ts, int64(i)})
+					users[int64(i)] = u
+					last = max(last, ts)
+				}
+			}
+			for i := range 15 { // every user deleted, after everything
+				u := fmt.Sprintf("user-%02d", i)
+				profiles.AppendAt(partitioner.KeyPartition([]byte(u), rparts), []byte(u), nil, time.UnixMilli(last+1000))
+			}
+			// The model: each order's row as of its time; of rows of one
+			// time the later written.
+			var want []string
+			for _, o := range os {
+				u := users[o.v]
+				var best *row
+				for i := range rows[u] {
+					x := &rows[u][i]
+					if x.ts <= o.ts && (best == nil || x.ts > best.ts || x.ts == best.ts && x.seq > best.seq) {
+						best = x
+					}
+				}
+				if best != nil && best.p != nil {
+					want = append(want, fmt.Sprintf("%s/%d/%d", u, o.v, best.p.Tier))
+				} else {
+					want = append(want, fmt.Sprintf("%s/%d/-", u, o.v))
+				}
+			}
+			sort.Strings(want)
+
+			mem := vfs.NewMem()
+			sink := keyed.NewMemorySink[tiered]()
+			t.Logf("byPartition %v, partitions %d and %d, disorder %d ms, %d records", byPartition, lparts, rparts, disorder, n)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var late int64
+			var empty func() bool
+			for incarnation := 0; ; incarnation++ {
+				require.Less(t, incarnation, 10)
+				j := keyed.NewJob("tables", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
+					keyed.BatchSize(1+r.IntN(64)))
+				lw := time.Duration(disorder) * time.Millisecond
+				ls := keyed.FromSource(j, "orders", 1+r.IntN(3), connector.Source[order](orders)).Watermarks(lw)
+				rs := keyed.FromSource(j, "profiles", 1+r.IntN(3), connector.Source[*profile](profiles)).Watermarks(lw)
+				var lk *keyed.KeyedStream[[]byte, order]
+				var rk *keyed.KeyedStream[[]byte, *profile]
+				if byPartition {
+					lk, rk = keyed.ByPartition(ls), keyed.ByPartition(rs)
+				} else {
+					lk = keyed.KeyBy("user", func(o order) []byte { return []byte(o.User) }, ls)
+					rk = keyed.KeyByRecordKey("user", rs)
+				}
+				par := 1 + r.IntN(3)
+				if byPartition {
+					par = min(par, lparts)
+				}
+				out := keyed.TableJoin(lk, rk, "tier", par, serde.JSON[order](), serde.JSON[profile](),
+					func(user []byte, o order, p profile, found bool) (tiered, bool) {
+						return tiered{User: string(user), Order: o.ID, Tier: p.Tier, Found: found}, true
+					})
+				keyed.ToSink(out, "orders-tiered", connector.Sink[tiered](sink))
+				empty = keyed.WatchEmpty(j, "tier")
+				rctx := ctx
+				if incarnation < 3 {
+					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
+				}
+				err := j.Run(rctx)
+				late += j.LateRecords()
+				if errors.Is(err, failpoint.ErrCrashed) {
+					crashes++
+					mem = mem.CrashClone()
+					continue
+				}
+				require.NoError(t, err)
+				break
+			}
+			require.Zero(t, late, "records late although within the watermarks' lateness")
+			var got []string
+			for _, x := range sink.Committed() {
+				if x.Found {
+					got = append(got, fmt.Sprintf("%s/%d/%d", x.User, x.Order, x.Tier))
+				} else {
+					got = append(got, fmt.Sprintf("%s/%d/-", x.User, x.Order))
+				}
+			}
+			sort.Strings(got)
+			require.Equal(t, want, got)
+			require.True(t, empty(), "the join's state holds entries after every user's deletion passed the watermark")
+		})
+	}
+}

@@ -134,3 +134,35 @@ func (int64Serde) Decode(b []byte) (int64, error) {
 }
 
 func (int64Serde) Fingerprint() string { return "int64-be" }
+
+// Nullable makes a Serde of *T from one of T that reads a null (a
+// tombstone of a compacted topic) as a nil pointer and writes a nil
+// pointer as a null, every other value through s: the table of
+// keyed.TableJoin takes its deletions so.
+func Nullable[T any](s Serde[T]) Serde[*T] { return nullable[T]{s} }
+
+type nullable[T any] struct{ s Serde[T] }
+
+func (n nullable[T]) Encode(dst []byte, v *T) ([]byte, error) {
+	if v == nil {
+		return dst, nil
+	}
+	out, err := n.s.Encode(dst, *v)
+	if err == nil && out == nil {
+		out = []byte{} // a value, empty: never read back as a null
+	}
+	return out, err
+}
+
+func (n nullable[T]) Decode(b []byte) (*T, error) {
+	if b == nil {
+		return nil, nil
+	}
+	v, err := n.s.Decode(b)
+	if err != nil {
+		return nil, err
+	}
+	return &v, nil
+}
+
+func (n nullable[T]) Fingerprint() string { return "nullable(" + n.s.Fingerprint() + ")" }

@@ -234,3 +234,31 @@ func FuzzAvroDecode(f *testing.F) {
 		_, _ = an.Decode(b)
 	})
 }
+
+// TestNullable: a null reads as a nil pointer and a nil pointer writes as
+// a null; a value goes through the inner serde, an empty one stays a value.
+func TestNullable(t *testing.T) {
+	s := serde.Nullable(serde.String())
+	v, err := s.Decode(nil)
+	require.NoError(t, err)
+	require.Nil(t, v)
+	b, err := s.Encode(nil, nil)
+	require.NoError(t, err)
+	require.Nil(t, b, "a nil pointer is a null")
+	x := "user-1"
+	b, err = s.Encode(nil, &x)
+	require.NoError(t, err)
+	v, err = s.Decode(b)
+	require.NoError(t, err)
+	require.Equal(t, "user-1", *v)
+	empty := ""
+	b, err = s.Encode(nil, &empty)
+	require.NoError(t, err)
+	require.NotNil(t, b, "an empty value is no null")
+	v, err = s.Decode(b)
+	require.NoError(t, err)
+	require.Equal(t, "", *v)
+	_, err = serde.Nullable(serde.Int64()).Decode([]byte{0xff, 0xfe})
+	require.Error(t, err, "the inner serde's refusal")
+	require.Equal(t, "nullable("+serde.String().Fingerprint()+")", s.Fingerprint())
+}
