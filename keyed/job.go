@@ -236,7 +236,7 @@ type KeyedStream[K, T any] struct {
 	j       *Job
 	streams []outlet[T]
 	key     func(v T, recordKey []byte) []byte // KeyBy (recordKey: the source record's); nil with ByPartition
-	keyName string         // KeyBy's name for the key; "" with ByPartition
+	keyName string                             // KeyBy's name for the key; "" with ByPartition
 	// byPartition: the key group is the source partition (ByPartition).
 	byPartition bool
 	keyOf       func([]byte) K // the key as the user keyed by, from its bytes
