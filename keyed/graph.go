@@ -91,6 +91,7 @@ type keyedExchange[T any] struct {
 	key         func(v T, recordKey []byte) []byte
 	keyName     string // KeyBy's; "" with ByPartition
 	byPartition bool
+	broadcast   func(T) bool // ProcessBroadcast's: records for every task
 	// The run being built: the downstream tasks' inboxes, the key groups,
 	// and the next upstream index to give out.
 	in   []*channel.Inbox[T]
@@ -117,10 +118,24 @@ func (x *keyedExchange[T]) connect(r *run, outs *outputs) emit[T] {
 	x.next++
 	ob := channel.NewOutbox(r.stop, x.in, from, r.cfg.BatchSize)
 	*outs = append(*outs, ob)
-	maxP, p, key, byPartition := x.maxP, len(x.in), x.key, x.byPartition
+	maxP, p, key, byPartition, bc := x.maxP, len(x.in), x.key, x.byPartition, x.broadcast
+	var firstKG []int32
+	if bc != nil {
+		firstKG = broadcastTo(maxP, p)
+	}
 	return func(es []channel.Element[T]) error {
 		for i := range es {
 			e := &es[i]
+			if bc != nil && bc(e.V) {
+				// To every task, in the range of each (no key is current
+				// while it is handled).
+				for d, kg := range firstKG {
+					if err := ob.Add(d, channel.Element[T]{V: e.V, KG: kg, TS: e.TS}); err != nil {
+						return err
+					}
+				}
+				continue
+			}
 			// In partition mode the source set Key (the record's) and
 			// KG (its partition); otherwise the key is computed here.
 			k, kg := e.Key, int(e.KG)

@@ -240,6 +240,9 @@ type KeyedStream[K, T any] struct {
 	// byPartition: the key group is the source partition (ByPartition).
 	byPartition bool
 	keyOf       func([]byte) K // the key as the user keyed by, from its bytes
+	// broadcast, when not nil, says which records go to every task
+	// (ProcessBroadcast's broadcast input).
+	broadcast func(T) bool
 }
 
 // FromSource adds a source read by parallelism tasks. Parallelism 0 is
@@ -432,7 +435,7 @@ func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, ne
 	if parallelism < 0 {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: parallelism %d (0 is the default: the partition count, at most the CPUs)", name, parallelism))
 	}
-	ex := &keyedExchange[T]{key: k.key, keyName: k.keyName, byPartition: k.byPartition}
+	ex := &keyedExchange[T]{key: k.key, keyName: k.keyName, byPartition: k.byPartition, broadcast: k.broadcast}
 	op := &opOf[T, O]{name: name, parallelism: parallelism, newOp: newOp, in: ex}
 	for _, s := range k.streams {
 		s.attach(ex)

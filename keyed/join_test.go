@@ -356,3 +356,160 @@ func TestTableJoinModel(t *testing.T) {
 		})
 	}
 }
+
+// rule is the broadcast input of the broadcast tests: rule N of a
+// sequence, its value V.
+type rule struct {
+	N int64 `json:"n"`
+	V int64 `json:"v"`
+}
+
+// versioned is what the broadcast test's operator emits: a user's event,
+// and how many rules its task had applied when it came.
+type versioned struct {
+	User    string
+	Seq     int64
+	Version int
+}
+
+// ruledCounter counts rules into broadcast state and tags each event with
+// the number it saw.
+type ruledCounter struct{ rules *keyed.BroadcastState[int64, int64] }
+
+func (c *ruledCounter) Open(b *keyed.Backend) (err error) {
+	c.rules, err = keyed.BroadcastMap(b, "rules", serde.Int64(), serde.Int64())
+	return err
+}
+
+func (c *ruledCounter) Process(key []byte, v event, out *keyed.Collector[versioned]) error {
+	out.Emit(versioned{User: v.UUID, Seq: v.Seq, Version: c.rules.Len()})
+	return nil
+}
+
+func (c *ruledCounter) ProcessBroadcast(r rule, out *keyed.Collector[versioned]) error {
+	c.rules.Put(r.N, r.V)
+	return nil
+}
+
+// TestBroadcastState: rules broadcast to every task of a keyed stage while
+// events flow, with crashes at random checkpoint steps and restores at
+// other parallelisms. Every event's result is committed once; a user's
+// events see a number of rules that never goes down from one event to the
+// next (a task applies the rules in order, and a restore gives every task
+// the checkpoint's rules: restoring none, or a task missing them, makes
+// the count drop after the crash).
+func TestBroadcastState(t *testing.T) {
+	seeds := windowSeeds(20)
+	crashes := 0
+	defer func() {
+		if !t.Failed() {
+			require.Positive(t, crashes, "no run crashed: the restores went untested")
+		}
+	}()
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, 29))
+			const parts = 4
+			events := keyed.NewMemorySource[event]("events", parts, true)
+			rparts := 1 + r.IntN(2)
+			rules := keyed.NewMemorySource[rule]("rules", rparts, true)
+			nrules := 1 + r.IntN(30)
+			seq := map[string]int64{}
+			n := 300 + r.IntN(1_000)
+			for i := range n {
+				u := fmt.Sprintf("user-%02d", r.IntN(12))
+				events.Append(partitioner.KeyPartition([]byte(u), parts), []byte(u), event{UUID: u, Seq: seq[u]})
+				seq[u]++
+				if i < nrules {
+					rules.Append(int32(i%rparts), nil, rule{N: int64(i), V: int64(r.IntN(100))})
+				}
+			}
+			mem := vfs.NewMem()
+			sink := keyed.NewMemorySink[versioned]()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			for incarnation := 0; ; incarnation++ {
+				require.Less(t, incarnation, 10)
+				j := keyed.NewJob("ruled", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
+					keyed.BatchSize(1+r.IntN(32)))
+				es := keyed.FromSource(j, "events", 1+r.IntN(3), connector.Source[event](events))
+				rs := keyed.FromSource(j, "rules", 1, connector.Source[rule](rules))
+				k := keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, es)
+				out := keyed.ProcessBroadcast(k, keyed.Broadcast(rs), "ruled", 1+r.IntN(4), func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} })
+				keyed.ToSink(out, "tagged", connector.Sink[versioned](sink))
+				rctx := ctx
+				if incarnation < 3 {
+					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
+				}
+				err := j.Run(rctx)
+				if errors.Is(err, failpoint.ErrCrashed) {
+					crashes++
+					mem = mem.CrashClone()
+					continue
+				}
+				require.NoError(t, err)
+				break
+			}
+			seen := map[string]int64{} // next seq per user
+			version := map[string]int{}
+			for _, v := range sink.Committed() {
+				require.Equal(t, seen[v.User], v.Seq, "user %s: events once, in order", v.User)
+				seen[v.User]++
+				require.GreaterOrEqual(t, v.Version, version[v.User], "user %s event %d saw fewer rules than its previous event", v.User, v.Seq)
+				require.LessOrEqual(t, v.Version, nrules)
+				version[v.User] = v.Version
+			}
+			require.Equal(t, seq, seen, "every event's result")
+		})
+	}
+}
+
+// writingCounter changes the broadcast state where it may not: in Process.
+type writingCounter struct{ ruledCounter }
+
+func (c *writingCounter) Process(key []byte, v event, out *keyed.Collector[versioned]) error {
+	c.rules.Put(-1, 0)
+	return nil
+}
+
+// TestBroadcastRefusals: broadcast state changed outside ProcessBroadcast
+// fails the run, naming the state; a keyed input by partition and a job of
+// several processes are refused; broadcast state on another stage is.
+func TestBroadcastRefusals(t *testing.T) {
+	build := func(newOp func() keyed.BroadcastOperator[event, rule, versioned], byPartition bool, opts ...keyed.Opt) *keyed.Job {
+		j := keyed.NewJob("ruled", append([]keyed.Opt{keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt")}, opts...)...)
+		events := keyed.NewMemorySource[event]("events", 2, true)
+		events.Append(0, []byte("u"), event{UUID: "u"})
+		es := keyed.FromSource(j, "events", 0, connector.Source[event](events))
+		rs := keyed.FromSource(j, "rules", 0, connector.Source[rule](keyed.NewMemorySource[rule]("rules", 1, true)))
+		k := keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, es)
+		if byPartition {
+			k = keyed.ByPartition(es)
+		}
+		keyed.ToSink(keyed.ProcessBroadcast(k, keyed.Broadcast(rs), "ruled", 0, newOp), "tagged", connector.Sink[versioned](keyed.NewMemorySink[versioned]()))
+		return j
+	}
+	err := build(func() keyed.BroadcastOperator[event, rule, versioned] { return &writingCounter{} }, false).Run(t.Context())
+	require.ErrorContains(t, err, `broadcast state "rules" changed outside ProcessBroadcast`)
+	require.ErrorContains(t, build(func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} }, true).Validate(),
+		`ProcessBroadcast "ruled": its keyed input is keyed by partition`)
+	require.ErrorContains(t, build(func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} }, false, keyed.Instance("p0")).Validate(),
+		`not built yet`)
+	require.NoError(t, build(func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} }, false).Run(t.Context()))
+
+	j := keyed.NewJob("plain", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"))
+	src := keyed.NewMemorySource[event]("events", 1, true)
+	src.Append(0, []byte("u"), event{UUID: "u"})
+	s := keyed.FromSource(j, "events", 0, connector.Source[event](src))
+	out := keyed.Process(keyed.ByPartition(s), "plain", 0, func() keyed.Operator[event, versioned] { return &broadcastOnPlain{} })
+	keyed.ToSink(out, "out", connector.Sink[versioned](keyed.NewMemorySink[versioned]()))
+	require.ErrorContains(t, j.Run(t.Context()), `only a ProcessBroadcast stage has broadcast state`)
+}
+
+type broadcastOnPlain struct{}
+
+func (broadcastOnPlain) Open(b *keyed.Backend) error {
+	_, err := keyed.BroadcastMap(b, "rules", serde.Int64(), serde.Int64())
+	return err
+}
+func (broadcastOnPlain) Process([]byte, event, *keyed.Collector[versioned]) error { return nil }

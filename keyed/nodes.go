@@ -1,6 +1,7 @@
 package keyed
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -433,18 +434,20 @@ func (s *sourceTask[T]) ended(ctx context.Context, pos map[int32]int64) error {
 
 // opTask runs one operator instance.
 type opTask[T, O any] struct {
-	r       *run
-	task    int
-	in      *channel.Inbox[T]
-	al      *align.Aligner
-	cancels chan uint64
-	op      Operator[T, O]
-	b       *Backend
-	emit    emit[O]
-	direct  *channel.Outbox[O] // instead of emit: the stage feeds the sink alone
-	sides   map[any]any        // side outputs' emit functions, by tag
-	out     outputs
-	col     *Collector[O]
+	r        *run
+	task     int
+	name     string // the stage's
+	instance int    // the task's index in the stage
+	in       *channel.Inbox[T]
+	al       *align.Aligner
+	cancels  chan uint64
+	op       Operator[T, O]
+	b        *Backend
+	emit     emit[O]
+	direct   *channel.Outbox[O] // instead of emit: the stage feeds the sink alone
+	sides    map[any]any        // side outputs' emit functions, by tag
+	out      outputs
+	col      *Collector[O]
 	// restoredWm is the restored checkpoint's watermark (noTime if none):
 	// the task's starts there.
 	restoredWm int64
@@ -578,6 +581,12 @@ func (t *opTask[T, O]) apply(ctx context.Context, effs []align.Effect) error {
 			if err := t.out.Broadcast(e.ID); err != nil {
 				return err
 			}
+			// Operator state (a ProcessBroadcast stage's broadcast
+			// state): taken and written at the barrier, small.
+			opFiles, putErr, err := t.r.writeOpState(ctx, t.op, t.name, t.instance, e.ID)
+			if err != nil {
+				return err
+			}
 			snap := t.b.takeSnapshot()
 			refs := t.b.operatorRefs()
 			wm := t.col.wm
@@ -585,7 +594,8 @@ func (t *opTask[T, O]) apply(ctx context.Context, effs []align.Effect) error {
 			go func(id uint64) {
 				defer t.r.bg.Done()
 				files, err := t.writeSnapshot(ctx, snap, id)
-				t.r.ack(ack{task: t.task, id: id, files: files, refs: refs, err: err, wm: wm, opTask: true})
+				files = append(files, opFiles...)
+				t.r.ack(ack{task: t.task, id: id, files: files, refs: refs, err: cmp.Or(putErr, err), wm: wm, opTask: true})
 			}(e.ID)
 		case align.Error:
 			return e.Err()
@@ -709,7 +719,12 @@ func (t *sinkTask[O]) write(ctx context.Context, m channel.Message[O], inWm []in
 // opStateName is the operator part of the name of an operator-state file:
 // the source's or sink's name, then ".operator-state"; the key-group field
 // of the name is the instance index.
-func opStateName(name string) string { return name + ".operator-state" }
+func opStateName(name string) string { return name + "." + opStateSuffix }
+
+// opStateSuffix is the state slot of an operator-state file: a keyed
+// stage's (ProcessBroadcast's broadcast state) sits beside its keyed
+// states, so no keyed state takes the name.
+const opStateSuffix = "operator-state"
 
 // writeOpState writes, if v keeps operator state, instance's snapshot for
 // checkpoint id as an Avro file (one entry per element, keyed by its
@@ -763,6 +778,9 @@ func checkOpStateNames(j *Job, rs *restoreState) error {
 	}
 	for _, s := range j.sources {
 		parts[s.sourceName()] = true
+	}
+	for _, o := range j.ops {
+		parts[o.stageName()] = true
 	}
 	for n := range rs.files {
 		pn, ok := layout.ParseName(n)

@@ -608,6 +608,10 @@ func (o *opOf[T, O]) build(ctx, rctx context.Context, r *run, rs *restoreState, 
 				return fmt.Errorf("keyed: operator %q task %d: restore %s: %w", o.name, d, rs.meta.Ref(), err)
 			}
 		}
+		// A ProcessBroadcast stage's broadcast state is its operator state.
+		if err := restoreOpState(rs, op, o.name); err != nil {
+			return fmt.Errorf("keyed: operator %q task %d: %w", o.name, d, err)
+		}
 		al, err := align.New(r.cfg.Mode, o.in.upstreams())
 		if err != nil {
 			return err
@@ -629,7 +633,7 @@ func (o *opOf[T, O]) build(ctx, rctx context.Context, r *run, rs *restoreState, 
 		if tm != nil {
 			tm.rebuild()
 		}
-		ot := &opTask[T, O]{r: r, task: task, in: o.in.in[d], al: al, cancels: cancels, op: op, b: b, emit: em, direct: direct, sides: sides, out: outs, restoredWm: rs.watermark(), timers: tm}
+		ot := &opTask[T, O]{r: r, task: task, name: o.name, instance: d, in: o.in.in[d], al: al, cancels: cancels, op: op, b: b, emit: em, direct: direct, sides: sides, out: outs, restoredWm: rs.watermark(), timers: tm}
 		r.goTask(rctx, task, ot.run)
 	}
 	return nil

@@ -380,8 +380,8 @@ func (b *Backend) restoreFrom(m *checkpoint.Metadata, files map[string][]byte, t
 			return fmt.Errorf("keyed: operator %q: state file %q is not of checkpoint %s", b.operator, name, m.Ref())
 		}
 		op, stName, ok := layout.SplitOperator(n.Operator)
-		if !ok || op != b.operator {
-			continue // another operator's
+		if !ok || op != b.operator || stName == opStateSuffix {
+			continue // another operator's, or the operator's operator state (restoreOpState)
 		}
 		restore, ok := recorded[stName]
 		if !ok {

@@ -176,6 +176,8 @@ type Backend struct {
 	encFree []*encoder // kept between snapshots; see snapshot.Encode
 
 	clock func() int64 // TTL states' processing time (Unix ms); nil: the wall clock
+
+	bcast *broadcastStates // a ProcessBroadcast stage's broadcast state; nil otherwise
 }
 
 // newBackend returns an empty backend for instance r of operator, out of
@@ -277,6 +279,9 @@ type state interface {
 }
 
 func register[T any](b *Backend, name string, kind stateKind, fp string, enc encodeFunc[T], dec func([]byte) (T, error)) (*store[T], error) {
+	if name == opStateSuffix {
+		return nil, fmt.Errorf("keyed: operator %q state %q: the name is kord's (the operator's operator state)", b.operator, name)
+	}
 	if strings.HasPrefix(name, "__") {
 		return nil, fmt.Errorf("keyed: operator %q state %q: names starting with __ are kord's (its timers)", b.operator, name)
 	}
