@@ -105,8 +105,9 @@ gotest() {
 # go test ./... runs on 2 cores; each go test runs one package at a time):
 # kafkaio's proofs alone take about 20 minutes under -race, so they are cut
 # into several jobs by name, which the workers share with every other
-# package's. A third worker runs the soak's short version (TestSoak: about
-# three minutes, mostly waiting on its paced input) beside them. Each job's
+# package's. A third worker runs what waits more than it computes beside
+# them: the soak's short version (TestSoak: about three minutes of paced
+# input), then kafkaio's network and broker faults. Each job's
 # output is printed when it ends, whole; the status says whether any
 # failed.
 mapfile -t tagged < <(scripts/failpoint-tests.sh)
@@ -186,7 +187,7 @@ run_job() {
 }
 # The queue, longest first (their times under -race on this 2-core
 # machine, from the reports of earlier runs).
-printf '%s\n' others tagged-kafkaio-faults kafkaio tagged-kafkaio-scaled tagged-kafkaio-kafka userbehavior \
+printf '%s\n' others kafkaio tagged-kafkaio-scaled tagged-kafkaio-kafka userbehavior \
 	tagged-others tagged-kafkaio-rest modules seeded >"$KORD_TEST_LOGS/queue"
 # worker [go test flags]: runs jobs from the queue until it is empty; the
 # status says whether any failed, and $KORD_TEST_LOGS/failed lists them.
@@ -213,7 +214,15 @@ finish_job() {
 	} 9>>"$KORD_TEST_LOGS/print.lock"
 	return $rc
 }
-finish_job soak "$@" &
+# The third worker: the soak, then kafkaio's network and broker faults,
+# both waiting more than computing (paced input; delays held by a proxy,
+# a broker restarting), beside the two.
+(
+	rc=0
+	finish_job soak "$@" || rc=1
+	finish_job tagged-kafkaio-faults "$@" || rc=1
+	exit $rc
+) &
 soak=$!
 worker "$@" &
 w1=$!
