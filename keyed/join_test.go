@@ -374,7 +374,9 @@ type versioned struct {
 
 // ruledCounter counts rules into broadcast state and tags each event with
 // the number it saw.
-type ruledCounter struct{ rules *keyed.BroadcastState[int64, int64] }
+type ruledCounter struct {
+	rules *keyed.BroadcastState[int64, int64]
+}
 
 func (c *ruledCounter) Open(b *keyed.Backend) (err error) {
 	c.rules, err = keyed.BroadcastMap(b, "rules", serde.Int64(), serde.Int64())
