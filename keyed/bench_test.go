@@ -3,7 +3,9 @@ package keyed_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -431,4 +433,103 @@ func BenchmarkWatermarkLag(b *testing.B) {
 			b.ReportMetric(float64(percentile(firsts, 0.5).Microseconds())/1000, "first-wm-ms")
 		})
 	}
+}
+
+// topicGen is a genSource under another topic's name: a second input.
+type topicGen struct {
+	*genSource
+	topic string
+}
+
+func (g topicGen) Topic() string { return g.topic }
+
+// BenchmarkJoins: two generated inputs of 1,000,000 events each over
+// 100,000 users (4 partitions, a millisecond of event time per record and
+// partition, watermarks a second behind), keyed by user, parallelism 2,
+// checkpoints every second on disk, to a discarding sink:
+//   - "interval-±1s": IntervalJoin of left and right within a second of
+//     each other either way;
+//   - "table": TableJoin of the left with the right as a table (every
+//     record an update of its user's row).
+//
+// It reports events/s (both inputs), pairs/s for the interval join, and
+// the largest checkpoint's state files of the join stage in bytes
+// (state-bytes): what the join buffers and keeps.
+func BenchmarkJoins(b *testing.B) {
+	const events = 1_000_000 // per input
+	for _, kind := range []string{"interval-±1s", "table"} {
+		b.Run(kind, func(b *testing.B) {
+			var total, pairs, maxState int64
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				dir := b.TempDir()
+				var mu sync.Mutex
+				state := map[uint64]int64{}
+				j := keyed.NewJob("bench", keyed.Dir(dir), keyed.CheckpointInterval(time.Second), keyed.OnCommit(func(id uint64) error {
+					mu.Lock()
+					defer mu.Unlock()
+					n, err := stateBytes(dir, id, "join")
+					state[id] = n
+					return err
+				}))
+				left := keyed.FromSource(j, "left", 2, connector.Source[behavior](topicGen{newGenSource(4, events/4, 100_000), "left"})).Watermarks(time.Second)
+				right := keyed.FromSource(j, "right", 2, connector.Source[behavior](topicGen{newGenSource(4, events/4, 100_000), "right"})).Watermarks(time.Second)
+				lk := keyed.KeyByString("user", func(e behavior) string { return e.User }, left)
+				var out *keyed.Stream[int64]
+				if kind == "table" {
+					rows := keyed.MapValues(right, func(e behavior) *behavior { return &e })
+					rk := keyed.KeyByString("user", func(e *behavior) string { return e.User }, rows)
+					out = keyed.TableJoin(lk, rk, "join", 2, serde.JSON[behavior](), serde.JSON[behavior](), func(_ string, v behavior, row behavior, found bool) (int64, bool) {
+						return int64(row.Action), found
+					})
+				} else {
+					rk := keyed.KeyByString("user", func(e behavior) string { return e.User }, right)
+					out = keyed.IntervalJoin(lk, rk, "join", 2, -time.Second, time.Second, serde.JSON[behavior](), serde.JSON[behavior](), func(_ string, l, r behavior) int64 {
+						return int64(l.Action + r.Action)
+					})
+				}
+				sink := &discard{}
+				keyed.ToSink(out, "sink", connector.Sink[int64](sink))
+				if err := j.Run(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				if j.LateRecords() != 0 {
+					b.Fatalf("%d late records", j.LateRecords())
+				}
+				total += 2 * events
+				pairs += sink.n.Load()
+				for id, n := range state {
+					maxState = max(maxState, n)
+					if os.Getenv("KORD_BENCH_DEBUG") != "" {
+						b.Logf("checkpoint %d: %d state bytes", id, n)
+					}
+				}
+			}
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(total), "cpu-ns/event")
+			b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(pairs)/b.Elapsed().Seconds(), "results/s")
+			b.ReportMetric(float64(maxState), "state-bytes")
+		})
+	}
+}
+
+// stateBytes sums the sizes of checkpoint id's state files of operator op
+// in dir.
+func stateBytes(dir string, id uint64, op string) (int64, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, e := range entries {
+		name := e.Name()
+		if strings.Contains(name, fmt.Sprintf("-%020d.", id)) && strings.Contains(name, ".op-"+op+".") {
+			fi, err := e.Info()
+			if err != nil {
+				continue // retention removed it meanwhile
+			}
+			n += fi.Size()
+		}
+	}
+	return n, nil
 }
