@@ -56,116 +56,89 @@ type timedID struct {
 // At the end (the bounded inputs' watermark is past every time) the join's
 // buffers hold nothing.
 func TestIntervalJoinModel(t *testing.T) {
-	seeds := windowSeeds(30)
-	crashes := 0
-	defer func() {
-		if !t.Failed() {
-			require.Positive(t, crashes, "no run crashed: the restores went untested")
-			t.Logf("%d crashes over %d seeds", crashes, seeds)
+	eachSeed(t, windowSeeds(30), 17, func(t *testing.T, seed uint64, r *rand.Rand, crashes *int) {
+		byPartition := seed%3 == 0
+		lparts, rparts := 1+r.IntN(4), 1+r.IntN(4)
+		if byPartition {
+			rparts = lparts
 		}
-	}()
-	for seed := uint64(1); seed <= uint64(seeds); seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(seed, 17))
-			byPartition := seed%3 == 0
-			lparts, rparts := 1+r.IntN(4), 1+r.IntN(4)
-			if byPartition {
-				rparts = lparts
+		lower := int64(r.IntN(60)) - 30
+		upper := lower + int64(r.IntN(80))
+		disorder := int64(1 + r.IntN(30))
+		orders := keyed.NewMemorySource[order]("orders", lparts, true)
+		payments := keyed.NewMemorySource[payment]("payments", rparts, true)
+		var os, ps = map[string][]timedID{}, map[string][]timedID{}
+		lclock, rclock := make([]int64, lparts), make([]int64, rparts)
+		const base = 1_700_000_000_000
+		n := 500 + r.IntN(1_500)
+		for i := range n {
+			u := fmt.Sprintf("user-%02d", r.IntN(20))
+			if r.IntN(2) == 0 {
+				p := partitioner.KeyPartition([]byte(u), lparts)
+				lclock[p] += int64(r.IntN(8))
+				ts := base + lclock[p] - int64(r.IntN(int(disorder)))
+				orders.AppendAt(p, []byte(u), order{User: u, ID: int64(i)}, time.UnixMilli(ts))
+				os[u] = append(os[u], timedID{ts, int64(i)})
+			} else {
+				p := partitioner.KeyPartition([]byte(u), rparts)
+				rclock[p] += int64(r.IntN(8))
+				ts := base + rclock[p] - int64(r.IntN(int(disorder)))
+				payments.AppendAt(p, []byte(u), payment{User: u, Order: int64(i), Cents: int64(r.IntN(10_000))}, time.UnixMilli(ts))
+				ps[u] = append(ps[u], timedID{ts, int64(i)})
 			}
-			lower := int64(r.IntN(60)) - 30
-			upper := lower + int64(r.IntN(80))
-			disorder := int64(1 + r.IntN(30))
-			orders := keyed.NewMemorySource[order]("orders", lparts, true)
-			payments := keyed.NewMemorySource[payment]("payments", rparts, true)
-			var os, ps = map[string][]timedID{}, map[string][]timedID{}
-			lclock, rclock := make([]int64, lparts), make([]int64, rparts)
-			const base = 1_700_000_000_000
-			n := 500 + r.IntN(1_500)
-			for i := range n {
-				u := fmt.Sprintf("user-%02d", r.IntN(20))
-				if r.IntN(2) == 0 {
-					p := partitioner.KeyPartition([]byte(u), lparts)
-					lclock[p] += int64(r.IntN(8))
-					ts := base + lclock[p] - int64(r.IntN(int(disorder)))
-					orders.AppendAt(p, []byte(u), order{User: u, ID: int64(i)}, time.UnixMilli(ts))
-					os[u] = append(os[u], timedID{ts, int64(i)})
-				} else {
-					p := partitioner.KeyPartition([]byte(u), rparts)
-					rclock[p] += int64(r.IntN(8))
-					ts := base + rclock[p] - int64(r.IntN(int(disorder)))
-					payments.AppendAt(p, []byte(u), payment{User: u, Order: int64(i), Cents: int64(r.IntN(10_000))}, time.UnixMilli(ts))
-					ps[u] = append(ps[u], timedID{ts, int64(i)})
-				}
-			}
-			// The model: every (order, payment) of a user within the bounds.
-			var want []string
-			for u, ol := range os {
-				for _, o := range ol {
-					for _, p := range ps[u] {
-						if p.ts >= o.ts+lower && p.ts <= o.ts+upper {
-							want = append(want, fmt.Sprintf("%s/%d/%d", u, o.v, p.v))
-						}
+		}
+		// The model: every (order, payment) of a user within the bounds.
+		var want []string
+		for u, ol := range os {
+			for _, o := range ol {
+				for _, p := range ps[u] {
+					if p.ts >= o.ts+lower && p.ts <= o.ts+upper {
+						want = append(want, fmt.Sprintf("%s/%d/%d", u, o.v, p.v))
 					}
 				}
 			}
-			sort.Strings(want)
+		}
+		sort.Strings(want)
 
-			mem := vfs.NewMem()
-			sink := keyed.NewMemorySink[paired]()
-			t.Logf("byPartition %v, partitions %d and %d, bounds [%d, %d] ms, disorder %d ms, %d records, %d pairs", byPartition, lparts, rparts, lower, upper, disorder, n, len(want))
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			var late int64
-			var empty func() bool
-			for incarnation := 0; ; incarnation++ {
-				require.Less(t, incarnation, 10)
-				j := keyed.NewJob("joins", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
-					keyed.BatchSize(1+r.IntN(64)))
-				lw := time.Duration(disorder) * time.Millisecond
-				ls := keyed.FromSource(j, "orders", 1+r.IntN(3), connector.Source[order](orders)).Watermarks(lw)
-				rs := keyed.FromSource(j, "payments", 1+r.IntN(3), connector.Source[payment](payments)).Watermarks(lw)
-				var lk *keyed.KeyedStream[[]byte, order]
-				var rk *keyed.KeyedStream[[]byte, payment]
-				if byPartition {
-					lk, rk = keyed.ByPartition(ls), keyed.ByPartition(rs)
-				} else {
-					lk = keyed.KeyBy("user", func(o order) []byte { return []byte(o.User) }, ls)
-					rk = keyed.KeyBy("user", func(p payment) []byte { return []byte(p.User) }, rs)
-				}
-				par := 1 + r.IntN(3)
-				if byPartition {
-					par = min(par, lparts) // a key group per partition
-				}
-				out := keyed.IntervalJoin(lk, rk, "pay", par, time.Duration(lower)*time.Millisecond, time.Duration(upper)*time.Millisecond,
-					serde.JSON[order](), serde.JSON[payment](), func(user []byte, o order, p payment) paired {
-						return paired{User: string(user), Order: o.ID, Payment: p.Order, Cents: p.Cents}
-					})
-				keyed.ToSink(out, "pairs", connector.Sink[paired](sink))
-				empty = keyed.WatchEmpty(j, "pay")
-				rctx := ctx
-				if incarnation < 3 {
-					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
-				}
-				err := j.Run(rctx)
-				late += j.LateRecords()
-				if errors.Is(err, failpoint.ErrCrashed) {
-					crashes++
-					mem = mem.CrashClone()
-					continue
-				}
-				require.NoError(t, err)
-				break
+		mem := vfs.NewMem()
+		sink := keyed.NewMemorySink[paired]()
+		t.Logf("byPartition %v, partitions %d and %d, bounds [%d, %d] ms, disorder %d ms, %d records, %d pairs", byPartition, lparts, rparts, lower, upper, disorder, n, len(want))
+		var empty func() bool
+		late := runCrashing(t, r, mem, crashes, func(fs vfs.FS) *keyed.Job {
+			j := keyed.NewJob("joins", keyed.FS(fs), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
+				keyed.BatchSize(1+r.IntN(64)))
+			lw := time.Duration(disorder) * time.Millisecond
+			ls := keyed.FromSource(j, "orders", 1+r.IntN(3), connector.Source[order](orders)).Watermarks(lw)
+			rs := keyed.FromSource(j, "payments", 1+r.IntN(3), connector.Source[payment](payments)).Watermarks(lw)
+			var lk *keyed.KeyedStream[[]byte, order]
+			var rk *keyed.KeyedStream[[]byte, payment]
+			if byPartition {
+				lk, rk = keyed.ByPartition(ls), keyed.ByPartition(rs)
+			} else {
+				lk = keyed.KeyBy("user", func(o order) []byte { return []byte(o.User) }, ls)
+				rk = keyed.KeyBy("user", func(p payment) []byte { return []byte(p.User) }, rs)
 			}
-			require.Zero(t, late, "records late although within the watermarks' lateness")
-			var got []string
-			for _, p := range sink.Committed() {
-				got = append(got, fmt.Sprintf("%s/%d/%d", p.User, p.Order, p.Payment))
+			par := 1 + r.IntN(3)
+			if byPartition {
+				par = min(par, lparts) // a key group per partition
 			}
-			sort.Strings(got)
-			require.Equal(t, want, got)
-			require.True(t, empty(), "the join's buffers (and timers) hold entries after the watermark passed every time")
+			out := keyed.IntervalJoin(lk, rk, "pay", par, time.Duration(lower)*time.Millisecond, time.Duration(upper)*time.Millisecond,
+				serde.JSON[order](), serde.JSON[payment](), func(user []byte, o order, p payment) paired {
+					return paired{User: string(user), Order: o.ID, Payment: p.Order, Cents: p.Cents}
+				})
+			keyed.ToSink(out, "pairs", connector.Sink[paired](sink))
+			empty = keyed.WatchEmpty(j, "pay")
+			return j
 		})
-	}
+		require.Zero(t, late, "records late although within the watermarks' lateness")
+		var got []string
+		for _, p := range sink.Committed() {
+			got = append(got, fmt.Sprintf("%s/%d/%d", p.User, p.Order, p.Payment))
+		}
+		sort.Strings(got)
+		require.Equal(t, want, got)
+		require.True(t, empty(), "the join's buffers (and timers) hold entries after the watermark passed every time")
+	})
 }
 
 // TestCoProcessRefusals: inputs that cannot be co-partitioned are refused
@@ -218,143 +191,117 @@ type tiered struct {
 // every user, after every order: then every state of the stage is empty,
 // the versions no order can meet having been dropped.
 func TestTableJoinModel(t *testing.T) {
-	seeds := windowSeeds(30)
-	crashes := 0
-	defer func() {
-		if !t.Failed() {
-			require.Positive(t, crashes, "no run crashed: the restores went untested")
+	eachSeed(t, windowSeeds(30), 23, func(t *testing.T, seed uint64, r *rand.Rand, crashes *int) {
+		byPartition := seed%3 == 0
+		lparts, rparts := 1+r.IntN(4), 1+r.IntN(4)
+		if byPartition {
+			rparts = lparts
 		}
-	}()
-	for seed := uint64(1); seed <= uint64(seeds); seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(seed, 23))
-			byPartition := seed%3 == 0
-			lparts, rparts := 1+r.IntN(4), 1+r.IntN(4)
-			if byPartition {
-				rparts = lparts
+		disorder := int64(1 + r.IntN(30))
+		orders := keyed.NewMemorySource[order]("orders", lparts, true)
+		profiles := keyed.NewMemorySource[*profile]("profiles", rparts, true)
+		type row struct {
+			ts  int64
+			seq int
+			p   *profile
+		}
+		rows := map[string][]row{}
+		var os []timedID
+		users := map[int64]string{}
+		lclock, rclock := make([]int64, lparts), make([]int64, rparts)
+		const base = 1_700_000_000_000
+		n := 500 + r.IntN(1_500)
+		var last int64
+		for i := range n {
+			u := fmt.Sprintf("user-%02d", r.IntN(15))
+			if r.IntN(3) == 0 {
+				p := partitioner.KeyPartition([]byte(u), rparts)
+				rclock[p] += int64(r.IntN(8))
+				ts := base + rclock[p] - int64(r.IntN(int(disorder)))
+				var pr *profile
+				if r.IntN(5) > 0 {
+					pr = &profile{Tier: int64(r.IntN(1000))}
+				}
+				profiles.AppendAt(p, []byte(u), pr, time.UnixMilli(ts))
+				rows[u] = append(rows[u], row{ts, i, pr})
+				last = max(last, ts)
+			} else {
+				p := partitioner.KeyPartition([]byte(u), lparts)
+				lclock[p] += int64(r.IntN(8))
+				ts := base + lclock[p] - int64(r.IntN(int(disorder)))
+				orders.AppendAt(p, []byte(u), order{User: u, ID: int64(i)}, time.UnixMilli(ts))
+				os = append(os, timedID{ts, int64(i)})
+				users[int64(i)] = u
+				last = max(last, ts)
 			}
-			disorder := int64(1 + r.IntN(30))
-			orders := keyed.NewMemorySource[order]("orders", lparts, true)
-			profiles := keyed.NewMemorySource[*profile]("profiles", rparts, true)
-			type row struct {
-				ts  int64
-				seq int
-				p   *profile
-			}
-			rows := map[string][]row{}
-			var os []timedID
-			users := map[int64]string{}
-			lclock, rclock := make([]int64, lparts), make([]int64, rparts)
-			const base = 1_700_000_000_000
-			n := 500 + r.IntN(1_500)
-			var last int64
-			for i := range n {
-				u := fmt.Sprintf("user-%02d", r.IntN(15))
-				if r.IntN(3) == 0 {
-					p := partitioner.KeyPartition([]byte(u), rparts)
-					rclock[p] += int64(r.IntN(8))
-					ts := base + rclock[p] - int64(r.IntN(int(disorder)))
-					var pr *profile
-					if r.IntN(5) > 0 {
-						pr = &profile{Tier: int64(r.IntN(1000))}
-					}
-					profiles.AppendAt(p, []byte(u), pr, time.UnixMilli(ts))
-					rows[u] = append(rows[u], row{ts, i, pr})
-					last = max(last, ts)
-				} else {
-					p := partitioner.KeyPartition([]byte(u), lparts)
-					lclock[p] += int64(r.IntN(8))
-					ts := base + lclock[p] - int64(r.IntN(int(disorder)))
-					orders.AppendAt(p, []byte(u), order{User: u, ID: int64(i)}, time.UnixMilli(ts))
-					os = append(os, timedID{ts, int64(i)})
-					users[int64(i)] = u
-					last = max(last, ts)
+		}
+		for i := range 15 { // every user deleted, after everything
+			u := fmt.Sprintf("user-%02d", i)
+			profiles.AppendAt(partitioner.KeyPartition([]byte(u), rparts), []byte(u), nil, time.UnixMilli(last+1000))
+		}
+		// The model: each order's row as of its time; of rows of one
+		// time the later written.
+		var want []string
+		for _, o := range os {
+			u := users[o.v]
+			var best *row
+			for i := range rows[u] {
+				x := &rows[u][i]
+				if x.ts <= o.ts && (best == nil || x.ts > best.ts || x.ts == best.ts && x.seq > best.seq) {
+					best = x
 				}
 			}
-			for i := range 15 { // every user deleted, after everything
-				u := fmt.Sprintf("user-%02d", i)
-				profiles.AppendAt(partitioner.KeyPartition([]byte(u), rparts), []byte(u), nil, time.UnixMilli(last+1000))
+			if best != nil && best.p != nil {
+				want = append(want, fmt.Sprintf("%s/%d/%d", u, o.v, best.p.Tier))
+			} else {
+				want = append(want, fmt.Sprintf("%s/%d/-", u, o.v))
 			}
-			// The model: each order's row as of its time; of rows of one
-			// time the later written.
-			var want []string
-			for _, o := range os {
-				u := users[o.v]
-				var best *row
-				for i := range rows[u] {
-					x := &rows[u][i]
-					if x.ts <= o.ts && (best == nil || x.ts > best.ts || x.ts == best.ts && x.seq > best.seq) {
-						best = x
-					}
-				}
-				if best != nil && best.p != nil {
-					want = append(want, fmt.Sprintf("%s/%d/%d", u, o.v, best.p.Tier))
-				} else {
-					want = append(want, fmt.Sprintf("%s/%d/-", u, o.v))
-				}
-			}
-			sort.Strings(want)
+		}
+		sort.Strings(want)
 
-			mem := vfs.NewMem()
-			sink := keyed.NewMemorySink[tiered]()
-			t.Logf("byPartition %v, partitions %d and %d, disorder %d ms, %d records", byPartition, lparts, rparts, disorder, n)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			var late int64
-			var empty func() bool
-			for incarnation := 0; ; incarnation++ {
-				require.Less(t, incarnation, 10)
-				j := keyed.NewJob("tables", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
-					keyed.BatchSize(1+r.IntN(64)))
-				lw := time.Duration(disorder) * time.Millisecond
-				ls := keyed.FromSource(j, "orders", 1+r.IntN(3), connector.Source[order](orders)).Watermarks(lw)
-				rs := keyed.FromSource(j, "profiles", 1+r.IntN(3), connector.Source[*profile](profiles)).Watermarks(lw)
-				var lk *keyed.KeyedStream[[]byte, order]
-				var rk *keyed.KeyedStream[[]byte, *profile]
-				if byPartition {
-					lk, rk = keyed.ByPartition(ls), keyed.ByPartition(rs)
-				} else {
-					lk = keyed.KeyBy("user", func(o order) []byte { return []byte(o.User) }, ls)
-					rk = keyed.KeyByRecordKey("user", rs)
-				}
-				par := 1 + r.IntN(3)
-				if byPartition {
-					par = min(par, lparts)
-				}
-				out := keyed.TableJoin(lk, rk, "tier", par, serde.JSON[order](), serde.JSON[profile](),
-					func(user []byte, o order, p profile, found bool) (tiered, bool) {
-						return tiered{User: string(user), Order: o.ID, Tier: p.Tier, Found: found}, true
-					})
-				keyed.ToSink(out, "orders-tiered", connector.Sink[tiered](sink))
-				empty = keyed.WatchEmpty(j, "tier")
-				rctx := ctx
-				if incarnation < 3 {
-					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
-				}
-				err := j.Run(rctx)
-				late += j.LateRecords()
-				if errors.Is(err, failpoint.ErrCrashed) {
-					crashes++
-					mem = mem.CrashClone()
-					continue
-				}
-				require.NoError(t, err)
-				break
+		mem := vfs.NewMem()
+		sink := keyed.NewMemorySink[tiered]()
+		t.Logf("byPartition %v, partitions %d and %d, disorder %d ms, %d records", byPartition, lparts, rparts, disorder, n)
+		var empty func() bool
+		late := runCrashing(t, r, mem, crashes, func(fs vfs.FS) *keyed.Job {
+			j := keyed.NewJob("tables", keyed.FS(fs), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
+				keyed.BatchSize(1+r.IntN(64)))
+			lw := time.Duration(disorder) * time.Millisecond
+			ls := keyed.FromSource(j, "orders", 1+r.IntN(3), connector.Source[order](orders)).Watermarks(lw)
+			rs := keyed.FromSource(j, "profiles", 1+r.IntN(3), connector.Source[*profile](profiles)).Watermarks(lw)
+			var lk *keyed.KeyedStream[[]byte, order]
+			var rk *keyed.KeyedStream[[]byte, *profile]
+			if byPartition {
+				lk, rk = keyed.ByPartition(ls), keyed.ByPartition(rs)
+			} else {
+				lk = keyed.KeyBy("user", func(o order) []byte { return []byte(o.User) }, ls)
+				rk = keyed.KeyByRecordKey("user", rs)
 			}
-			require.Zero(t, late, "records late although within the watermarks' lateness")
-			var got []string
-			for _, x := range sink.Committed() {
-				if x.Found {
-					got = append(got, fmt.Sprintf("%s/%d/%d", x.User, x.Order, x.Tier))
-				} else {
-					got = append(got, fmt.Sprintf("%s/%d/-", x.User, x.Order))
-				}
+			par := 1 + r.IntN(3)
+			if byPartition {
+				par = min(par, lparts)
 			}
-			sort.Strings(got)
-			require.Equal(t, want, got)
-			require.True(t, empty(), "the join's state holds entries after every user's deletion passed the watermark")
+			out := keyed.TableJoin(lk, rk, "tier", par, serde.JSON[order](), serde.JSON[profile](),
+				func(user []byte, o order, p profile, found bool) (tiered, bool) {
+					return tiered{User: string(user), Order: o.ID, Tier: p.Tier, Found: found}, true
+				})
+			keyed.ToSink(out, "orders-tiered", connector.Sink[tiered](sink))
+			empty = keyed.WatchEmpty(j, "tier")
+			return j
 		})
-	}
+		require.Zero(t, late, "records late although within the watermarks' lateness")
+		var got []string
+		for _, x := range sink.Committed() {
+			if x.Found {
+				got = append(got, fmt.Sprintf("%s/%d/%d", x.User, x.Order, x.Tier))
+			} else {
+				got = append(got, fmt.Sprintf("%s/%d/-", x.User, x.Order))
+			}
+		}
+		sort.Strings(got)
+		require.Equal(t, want, got)
+		require.True(t, empty(), "the join's state holds entries after every user's deletion passed the watermark")
+	})
 }
 
 // rule is the broadcast input of the broadcast tests: rule N of a
@@ -401,69 +348,45 @@ func (c *ruledCounter) ProcessBroadcast(r rule, out *keyed.Collector[versioned])
 // the checkpoint's rules: restoring none, or a task missing them, makes
 // the count drop after the crash).
 func TestBroadcastState(t *testing.T) {
-	seeds := windowSeeds(20)
-	crashes := 0
-	defer func() {
-		if !t.Failed() {
-			require.Positive(t, crashes, "no run crashed: the restores went untested")
+	eachSeed(t, windowSeeds(20), 29, func(t *testing.T, seed uint64, r *rand.Rand, crashes *int) {
+		const parts = 4
+		events := keyed.NewMemorySource[event]("events", parts, true)
+		rparts := 1 + r.IntN(2)
+		rules := keyed.NewMemorySource[rule]("rules", rparts, true)
+		nrules := 1 + r.IntN(30)
+		seq := map[string]int64{}
+		n := 300 + r.IntN(1_000)
+		for i := range n {
+			u := fmt.Sprintf("user-%02d", r.IntN(12))
+			events.Append(partitioner.KeyPartition([]byte(u), parts), []byte(u), event{UUID: u, Seq: seq[u]})
+			seq[u]++
+			if i < nrules {
+				rules.Append(int32(i%rparts), nil, rule{N: int64(i), V: int64(r.IntN(100))})
+			}
 		}
-	}()
-	for seed := uint64(1); seed <= uint64(seeds); seed++ {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(seed, 29))
-			const parts = 4
-			events := keyed.NewMemorySource[event]("events", parts, true)
-			rparts := 1 + r.IntN(2)
-			rules := keyed.NewMemorySource[rule]("rules", rparts, true)
-			nrules := 1 + r.IntN(30)
-			seq := map[string]int64{}
-			n := 300 + r.IntN(1_000)
-			for i := range n {
-				u := fmt.Sprintf("user-%02d", r.IntN(12))
-				events.Append(partitioner.KeyPartition([]byte(u), parts), []byte(u), event{UUID: u, Seq: seq[u]})
-				seq[u]++
-				if i < nrules {
-					rules.Append(int32(i%rparts), nil, rule{N: int64(i), V: int64(r.IntN(100))})
-				}
-			}
-			mem := vfs.NewMem()
-			sink := keyed.NewMemorySink[versioned]()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			for incarnation := 0; ; incarnation++ {
-				require.Less(t, incarnation, 10)
-				j := keyed.NewJob("ruled", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
-					keyed.BatchSize(1+r.IntN(32)))
-				es := keyed.FromSource(j, "events", 1+r.IntN(3), connector.Source[event](events))
-				rs := keyed.FromSource(j, "rules", 1, connector.Source[rule](rules))
-				k := keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, es)
-				out := keyed.ProcessBroadcast(k, keyed.Broadcast(rs), "ruled", 1+r.IntN(4), func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} })
-				keyed.ToSink(out, "tagged", connector.Sink[versioned](sink))
-				rctx := ctx
-				if incarnation < 3 {
-					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
-				}
-				err := j.Run(rctx)
-				if errors.Is(err, failpoint.ErrCrashed) {
-					crashes++
-					mem = mem.CrashClone()
-					continue
-				}
-				require.NoError(t, err)
-				break
-			}
-			seen := map[string]int64{} // next seq per user
-			version := map[string]int{}
-			for _, v := range sink.Committed() {
-				require.Equal(t, seen[v.User], v.Seq, "user %s: events once, in order", v.User)
-				seen[v.User]++
-				require.GreaterOrEqual(t, v.Version, version[v.User], "user %s event %d saw fewer rules than its previous event", v.User, v.Seq)
-				require.LessOrEqual(t, v.Version, nrules)
-				version[v.User] = v.Version
-			}
-			require.Equal(t, seq, seen, "every event's result")
+		mem := vfs.NewMem()
+		sink := keyed.NewMemorySink[versioned]()
+		runCrashing(t, r, mem, crashes, func(fs vfs.FS) *keyed.Job {
+			j := keyed.NewJob("ruled", keyed.FS(fs), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
+				keyed.BatchSize(1+r.IntN(32)))
+			es := keyed.FromSource(j, "events", 1+r.IntN(3), connector.Source[event](events))
+			rs := keyed.FromSource(j, "rules", 1, connector.Source[rule](rules))
+			k := keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, es)
+			out := keyed.ProcessBroadcast(k, keyed.Broadcast(rs), "ruled", 1+r.IntN(4), func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} })
+			keyed.ToSink(out, "tagged", connector.Sink[versioned](sink))
+			return j
 		})
-	}
+		seen := map[string]int64{} // next seq per user
+		version := map[string]int{}
+		for _, v := range sink.Committed() {
+			require.Equal(t, seen[v.User], v.Seq, "user %s: events once, in order", v.User)
+			seen[v.User]++
+			require.GreaterOrEqual(t, v.Version, version[v.User], "user %s event %d saw fewer rules than its previous event", v.User, v.Seq)
+			require.LessOrEqual(t, v.Version, nrules)
+			version[v.User] = v.Version
+		}
+		require.Equal(t, seq, seen, "every event's result")
+	})
 }
 
 // writingCounter changes the broadcast state where it may not: in Process.
@@ -515,3 +438,44 @@ func (broadcastOnPlain) Open(b *keyed.Backend) error {
 	return err
 }
 func (broadcastOnPlain) Process([]byte, event, *keyed.Collector[versioned]) error { return nil }
+
+// runCrashing runs the job build makes on a clone of mem until a run ends
+// without a crash: the first three runs crash at a random checkpoint step
+// (a crash keeps what the file system kept: CrashClone), each adding to
+// crashes. It returns the late records of every run.
+func runCrashing(t *testing.T, r *rand.Rand, mem *vfs.MemFS, crashes *int, build func(fs vfs.FS) *keyed.Job) (late int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for incarnation := 0; ; incarnation++ {
+		require.Less(t, incarnation, 10)
+		j := build(mem)
+		rctx := ctx
+		if incarnation < 3 {
+			rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
+		}
+		err := j.Run(rctx)
+		late += j.LateRecords()
+		if errors.Is(err, failpoint.ErrCrashed) {
+			*crashes++
+			mem = mem.CrashClone()
+			continue
+		}
+		require.NoError(t, err)
+		return late
+	}
+}
+
+// eachSeed runs f as a subtest per seed from 1 to seeds, with a generator
+// of that seed (and stream), and fails unless some run crashed (crashes,
+// which runCrashing counts): restores untested would pass unseen.
+func eachSeed(t *testing.T, seeds int, stream uint64, f func(t *testing.T, seed uint64, r *rand.Rand, crashes *int)) {
+	crashes := 0
+	for seed := uint64(1); seed <= uint64(seeds); seed++ {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { f(t, seed, rand.New(rand.NewPCG(seed, stream)), &crashes) })
+	}
+	if !t.Failed() {
+		require.Positive(t, crashes, "no run crashed: the restores went untested")
+		t.Logf("%d crashes over %d seeds", crashes, seeds)
+	}
+}

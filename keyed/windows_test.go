@@ -152,12 +152,9 @@ func TestWindowsModel(t *testing.T) {
 			keyBy := r.IntN(2) == 0
 			apply := r.IntN(2) == 0
 			t.Logf("kind %d, keyBy %v, apply %v, %d records", kind, keyBy, apply, n)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			var late int64
-			for incarnation := 0; ; incarnation++ {
-				require.Less(t, incarnation, 10)
-				j := keyed.NewJob("windows", keyed.FS(mem), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
+			var crashes int
+			late := runCrashing(t, r, mem, &crashes, func(fs vfs.FS) *keyed.Job {
+				j := keyed.NewJob("windows", keyed.FS(fs), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
 					keyed.BatchSize(1+r.IntN(64)))
 				s := keyed.FromSource(j, "events", 1+r.IntN(3), connector.Source[event](src)).Watermarks(time.Duration(disorder) * time.Millisecond)
 				k := keyed.ByPartition(s)
@@ -165,19 +162,8 @@ func TestWindowsModel(t *testing.T) {
 					k = keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, s)
 				}
 				keyed.ToSink(countWindows(k, 1+r.IntN(3), w, apply, nil), "results", connector.Sink[windowCount](sink))
-				rctx := ctx
-				if incarnation < 3 {
-					rctx = failpoint.WithHook(ctx, crashAt(crashPoints[r.IntN(len(crashPoints))], 1+r.IntN(4)))
-				}
-				err := j.Run(rctx)
-				late += j.LateRecords()
-				if errors.Is(err, failpoint.ErrCrashed) {
-					mem = mem.CrashClone()
-					continue
-				}
-				require.NoError(t, err)
-				break
-			}
+				return j
+			})
 			require.Zero(t, late, "records late although within the watermarks' lateness")
 			got := map[string]countSum{}
 			for _, res := range sink.Committed() {
