@@ -479,3 +479,39 @@ func eachSeed(t *testing.T, seeds int, stream uint64, f func(t *testing.T, seed 
 		t.Logf("%d crashes over %d seeds", crashes, seeds)
 	}
 }
+
+// TestIntervalJoinBound: a right record at exactly the left's time+upper,
+// coming when the watermark has just reached that time, still pairs: the
+// left is freed only once the watermark passes the bound. Left u@100 and
+// v@200 are read first (the right input holding the watermark back), then
+// the right input's w@110 moves the watermark to 110, then u@110 (not
+// late: at the watermark) comes in a message of its own. Freeing the left
+// at 110 instead of 111 loses the pair.
+func TestIntervalJoinBound(t *testing.T) {
+	left := keyed.NewMemorySource[order]("orders", 1, false)
+	right := keyed.NewMemorySource[payment]("payments", 1, false)
+	left.AppendAt(0, []byte("u"), order{User: "u", ID: 1}, time.UnixMilli(100))
+	left.AppendAt(0, []byte("v"), order{User: "v", ID: 2}, time.UnixMilli(200))
+	sink := keyed.NewMemorySink[paired]()
+	j := keyed.NewJob("bound", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.BatchSize(1), keyed.CheckpointInterval(10*time.Millisecond))
+	ls := keyed.FromSource(j, "orders", 1, connector.Source[order](left)).Watermarks(0)
+	rs := keyed.FromSource(j, "payments", 1, connector.Source[payment](right)).Watermarks(0)
+	out := keyed.IntervalJoin(keyed.KeyBy("user", func(o order) []byte { return []byte(o.User) }, ls),
+		keyed.KeyBy("user", func(p payment) []byte { return []byte(p.User) }, rs), "pay", 1, 0, 10*time.Millisecond,
+		serde.JSON[order](), serde.JSON[payment](), func(user []byte, o order, p payment) paired {
+			return paired{User: string(user), Order: o.ID, Payment: p.Order}
+		})
+	keyed.ToSink(out, "pairs", connector.Sink[paired](sink))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- j.Run(ctx) }()
+	time.Sleep(200 * time.Millisecond) // the left input read, the right holding the watermark
+	right.AppendAt(0, []byte("w"), payment{User: "w", Order: 3}, time.UnixMilli(110))
+	time.Sleep(200 * time.Millisecond) // the watermark at 110, timers at 110 fired
+	right.AppendAt(0, []byte("u"), payment{User: "u", Order: 4}, time.UnixMilli(110))
+	require.Eventually(t, func() bool { return len(sink.Committed()) > 0 }, 5*time.Second, 10*time.Millisecond, "the pair at the bound")
+	cancel()
+	require.NoError(t, <-done)
+	require.Equal(t, []paired{{User: "u", Order: 1, Payment: 4}}, sink.Committed())
+	require.Zero(t, j.LateRecords())
+}
