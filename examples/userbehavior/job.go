@@ -276,12 +276,16 @@ var errOnPurpose = errors.New("failed on purpose, after the second checkpoint co
 func watch(ctx context.Context, o options, done func(), progress func(n int)) error {
 	c, err := o.newReader(kafka.ConfigMap{
 		"group.id": "userbehavior-watch", "enable.auto.commit": false, "isolation.level": "read_committed",
-		// A progress count needs no deep prefetch: at librdkafka's
-		// default (65,536 KiB queued per consumer) a restarted job's
-		// process holds up to 64 MiB more while this reader catches up on
-		// the output from its beginning, more the longer the run (the
-		// soak saw RSS rise life after life).
+		// A progress count needs no deep prefetch nor large fetches: at
+		// librdkafka's defaults (65,536 KiB queued per consumer, fetches
+		// of up to 50 MiB) a restarted job's process holds tens of MiB
+		// more while this reader catches up on the output from its
+		// beginning (the soak saw RSS rise from the first life to the
+		// next; a restart that re-reads 300,000 results peaked at 127 to
+		// 138 MiB with the default fetch sizes, 106 to 108 MiB with these:
+		// bench/RESULTS.md, "Soak").
 		"queued.max.messages.kbytes": 4096,
+		"fetch.max.bytes":            1 << 20, "max.partition.fetch.bytes": 256 << 10,
 	})
 	if err != nil {
 		return err
