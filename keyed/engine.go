@@ -130,6 +130,7 @@ type run struct {
 	acks      chan ack                 // to the coordinator
 	metas     chan metaDone            // metadata writes' outcomes, to the coordinator
 	exhausted chan int                 // source tasks whose input ended
+	auxiliary map[int]bool             // source tasks of auxiliary inputs (Stream.Auxiliary)
 	failures  chan error               // task failures
 	wg        sync.WaitGroup           // tasks
 	bg        sync.WaitGroup           // snapshot writers
@@ -501,7 +502,7 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 	rctx, cancel := context.WithCancelCause(wctx)
 	defer cancel(nil)
 	r := &run{assigned: assigned, changed: changed, j: j, cfg: j.cfg, store: store, runID: newRunID(), log: j.cfg.Logger.With("job", j.name), warn: j.cfg.warnLog.With("job", j.name), fp: fp, stop: rctx.Done(), cancel: cancel,
-		acks: make(chan ack, 64), metas: make(chan metaDone, 1), exhausted: make(chan int, 64), failures: make(chan error, 1), align: &alignmentStats{}}
+		acks: make(chan ack, 64), metas: make(chan metaDone, 1), exhausted: make(chan int, 64), auxiliary: map[int]bool{}, failures: make(chan error, 1), align: &alignmentStats{}}
 	sctx, scancel := context.WithTimeout(rctx, time.Minute)
 	defer scancel()
 	if r.sources, err = j.provenance(sctx); err != nil {
@@ -864,11 +865,14 @@ func (r *run) coordinate(ctx, rctx context.Context, committed uint64, maxP int) 
 			c.collect(a)
 			effs = lc.Ack(a.id, a.task)
 		case t := <-r.exhausted:
-			exhausted[t] = true
-			if len(exhausted) == len(r.triggers) {
+			if !r.auxiliary[t] { // an auxiliary input's end is not waited for
+				exhausted[t] = true
+			}
+			ended := len(exhausted) == len(r.triggers)-len(r.auxiliary) && len(exhausted) > 0
+			if ended {
 				r.emptyRun()
 			}
-			if len(exhausted) == len(r.triggers) && !stopping {
+			if ended && !stopping {
 				stopping, stopRequest = true, nil
 				effs = lc.Stop(time.Now())
 			}

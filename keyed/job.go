@@ -306,6 +306,20 @@ func (s *Stream[T]) Watermarks(lateness time.Duration) *Stream[T] {
 	return s
 }
 
+// Auxiliary makes s an auxiliary input: rules or settings that may never
+// end, which the job does not wait for. Once every other source has ended
+// (bounded inputs), the job takes its final checkpoint and stops, as on a
+// stop, with this one's position in it. It takes no part in event time:
+// it holds no watermark back, as if always idle (so it takes neither
+// Watermarks nor Idleness). A job of auxiliary sources alone runs until
+// stopped.
+func (s *Stream[T]) Auxiliary() *Stream[T] {
+	if src := s.source("Auxiliary"); src != nil {
+		src.auxiliary = true
+	}
+	return s
+}
+
 // Idleness makes a partition of s that has had no record for d stop
 // holding the watermark back (Flink's WatermarkStrategy.withIdleness), so
 // that an empty or quiet partition does not stall event time; when all of

@@ -515,3 +515,46 @@ func TestIntervalJoinBound(t *testing.T) {
 	require.Equal(t, []paired{{User: "u", Order: 1, Payment: 4}}, sink.Committed())
 	require.Zero(t, j.LateRecords())
 }
+
+// TestAuxiliarySource: a rules input that never ends (unbounded) does not
+// keep a job of bounded events from ending, nor hold its watermark back:
+// with the rules source Auxiliary, the job fires every window downstream
+// of the broadcast stage and stops with a final checkpoint once the events
+// end; a rule appended while it runs still reaches the tasks. Without
+// Auxiliary the job would wait for the rules forever (and no window would
+// fire: the rules input sends no watermark).
+func TestAuxiliarySource(t *testing.T) {
+	events := keyed.NewMemorySource[event]("events", 2, true)
+	for i := range 2_000 {
+		u := fmt.Sprintf("user-%d", i%7)
+		events.AppendAt(partitioner.KeyPartition([]byte(u), 2), []byte(u), event{UUID: u, Seq: int64(i)}, time.UnixMilli(1_700_000_000_000+int64(i)))
+	}
+	rules := keyed.NewMemorySource[rule]("rules", 1, false) // never ends
+	rules.Append(0, nil, rule{N: 1, V: 1})
+	j := keyed.NewJob("aux", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.CheckpointInterval(5*time.Millisecond))
+	es := keyed.FromSource(j, "events", 0, connector.Source[event](events)).Watermarks(0)
+	rs := keyed.FromSource(j, "rules", 1, connector.Source[rule](rules)).Auxiliary()
+	tagged := keyed.ProcessBroadcast(keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, es), keyed.Broadcast(rs), "ruled", 2,
+		func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} })
+	perSecond := keyed.WindowAggregate(keyed.KeyByString("user", func(v versioned) string { return v.User }, tagged), "per-second", 2,
+		keyed.Tumbling(time.Second), serde.Int64(),
+		keyed.Aggregator[versioned, int64]{Init: func() int64 { return 0 }, Add: func(n int64, _ versioned) int64 { return n + 1 }},
+		func(_ string, _ keyed.Window, n int64) int64 { return n }, nil)
+	sink := keyed.NewMemorySink[int64]()
+	keyed.ToSink(perSecond, "counts", connector.Sink[int64](sink))
+	rules.Append(0, nil, rule{N: 2, V: 2}) // while it runs, or before: either way it is read
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, j.Run(ctx), "the job ends with its events")
+	var total int64
+	for _, n := range sink.Committed() {
+		total += n
+	}
+	require.Equal(t, int64(2_000), total, "every event counted in a fired window")
+	require.ErrorContains(t, func() error {
+		j := keyed.NewJob("aux2", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"))
+		s := keyed.FromSource(j, "rules", 1, connector.Source[rule](rules)).Auxiliary().Watermarks(0)
+		keyed.ToSink(keyed.ProcessFunc(keyed.ByPartition(s), "p", 1, func(_ []byte, r rule, out *keyed.Collector[rule]) error { return nil }), "s", connector.Sink[rule](keyed.NewMemorySink[rule]()))
+		return j.Validate()
+	}(), "an auxiliary input takes no part in event time")
+}

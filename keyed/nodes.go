@@ -23,6 +23,7 @@ import (
 type sourceTask[T any] struct {
 	r         *run
 	task      int
+	auxiliary bool // Stream.Auxiliary: idle from the start, its end not waited for
 	topic     string
 	reader    connector.Reader[T]
 	emit      emit[T]
@@ -273,6 +274,9 @@ func (s *sourceTask[T]) deadLetter(ctx context.Context, epoch uint64, b *connect
 
 func (s *sourceTask[T]) run(ctx context.Context) error {
 	defer s.reader.Close()
+	if s.auxiliary {
+		s.out.SetIdle(true) // holds no watermark back, from the start
+	}
 	pos := make(map[int32]int64, len(s.positions))
 	for _, p := range s.positions {
 		pos[p.Partition] = p.Offset

@@ -26,6 +26,8 @@ type sourceNode interface {
 	sourceName() string
 	topic() string
 	sourceValue() any // the user's Source
+	// timeErr refuses event-time settings that do not go together.
+	timeErr() error
 	partitions(ctx context.Context) ([]int32, error)
 	start(ctx context.Context, missing []int32, useNew bool) ([]connector.Position, error)
 	// feeds reports whether the source's records go anywhere, and whether
@@ -87,11 +89,19 @@ type sourceOf[T any] struct {
 	watermarks bool
 	lateness   time.Duration
 	idleness   time.Duration // Stream.Idleness; 0: none
+	auxiliary  bool          // Stream.Auxiliary
 	outs       []inlet[T]
 	p          int // tasks in the run being built
 }
 
 func (s *sourceOf[T]) sourceName() string { return s.name }
+
+func (s *sourceOf[T]) timeErr() error {
+	if s.auxiliary && (s.watermarks || s.idleness > 0) {
+		return fmt.Errorf("keyed: source %q: Auxiliary with Watermarks or Idleness: an auxiliary input takes no part in event time", s.name)
+	}
+	return nil
+}
 func (s *sourceOf[T]) stageName() string  { return s.name }
 func (s *sourceOf[T]) topic() string      { return s.src.Topic() }
 func (s *sourceOf[T]) sourceValue() any   { return s.src }
@@ -225,6 +235,9 @@ func (j *Job) validateGraph() []error {
 			errs = append(errs, fmt.Errorf("keyed: two sources read topic %q", s.topic()))
 		}
 		topics[s.topic()] = true
+		if err := s.timeErr(); err != nil {
+			errs = append(errs, err)
+		}
 		if used, _ := s.feeds(); !used {
 			errs = append(errs, fmt.Errorf("keyed: source %q feeds nothing: key it (KeyBy, ByPartition) into a stage", s.sourceName()))
 		}
@@ -557,10 +570,13 @@ func (s *sourceOf[T]) build(ctx, rctx context.Context, r *run, rs *restoreState,
 		}
 		trig := make(chan trigger, 1)
 		r.triggers = append(r.triggers, trig)
+		if s.auxiliary {
+			r.auxiliary[task] = true
+		}
 		st := &sourceTask[T]{r: r, task: task, topic: s.src.Topic(), reader: reader, emit: em, out: outs, trig: trig, positions: assign[t], extract: s.extract,
 			watermarks: s.watermarks, lateness: s.lateness.Milliseconds(), newest: map[int32]int64{},
 			idleness: s.idleness, heard: map[int32]time.Time{}, asked: map[int32]time.Time{}, behind: map[int32]bool{},
-			epoch: b.epoch, name: s.name, instance: t, dead: dead, restored: !rs.fresh && !rs.failover}
+			epoch: b.epoch, name: s.name, instance: t, dead: dead, restored: !rs.fresh && !rs.failover, auxiliary: s.auxiliary}
 		st.adds = make(chan []connector.Position, 1)
 		tasks[t] = st
 		r.goTask(rctx, task, st.run)
