@@ -102,11 +102,11 @@ func (s *sourceOf[T]) timeErr() error {
 	}
 	return nil
 }
-func (s *sourceOf[T]) stageName() string  { return s.name }
-func (s *sourceOf[T]) topic() string      { return s.src.Topic() }
-func (s *sourceOf[T]) sourceValue() any   { return s.src }
-func (s *sourceOf[T]) tasks() int         { return s.p }
-func (s *sourceOf[T]) setTasks(p int)     { s.p = p }
+func (s *sourceOf[T]) stageName() string { return s.name }
+func (s *sourceOf[T]) topic() string     { return s.src.Topic() }
+func (s *sourceOf[T]) sourceValue() any  { return s.src }
+func (s *sourceOf[T]) tasks() int        { return s.p }
+func (s *sourceOf[T]) setTasks(p int)    { s.p = p }
 func (s *sourceOf[T]) parallelismSet() int {
 	return s.parallelism
 }
