@@ -131,6 +131,11 @@ type run struct {
 	metas     chan metaDone            // metadata writes' outcomes, to the coordinator
 	exhausted chan int                 // source tasks whose input ended
 	auxiliary map[int]bool             // source tasks of auxiliary inputs (Stream.Auxiliary)
+	// bootstrapped is closed once every auxiliary source task has read
+	// its input to the end it had at the start (auxPending counts those
+	// still reading); the other source tasks read nothing before.
+	bootstrapped chan struct{}
+	auxPending   atomic.Int64
 	failures  chan error               // task failures
 	wg        sync.WaitGroup           // tasks
 	bg        sync.WaitGroup           // snapshot writers
@@ -502,7 +507,7 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 	rctx, cancel := context.WithCancelCause(wctx)
 	defer cancel(nil)
 	r := &run{assigned: assigned, changed: changed, j: j, cfg: j.cfg, store: store, runID: newRunID(), log: j.cfg.Logger.With("job", j.name), warn: j.cfg.warnLog.With("job", j.name), fp: fp, stop: rctx.Done(), cancel: cancel,
-		acks: make(chan ack, 64), metas: make(chan metaDone, 1), exhausted: make(chan int, 64), auxiliary: map[int]bool{}, failures: make(chan error, 1), align: &alignmentStats{}}
+		acks: make(chan ack, 64), metas: make(chan metaDone, 1), exhausted: make(chan int, 64), auxiliary: map[int]bool{}, bootstrapped: make(chan struct{}), failures: make(chan error, 1), align: &alignmentStats{}}
 	sctx, scancel := context.WithTimeout(rctx, time.Minute)
 	defer scancel()
 	if r.sources, err = j.provenance(sctx); err != nil {

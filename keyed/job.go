@@ -311,8 +311,12 @@ func (s *Stream[T]) Watermarks(lateness time.Duration) *Stream[T] {
 // (bounded inputs), the job takes its final checkpoint and stops, as on a
 // stop, with this one's position in it. It takes no part in event time:
 // it holds no watermark back, as if always idle (so it takes neither
-// Watermarks nor Idleness). A job of auxiliary sources alone runs until
-// stopped.
+// Watermarks nor Idleness). And it is read first, as Kafka Streams
+// bootstraps a global table: the other sources read nothing until every
+// task of every auxiliary source has read its partitions to the end they
+// had (connector.BacklogReader) when it began, so that the first records
+// already meet the rules the input held at the start. A job of auxiliary
+// sources alone runs until stopped.
 func (s *Stream[T]) Auxiliary() *Stream[T] {
 	if src := s.source("Auxiliary"); src != nil {
 		src.auxiliary = true

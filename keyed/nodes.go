@@ -284,6 +284,10 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 	timeout := s.r.cfg.BufferTimeout
 	idle := idleWait(s.r.cfg, s.idleness)
 	exhausted := false
+	// bootstrapped: for an auxiliary source task, that it read its input
+	// to the end it had when it began; for another, that every auxiliary
+	// one did.
+	bootstrapped := false
 	// stopped: the final barrier is out. The task reads no more, but
 	// answers triggers until the run ends: a final checkpoint that aborts
 	// (with TolerableFailures) is triggered again.
@@ -298,6 +302,22 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 			select {
 			case t = <-s.trig:
 				got = true
+			case <-ctx.Done():
+				return nil
+			}
+		} else if !s.auxiliary && !bootstrapped {
+			// Until the auxiliary inputs are read: barriers only.
+			select {
+			case t = <-s.trig:
+				got = true
+			case ps := <-s.adds:
+				if err := s.add(ctx, pos, ps); err != nil {
+					return err
+				}
+				continue
+			case <-s.r.bootstrapped:
+				bootstrapped = true
+				continue
 			case <-ctx.Done():
 				return nil
 			}
@@ -334,6 +354,14 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 		if err := s.records(ctx, recs, pos, epoch); err != nil {
 			return err
 		}
+		if s.auxiliary && !bootstrapped && len(recs) < s.r.cfg.BatchSize {
+			if bootstrapped, err = s.caughtUp(ctx, done); err != nil {
+				return err
+			}
+			if bootstrapped && s.r.auxPending.Add(-1) == 0 {
+				close(s.r.bootstrapped)
+			}
+		}
 		if err := s.out.FlushDue(timeout); err != nil {
 			return err
 		}
@@ -344,6 +372,27 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// caughtUp reports whether an auxiliary source task has read every
+// partition to its end (done: its bounded input ended; otherwise a reader
+// that is no connector.BacklogReader counts as caught up once a poll
+// comes back short).
+func (s *sourceTask[T]) caughtUp(ctx context.Context, done bool) (bool, error) {
+	br, ok := s.reader.(connector.BacklogReader)
+	if done || !ok {
+		return true, nil
+	}
+	for _, p := range s.positions {
+		behind, err := br.Behind(ctx, p.Partition)
+		if err != nil {
+			return false, err
+		}
+		if behind {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // barrier emits checkpoint t's barrier after every record routed before

@@ -28,6 +28,7 @@ type sourceNode interface {
 	sourceValue() any // the user's Source
 	// timeErr refuses event-time settings that do not go together.
 	timeErr() error
+	isAuxiliary() bool
 	partitions(ctx context.Context) ([]int32, error)
 	start(ctx context.Context, missing []int32, useNew bool) ([]connector.Position, error)
 	// feeds reports whether the source's records go anywhere, and whether
@@ -95,6 +96,8 @@ type sourceOf[T any] struct {
 }
 
 func (s *sourceOf[T]) sourceName() string { return s.name }
+
+func (s *sourceOf[T]) isAuxiliary() bool { return s.auxiliary }
 
 func (s *sourceOf[T]) timeErr() error {
 	if s.auxiliary && (s.watermarks || s.idleness > 0) {
@@ -334,6 +337,18 @@ func (j *Job) build(rctx context.Context, r *run, rs *restoreState) error {
 	epoch := uint64(1)
 	if rs.meta != nil {
 		epoch = rs.meta.ID + 1
+	}
+	// The other sources read nothing until every auxiliary source task
+	// has read its input to the end it had at the start (Stream.Auxiliary).
+	aux := 0
+	for _, s := range j.sources {
+		if s.isAuxiliary() {
+			aux += s.tasks()
+		}
+	}
+	r.auxPending.Store(int64(aux))
+	if aux == 0 {
+		close(r.bootstrapped)
 	}
 	for i, s := range j.sources {
 		b := srcs[i]

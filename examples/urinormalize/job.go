@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/kordproject/kord/examples/accesslog"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/serde"
@@ -177,6 +179,10 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 			Timestamps(func(a Access, _ time.Time) time.Time { return a.Time }).
 			Watermarks(o.lateness).
 			Idleness(o.idleness)
+		if o.rulesTopic != "" {
+			keyed.ToSink(normalizedWindows(o, j, s, norm), "results", sink)
+			return j
+		}
 		// The key is the pattern: normalizing in the key function is all
 		// the rewriting there is, and each window's result takes its
 		// pattern from the key.
@@ -294,4 +300,104 @@ func watch(ctx context.Context, o options) {
 	}
 	line()
 	fmt.Fprintln(o.out())
+}
+
+// normalized is an access event with its URI's pattern: what the
+// normalize stage of a job with -rules-topic sends to the windows.
+type normalized struct {
+	Pattern string `json:"pattern"`
+	Access
+}
+
+// normalizeOp rewrites each event's URI with the rules of -rules-topic
+// (broadcast state: the topic's latest rule file, the same in every task)
+// tried before base's.
+type normalizeOp struct {
+	base  Normalizer
+	topic string
+	log   *slog.Logger
+	rules *keyed.BroadcastState[string, string]
+	norm  Normalizer // base with the topic's rules first; rebuilt when they change
+	text  string     // the rule file norm was built from
+	built bool
+}
+
+func (n *normalizeOp) Open(b *keyed.Backend) (err error) {
+	n.rules, err = keyed.BroadcastMap(b, "rules", serde.String(), serde.String())
+	return err
+}
+
+func (n *normalizeOp) Process(_ []byte, a Access, out *keyed.Collector[normalized]) error {
+	text, _ := n.rules.Get("rules")
+	if !n.built || text != n.text {
+		rules, err := accesslog.ParseRules(n.topic, strings.NewReader(text))
+		if err != nil {
+			// Checked when it came (ProcessBroadcast): not reached.
+			return err
+		}
+		n.norm = Normalizer{Rules: append(rules, n.base.Rules...)}
+		n.text, n.built = text, true
+	}
+	out.Emit(normalized{Pattern: n.norm.Pattern(a.IdentityURI), Access: a})
+	return nil
+}
+
+// ProcessBroadcast takes a new rule file from the topic; a null value (a
+// tombstone) removes the topic's rules. A file that does not parse is
+// refused with a warning naming the topic, and the rules in force stay.
+func (n *normalizeOp) ProcessBroadcast(v *string, _ *keyed.Collector[normalized]) error {
+	if v == nil {
+		n.rules.Delete("rules")
+		return nil
+	}
+	if _, err := accesslog.ParseRules(n.topic, strings.NewReader(*v)); err != nil {
+		n.log.Warn("urinormalize: a rule file from the rules topic does not parse; the rules in force stay", "topic", n.topic, "err", err)
+		return nil
+	}
+	n.rules.Put("rules", *v)
+	return nil
+}
+
+// latestRules reads the rules topic to its end and parses its latest
+// value: the rules a run on it ended with.
+func latestRules(ctx context.Context, o options) ([]Rule, error) {
+	read, err := readAll(ctx, o, []string{o.rulesTopic})
+	if err != nil {
+		return nil, err
+	}
+	var last *kafka.Message
+	for _, m := range read[o.rulesTopic] {
+		if last == nil || m.Timestamp.After(last.Timestamp) || m.Timestamp.Equal(last.Timestamp) && m.TopicPartition.Offset > last.TopicPartition.Offset {
+			last = m
+		}
+	}
+	if last == nil || last.Value == nil {
+		return nil, nil
+	}
+	return accesslog.ParseRules(o.rulesTopic, strings.NewReader(string(last.Value)))
+}
+
+// normalizedWindows is the job of -rules-topic: a normalize stage keyed by
+// URI, with the rules topic as its broadcast input (auxiliary: it never
+// ends, and the job still ends with its access input), then the windows
+// per pattern as without it.
+func normalizedWindows(o options, j *keyed.Job, s *keyed.Stream[Access], norm Normalizer) *keyed.Stream[Out] {
+	rules := keyed.FromSource(j, "rules", 1, kafkaio.NewSource(o.client, o.rulesTopic, serde.Nullable(serde.String()))).Auxiliary()
+	byURI := keyed.KeyByString("uri", func(a Access) string { return a.IdentityURI }, s)
+	ns := keyed.ProcessBroadcast(byURI, keyed.Broadcast(rules), "normalize", 2, func() keyed.BroadcastOperator[Access, *string, normalized] {
+		return &normalizeOp{base: norm, topic: o.rulesTopic, log: o.log}
+	})
+	k := keyed.KeyByString("pattern", func(n normalized) string { return n.Pattern }, ns)
+	return keyed.WindowApply(k, "windows", 2, keyed.Tumbling(windowSize).AllowedLateness(o.allowedLateness), serde.JSON[normalized](),
+		func(pattern string, win keyed.Window, ns []normalized) Out {
+			events := make([]Access, len(ns))
+			for i, n := range ns {
+				events[i] = n.Access
+			}
+			return windowResult(strings.Clone(pattern), win, events)
+		},
+		func(pattern string, n normalized) (Out, bool) {
+			a := n.Access
+			return Out{Kind: kindLate, Pattern: strings.Clone(pattern), Late: &a}, true
+		})
 }

@@ -6,7 +6,10 @@
 //
 //   - rewrites each URI to its pattern (yiyang/user/getById/13782 becomes
 //     yiyang/user/getById/{}): numeric, UUID and long hexadecimal path
-//     segments become {}, after the rules of a -rules file, tried first;
+//     segments become {}, after the rules of a -rules file, tried first,
+//     and before those the rules of a -rules-topic (a compacted topic
+//     whose latest value is a rule file), read as the job runs, so that a
+//     new rule set applies without a restart;
 //   - keys the events by pattern and, per one-minute event-time window,
 //     counts the requests and the server errors (status 500 and above) and
 //     takes the exact 99th percentile of the latency;
@@ -75,6 +78,7 @@ type options struct {
 	topic      string // input; the others are named after it
 	phase      string
 	rules      string // a rule file (ParseRules)
+	rulesTopic string // a compacted topic whose latest value is a rule file, read as the job runs
 
 	events       int
 	minutes      int
@@ -151,6 +155,7 @@ func parseFlags(args []string) (options, error) {
 	})
 	flag.StringVar(&o.topic, "input", "", "input topic (default: a fresh access-log.<time> topic); the job writes <input>.windows, <input>.late and <input>.dlq")
 	flag.StringVar(&o.phase, "phase", "all", "all, produce, process or verify")
+	flag.StringVar(&o.rulesTopic, "rules-topic", "", "a compacted topic whose latest record's value is a rule file, as -rules takes: read while the job runs (broadcast state), so a new rule set applies without a restart; tried before -rules' and the default ones")
 	flag.StringVar(&o.rules, "rules", "", "a file of rules tried before the default ones, one a line: REGEX => PATTERN (the expression must match the whole path; # comments)")
 	flag.IntVar(&o.events, "events", 50_000, "access events to produce (malformed ones included)")
 	flag.IntVar(&o.minutes, "minutes", 10, "minutes of event time the events span")
@@ -264,6 +269,15 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	if o.phase == "all" || o.phase == "verify" {
+		if o.rulesTopic != "" {
+			// The model takes the rules the topic holds at the end: a run
+			// whose rules changed midway has no one model.
+			topicRules, err := latestRules(ctx, o)
+			if err != nil {
+				return err
+			}
+			norm.Rules = append(topicRules, norm.Rules...)
+		}
 		if err := verify(ctx, o, norm, sum); err != nil {
 			return err
 		}

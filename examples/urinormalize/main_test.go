@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kordproject/kord/internal/rig/kafkatest"
 )
@@ -91,6 +92,34 @@ func TestRunRules(t *testing.T) {
 		t.Log(out.String())
 		require.Regexp(t, `\nusers/\{name\}/profile +3 +\d+ `, out.String(), "one pattern for every user, in each of the 3 minutes")
 		require.NotContains(t, out.String(), "users/alice")
+		require.Contains(t, out.String(), "\npatterns:                   6\n")
+		require.Contains(t, out.String(), "\nmismatches:                 0\n")
+	})
+}
+
+// TestRunRulesTopic: the rules of TestRunRules come from a compacted topic
+// (-rules-topic: its latest value is a rule file, read by the job as it
+// runs, as broadcast state) instead of a file; a first value that a later
+// one replaces is not used. The same patterns result, checked against the
+// model with the rules the topic ends with, and the job ends with its
+// access input although the rules input never does.
+func TestRunRulesTopic(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		rules := c.CreateTopic(t, 1, map[string]string{"cleanup.policy": "compact"})
+		kc := c.Client(t)
+		for _, v := range []string{"users/[^/]+/profile => people/{name}\n", "# user names are ids here\nusers/[^/]+/profile => users/{name}/profile\n"} {
+			require.NoError(t, kc.ProduceSync(ctx, &kgo.Record{Topic: rules, Key: []byte("rules"), Value: []byte(v)}).FirstErr())
+		}
+		var out bytes.Buffer
+		o := testOptions(t, c, &out)
+		o.events, o.minutes, o.crash, o.rulesTopic, o.lateFraction = 5_000, 3, false, rules, 0
+		require.NoError(t, run(ctx, o))
+		t.Log(out.String())
+		require.Regexp(t, `\nusers/\{name\}/profile +3 +\d+ `, out.String(), "one pattern for every user, in each of the 3 minutes")
+		require.NotContains(t, out.String(), "users/alice")
+		require.NotContains(t, out.String(), "people/")
 		require.Contains(t, out.String(), "\npatterns:                   6\n")
 		require.Contains(t, out.String(), "\nmismatches:                 0\n")
 	})
