@@ -125,22 +125,22 @@ type run struct {
 
 	tasks     int
 	names     []string
-	triggers  []chan trigger           // per source task
-	cancels   []chan uint64            // per operator and sink task
-	acks      chan ack                 // to the coordinator
-	metas     chan metaDone            // metadata writes' outcomes, to the coordinator
-	exhausted chan int                 // source tasks whose input ended
-	auxiliary map[int]bool             // source tasks of auxiliary inputs (Stream.Auxiliary)
+	triggers  []chan trigger // per source task
+	cancels   []chan uint64  // per operator and sink task
+	acks      chan ack       // to the coordinator
+	metas     chan metaDone  // metadata writes' outcomes, to the coordinator
+	exhausted chan int       // source tasks whose input ended
+	auxiliary map[int]bool   // source tasks of auxiliary inputs (Stream.Auxiliary)
 	// bootstrapped is closed once every auxiliary source task has read
 	// its input to the end it had at the start (auxPending counts those
 	// still reading); the other source tasks read nothing before.
 	bootstrapped chan struct{}
 	auxPending   atomic.Int64
-	failures  chan error               // task failures
-	wg        sync.WaitGroup           // tasks
-	bg        sync.WaitGroup           // snapshot writers
-	align     *alignmentStats          // alignment times
-	opRefs    []checkpoint.OperatorRef // the keyed stages and their keying modes
+	failures     chan error               // task failures
+	wg           sync.WaitGroup           // tasks
+	bg           sync.WaitGroup           // snapshot writers
+	align        *alignmentStats          // alignment times
+	opRefs       []checkpoint.OperatorRef // the keyed stages and their keying modes
 
 	// A job on several processes (Membership): the partitions this run
 	// covers, by topic, and the channel closed when they are about to
