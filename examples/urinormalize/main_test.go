@@ -89,12 +89,20 @@ func TestRunRules(t *testing.T) {
 		// windows of the 3 minutes.
 		o.events, o.minutes, o.crash, o.rules, o.lateFraction = 5_000, 3, false, rules, 0
 		require.NoError(t, run(ctx, o))
-		t.Log(out.String())
-		require.Regexp(t, `\nusers/\{name\}/profile +3 +\d+ `, out.String(), "one pattern for every user, in each of the 3 minutes")
-		require.NotContains(t, out.String(), "users/alice")
-		require.Contains(t, out.String(), "\npatterns:                   6\n")
-		require.Contains(t, out.String(), "\nmismatches:                 0\n")
+		requireRulesApplied(t, out.String())
 	})
+}
+
+// requireRulesApplied checks the summary of a run with the rule that
+// names users/{name}/profile against the model: the pattern in each of the
+// 3 minutes, no user's own path left.
+func requireRulesApplied(t *testing.T, out string) {
+	t.Helper()
+	t.Log(out)
+	require.Regexp(t, `\nusers/\{name\}/profile +3 +\d+ `, out, "one pattern for every user, in each of the 3 minutes")
+	require.NotContains(t, out, "users/alice")
+	require.Contains(t, out, "\npatterns:                   6\n")
+	require.Contains(t, out, "\nmismatches:                 0\n")
 }
 
 // TestRunRulesTopic: the rules of TestRunRules come from a compacted topic
@@ -116,12 +124,8 @@ func TestRunRulesTopic(t *testing.T) {
 		o := testOptions(t, c, &out)
 		o.events, o.minutes, o.crash, o.rulesTopic, o.lateFraction = 5_000, 3, false, rules, 0
 		require.NoError(t, run(ctx, o))
-		t.Log(out.String())
-		require.Regexp(t, `\nusers/\{name\}/profile +3 +\d+ `, out.String(), "one pattern for every user, in each of the 3 minutes")
-		require.NotContains(t, out.String(), "users/alice")
-		require.NotContains(t, out.String(), "people/")
-		require.Contains(t, out.String(), "\npatterns:                   6\n")
-		require.Contains(t, out.String(), "\nmismatches:                 0\n")
+		requireRulesApplied(t, out.String())
+		require.NotContains(t, out.String(), "people/", "the rule file the later one replaced")
 	})
 }
 
