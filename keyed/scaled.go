@@ -72,6 +72,18 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 			return nil, fmt.Errorf("keyed: restoring checkpoint %s: %w", ref, err) // a failure to read: retryable
 		}
 		if err != nil {
+			// A record that names another checkpoint now was committed
+			// over since it was read: by the process that owns the
+			// partition (only the owner's generation may commit it), whose
+			// retention then deleted the checkpoint read here. This
+			// process's assignment is stale (it lost the partitions and
+			// has not rejoined yet): a retry, not a loss (seen on three
+			// brokers: a process continued after a pause restored its old
+			// partitions while their new owner committed on).
+			if now := recordOf(ctx, j, parts[0]); now != nil && *now != ref {
+				return nil, fmt.Errorf("keyed: %s[%d]'s record named checkpoint %s, gone since, and names %s now: another process owns the partition; this one's assignment is stale (%w)",
+					parts[0].Topic, parts[0].Partition, ref, *now, err)
+			}
 			err = fmt.Errorf("%w: %w", checkpoint.ErrCommittedMissing, err)
 			return nil, Permanent(fmt.Errorf("keyed: %s[%d]'s record (%s) names checkpoint %s: %w (is the checkpoint directory %s shared by every process of the job?)",
 				parts[0].Topic, parts[0].Partition, rec.Where, ref, err, j.cfg.Dir))
@@ -276,4 +288,19 @@ func (r *run) sweepLater(ctx context.Context) {
 		}
 		r.sweep(ctx, rec)
 	}()
+}
+
+// recordOf reads the sink's records again and returns the checkpoint the
+// record of pr's partition names now, or nil when it cannot tell.
+func recordOf(ctx context.Context, j *Job, pr connector.PartitionRecord) *checkpoint.Ref {
+	rec, err := j.sink.recorded(ctx)
+	if err != nil || rec == nil {
+		return nil
+	}
+	for _, p := range rec.Parts {
+		if p.Topic == pr.Topic && p.Partition == pr.Partition {
+			return &p.Ref
+		}
+	}
+	return nil
 }
