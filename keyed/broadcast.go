@@ -43,22 +43,21 @@ type BroadcastOperator[T, B, O any] interface {
 // input with no event time holds it back unless its stream has Idleness.
 // The broadcast state is checkpointed once (the first task's copy, all
 // being the same) and every task of a restore takes it, at any
-// parallelism. k is keyed with KeyBy, KeyByString or KeyByRecordKey: in
-// partition mode (ByPartition) the broadcast source would count among the
-// topics whose partitions are the key groups. Not yet on a job of several
-// processes (Instance). Parallelism as Process.
+// parallelism. k may be keyed by partition (ByPartition): the broadcast
+// input's records keep no partition, and its topic is not among those
+// whose partitions are the key groups.
+//
+// On a job of several processes (Instance), k is keyed by partition, and
+// the broadcast input is a source's stream marked Auxiliary: every process
+// reads all of its partitions from the source's start at each run, before
+// the keyed input, and rebuilds the broadcast state from them rather than
+// restoring it (DESIGN.md, "Broadcast state"). Parallelism as Process.
 func ProcessBroadcast[K, T, B, O any](k *KeyedStream[K, T], rules *BroadcastStream[B], name string, parallelism int, newOp func() BroadcastOperator[T, B, O]) *Stream[O] {
 	j := k.j
 	if rules.s.j != j {
 		j.errs = append(j.errs, fmt.Errorf("keyed: ProcessBroadcast %q of streams of jobs %q and %q: a stream belongs to one job", name, j.name, rules.s.j.name))
 	}
-	if k.byPartition {
-		j.errs = append(j.errs, fmt.Errorf("keyed: ProcessBroadcast %q: its keyed input is keyed by partition (ByPartition); key it with KeyBy or KeyByRecordKey", name))
-	}
-	if j.cfg.Instance != "" {
-		j.errs = append(j.errs, fmt.Errorf("keyed: ProcessBroadcast %q: broadcast state on a job of several processes (Instance) is not built yet", name))
-	}
-	both := &KeyedStream[K, either[T, B]]{j: j, keyName: k.keyName, keyOf: k.keyOf,
+	both := &KeyedStream[K, either[T, B]]{j: j, keyName: k.keyName, keyOf: k.keyOf, byPartition: k.byPartition,
 		broadcast: func(e either[T, B]) bool { return e.right }}
 	if key := k.key; key != nil {
 		both.key = func(e either[T, B], recordKey []byte) []byte { return key(e.l, recordKey) }
@@ -66,7 +65,7 @@ func ProcessBroadcast[K, T, B, O any](k *KeyedStream[K, T], rules *BroadcastStre
 	for _, s := range k.streams {
 		both.streams = append(both.streams, &mapped[T, either[T, B]]{up: s, f: func(v T) either[T, B] { return either[T, B]{l: v} }})
 	}
-	both.streams = append(both.streams, &mapped[B, either[T, B]]{up: rules.s.out, f: func(v B) either[T, B] { return either[T, B]{r: v, right: true} }})
+	both.streams = append(both.streams, &mapped[B, either[T, B]]{up: broadcastSide[B]{rules.s.out}, f: func(v B) either[T, B] { return either[T, B]{r: v, right: true} }})
 	return Process(both, name, parallelism, func() Operator[either[T, B], O] {
 		return &broadcastOp[T, B, O]{op: newOp()}
 	})

@@ -148,6 +148,10 @@ type run struct {
 	assigned   map[string][]int32
 	changed    <-chan struct{}
 	reassigned bool
+	// whole are the topics of broadcast inputs, which every process reads
+	// whole: their offsets are in the checkpoints but not committed with
+	// the sink's records, which belong to the partitions' owners.
+	whole map[string]bool
 	// lastSweep is when retention of other runs last ran (sweep, unix
 	// nanoseconds); sweeping is set while a sweepLater goroutine runs.
 	lastSweep atomic.Int64
@@ -472,6 +476,9 @@ func newRunID() string {
 func (j *Job) sinkInfo() connector.SinkInfo {
 	var inputs []string
 	for _, s := range j.sources {
+		if _, _, bc := s.feeds(); bc && j.cfg.Instance != "" {
+			continue // read whole by every process, and not assigned
+		}
 		inputs = append(inputs, s.topic())
 	}
 	sort.Strings(inputs)
@@ -758,6 +765,21 @@ func (j *Job) waysForward(err error) string {
 	return fmt.Sprintf("to start over, Job.Forget deletes the checkpoints in %s and the commit group", j.storageName())
 }
 
+// recorded returns the offsets the sink commits with a checkpoint: all but
+// those of topics every process reads whole (whole).
+func (r *run) recorded(offs []checkpoint.PartitionOffset) []checkpoint.PartitionOffset {
+	if len(r.whole) == 0 {
+		return offs
+	}
+	var out []checkpoint.PartitionOffset
+	for _, o := range offs {
+		if !r.whole[o.Topic] {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 // freshStart writes checkpoint 0 (start offsets, no state) and commits it
 // through the sink; it is called by build once the partitions are known.
 func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkpoint.PartitionOffset) error {
@@ -767,7 +789,7 @@ func (r *run) freshStart(ctx context.Context, rs *restoreState, offsets []checkp
 	}
 	ref := checkpoint.Ref{Run: r.runID, ID: 0}
 	cctx, cancel := context.WithTimeout(ctx, r.j.commitTimeout())
-	err := r.j.sink.commit(cctx, ref, offsets)
+	err := r.j.sink.commit(cctx, ref, r.recorded(offsets))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("keyed: sink %q: committing the fresh start: %w", r.j.sink.sinkName(), err)
@@ -1112,7 +1134,7 @@ func (c *coordinator) commit(e lifecycle.Effect) ([]lifecycle.Effect, error) {
 	// of a graceful stop commits after it), only by the checkpoint
 	// timeout, the stop deadline and the run's failure.
 	cctx, ccancel := context.WithTimeout(c.rctx, r.j.commitTimeout())
-	err := r.j.sink.commit(cctx, checkpoint.Ref{Run: r.runID, ID: e.ID}, c.pending[e.ID].offsets)
+	err := r.j.sink.commit(cctx, checkpoint.Ref{Run: r.runID, ID: e.ID}, r.recorded(c.pending[e.ID].offsets))
 	ccancel()
 	if err != nil {
 		c.lc.CommitFailed(e.ID)

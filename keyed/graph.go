@@ -184,6 +184,26 @@ func (x *sinkExchange[O]) outbox(r *run, outs *outputs) *channel.Outbox[O] {
 	return ob
 }
 
+// broadcastSide is the broadcast input of a ProcessBroadcast stage. Its
+// records go to every task of the stage, so they keep no partition as
+// their key group: the exchange it ends in is not in partition mode for
+// them, and a source that feeds only broadcast inputs is read whole by
+// every process of a job on several (Job.checkScaled).
+type broadcastSide[T any] struct{ up outlet[T] }
+
+func (b broadcastSide[T]) attach(in inlet[T])   { b.up.attach(broadcastIn[T]{in}) }
+func (b broadcastSide[T]) origins() []stageNode { return b.up.origins() }
+
+type broadcastIn[T any] struct{ inlet[T] }
+
+func (b broadcastIn[T]) target() exchange { return broadcastTarget{b.inlet.target()} }
+
+// broadcastTarget is the exchange a broadcast input ends in, as its
+// upstream sees it.
+type broadcastTarget struct{ exchange }
+
+func (broadcastTarget) partitionMode() bool { return false }
+
 // fanOut is the emit function of a task whose stage feeds inlets ins.
 func fanOut[T any](r *run, ins []inlet[T], outs *outputs) emit[T] {
 	emits := make([]emit[T], len(ins))

@@ -314,9 +314,10 @@ func (s *Stream[T]) Watermarks(lateness time.Duration) *Stream[T] {
 // Watermarks nor Idleness). And it is read first, as Kafka Streams
 // bootstraps a global table: the other sources read nothing until every
 // task of every auxiliary source has read its partitions to the end they
-// had (connector.BacklogReader) when it began, so that the first records
-// already meet the rules the input held at the start. A job of auxiliary
-// sources alone runs until stopped.
+// had (connector.BacklogReader) when it began and sent on what it read,
+// so that the first records of the others, at a stage this input feeds
+// directly, already meet the rules it held at the start. A job of
+// auxiliary sources alone runs until stopped.
 func (s *Stream[T]) Auxiliary() *Stream[T] {
 	if src := s.source("Auxiliary"); src != nil {
 		src.auxiliary = true

@@ -347,8 +347,18 @@ func (c *ruledCounter) ProcessBroadcast(r rule, out *keyed.Collector[versioned])
 // next (a task applies the rules in order, and a restore gives every task
 // the checkpoint's rules: restoring none, or a task missing them, makes
 // the count drop after the crash).
+//
+// On several processes (every third seed: keyed.Instance, a sink that
+// assigns partitions and keeps a record per partition, the keyed input by
+// partition, the rules Auxiliary) the broadcast state is rebuilt from the
+// rules input's start at each run instead of restored, every event meets
+// every rule (all were written before the start, and an auxiliary input is
+// read first), and the rules' offsets stay out of the partitions' records:
+// committing them overwrites the events' partition 0 record, and its
+// events come again.
 func TestBroadcastState(t *testing.T) {
 	eachSeed(t, windowSeeds(20), 29, func(t *testing.T, seed uint64, r *rand.Rand, crashes *int) {
+		scaled := seed%3 == 0
 		const parts = 4
 		events := keyed.NewMemorySource[event]("events", parts, true)
 		rparts := 1 + r.IntN(2)
@@ -366,14 +376,28 @@ func TestBroadcastState(t *testing.T) {
 		}
 		mem := vfs.NewMem()
 		sink := keyed.NewMemorySink[versioned]()
+		var member *memberSink[versioned]
+		if scaled {
+			member = newMemberSink[versioned]("events", parts)
+			sink = member.MemorySink
+		}
 		runCrashing(t, r, mem, crashes, func(fs vfs.FS) *keyed.Job {
-			j := keyed.NewJob("ruled", keyed.FS(fs), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4))*time.Millisecond),
-				keyed.BatchSize(1+r.IntN(32)))
+			opts := []keyed.Opt{keyed.FS(fs), keyed.Dir("/ckpt"), keyed.CheckpointInterval(time.Duration(1+r.IntN(4)) * time.Millisecond),
+				keyed.BatchSize(1 + r.IntN(32))}
+			if scaled {
+				opts = append(opts, keyed.Instance("p0"))
+			}
+			j := keyed.NewJob("ruled", opts...)
 			es := keyed.FromSource(j, "events", 1+r.IntN(3), connector.Source[event](events))
 			rs := keyed.FromSource(j, "rules", 1, connector.Source[rule](rules))
 			k := keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, es)
+			var to connector.Sink[versioned] = sink
+			if scaled {
+				k, to = keyed.ByPartition(es), member
+				rs.Auxiliary()
+			}
 			out := keyed.ProcessBroadcast(k, keyed.Broadcast(rs), "ruled", 1+r.IntN(4), func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} })
-			keyed.ToSink(out, "tagged", connector.Sink[versioned](sink))
+			keyed.ToSink(out, "tagged", to)
 			return j
 		})
 		seen := map[string]int64{} // next seq per user
@@ -383,6 +407,11 @@ func TestBroadcastState(t *testing.T) {
 			seen[v.User]++
 			require.GreaterOrEqual(t, v.Version, version[v.User], "user %s event %d saw fewer rules than its previous event", v.User, v.Seq)
 			require.LessOrEqual(t, v.Version, nrules)
+			if scaled {
+				// Every rule was there before the job started, and the
+				// rules are read to their end before any event.
+				require.Equal(t, nrules, v.Version, "user %s event %d: rules before the events", v.User, v.Seq)
+			}
 			version[v.User] = v.Version
 		}
 		require.Equal(t, seq, seen, "every event's result")
@@ -398,8 +427,11 @@ func (c *writingCounter) Process(key []byte, v event, out *keyed.Collector[versi
 }
 
 // TestBroadcastRefusals: broadcast state changed outside ProcessBroadcast
-// fails the run, naming the state; a keyed input by partition and a job of
-// several processes are refused; broadcast state on another stage is.
+// fails the run, naming the state; on a job of several processes a
+// broadcast input that is not Auxiliary is refused, naming its source;
+// broadcast state on another stage is refused. A keyed input by partition
+// runs, the rules topic (one partition) not counting among the events'
+// two.
 func TestBroadcastRefusals(t *testing.T) {
 	build := func(newOp func() keyed.BroadcastOperator[event, rule, versioned], byPartition bool, opts ...keyed.Opt) *keyed.Job {
 		j := keyed.NewJob("ruled", append([]keyed.Opt{keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt")}, opts...)...)
@@ -408,18 +440,19 @@ func TestBroadcastRefusals(t *testing.T) {
 		es := keyed.FromSource(j, "events", 0, connector.Source[event](events))
 		rs := keyed.FromSource(j, "rules", 0, connector.Source[rule](keyed.NewMemorySource[rule]("rules", 1, true)))
 		k := keyed.KeyBy("uuid", func(e event) []byte { return []byte(e.UUID) }, es)
+		var sink connector.Sink[versioned] = keyed.NewMemorySink[versioned]()
 		if byPartition {
 			k = keyed.ByPartition(es)
+			sink = newMemberSink[versioned]("events", 2)
 		}
-		keyed.ToSink(keyed.ProcessBroadcast(k, keyed.Broadcast(rs), "ruled", 0, newOp), "tagged", connector.Sink[versioned](keyed.NewMemorySink[versioned]()))
+		keyed.ToSink(keyed.ProcessBroadcast(k, keyed.Broadcast(rs), "ruled", 0, newOp), "tagged", sink)
 		return j
 	}
 	err := build(func() keyed.BroadcastOperator[event, rule, versioned] { return &writingCounter{} }, false).Run(t.Context())
 	require.ErrorContains(t, err, `broadcast state "rules" changed outside ProcessBroadcast`)
-	require.ErrorContains(t, build(func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} }, true).Validate(),
-		`ProcessBroadcast "ruled": its keyed input is keyed by partition`)
-	require.ErrorContains(t, build(func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} }, false, keyed.Instance("p0")).Validate(),
-		`not built yet`)
+	require.NoError(t, build(func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} }, true).Run(t.Context()))
+	require.ErrorContains(t, build(func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} }, true, keyed.Instance("p0")).Run(t.Context()),
+		`source "rules" feeds a broadcast input, which every process of a job on several reads whole from its start at each run: mark its stream Auxiliary`)
 	require.NoError(t, build(func() keyed.BroadcastOperator[event, rule, versioned] { return &ruledCounter{} }, false).Run(t.Context()))
 
 	j := keyed.NewJob("plain", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"))

@@ -358,8 +358,16 @@ func (s *sourceTask[T]) run(ctx context.Context) error {
 			if bootstrapped, err = s.caughtUp(ctx, done); err != nil {
 				return err
 			}
-			if bootstrapped && s.r.auxPending.Add(-1) == 0 {
-				close(s.r.bootstrapped)
+			if bootstrapped {
+				// What it read goes downstream before any other source
+				// reads: an inbox is one FIFO, so a stage meets these
+				// records before the first of the others'.
+				if err := s.out.FlushAll(); err != nil {
+					return err
+				}
+				if s.r.auxPending.Add(-1) == 0 {
+					close(s.r.bootstrapped)
+				}
 			}
 		}
 		if err := s.out.FlushDue(timeout); err != nil {

@@ -31,9 +31,10 @@ type sourceNode interface {
 	isAuxiliary() bool
 	partitions(ctx context.Context) ([]int32, error)
 	start(ctx context.Context, missing []int32, useNew bool) ([]connector.Position, error)
-	// feeds reports whether the source's records go anywhere, and whether
-	// to a partition-mode stage.
-	feeds() (used, partitionMode bool)
+	// feeds reports whether the source's records go anywhere, whether to
+	// a partition-mode stage, and whether only to broadcast inputs
+	// (ProcessBroadcast).
+	feeds() (used, partitionMode, broadcastOnly bool)
 	setTasks(p int)
 	parallelismSet() int
 	// build starts the stage's tasks over positions (partition order).
@@ -119,14 +120,18 @@ func (s *sourceOf[T]) attach(in inlet[T]) {
 	in.target().feed(s)
 }
 
-func (s *sourceOf[T]) feeds() (used, partitionMode bool) {
-	pm := false
+func (s *sourceOf[T]) feeds() (used, partitionMode, broadcastOnly bool) {
+	pm, bc := false, len(s.outs) > 0
 	for _, in := range s.outs {
-		if in.target().partitionMode() {
+		x := in.target()
+		if x.partitionMode() {
 			pm = true
 		}
+		if _, ok := x.(broadcastTarget); !ok {
+			bc = false
+		}
 	}
-	return len(s.outs) > 0, pm
+	return len(s.outs) > 0, pm, bc
 }
 
 func (s *sourceOf[T]) partitions(ctx context.Context) ([]int32, error) {
@@ -241,7 +246,7 @@ func (j *Job) validateGraph() []error {
 		if err := s.timeErr(); err != nil {
 			errs = append(errs, err)
 		}
-		if used, _ := s.feeds(); !used {
+		if used, _, _ := s.feeds(); !used {
 			errs = append(errs, fmt.Errorf("keyed: source %q feeds nothing: key it (KeyBy, ByPartition) into a stage", s.sourceName()))
 		}
 	}
@@ -404,8 +409,28 @@ func (j *Job) positions(ctx context.Context, r *run, rs *restoreState) (srcs []s
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("keyed: source %q: %w", s.sourceName(), err)
 		}
-		_, pm := s.feeds()
+		_, pm, bc := s.feeds()
 		all := len(parts)
+		if r.assigned != nil && bc {
+			// One of several processes, a broadcast input: every process
+			// reads every partition, from the source's start at each run
+			// (DESIGN.md, "Broadcast state on several processes"); no
+			// record keeps its positions.
+			start, err := s.start(ctx, parts, false)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("keyed: source %q: start offsets: %w", s.sourceName(), err)
+			}
+			pos := map[int32]int64{}
+			for _, p := range start {
+				pos[p.Partition] = p.Offset
+			}
+			srcs[i] = srcBuild{parts: parts, pos: pos, all: all}
+			if r.whole == nil {
+				r.whole = map[string]bool{}
+			}
+			r.whole[s.topic()] = true
+			continue
+		}
 		if r.assigned != nil {
 			// One of several processes: the partition count sets the key
 			// groups; this run reads only the partitions assigned to it.
@@ -640,8 +665,12 @@ func (o *opOf[T, O]) build(ctx, rctx context.Context, r *run, rs *restoreState, 
 			}
 		}
 		// A ProcessBroadcast stage's broadcast state is its operator state.
-		if err := restoreOpState(rs, op, o.name); err != nil {
-			return fmt.Errorf("keyed: operator %q task %d: %w", o.name, d, err)
+		// On several processes it is not restored: the broadcast input is
+		// read again from its start (positions).
+		if r.assigned == nil {
+			if err := restoreOpState(rs, op, o.name); err != nil {
+				return fmt.Errorf("keyed: operator %q task %d: %w", o.name, d, err)
+			}
 		}
 		al, err := align.New(r.cfg.Mode, o.in.upstreams())
 		if err != nil {
@@ -696,6 +725,9 @@ func (j *Job) tellOwners(r *run, srcs []srcBuild) {
 	}
 	owned, all := map[string][]int32{}, map[string][]int32{}
 	for i, s := range j.sources {
+		if r.whole[s.topic()] {
+			continue
+		}
 		owned[s.topic()] = append(owned[s.topic()], srcs[i].parts...)
 		for p := range int32(srcs[i].all) {
 			all[s.topic()] = append(all[s.topic()], p)

@@ -18,8 +18,8 @@ import (
 // memberSink is a MemorySink that runs its job as one of several processes
 // (connector.Membership) holding every partition, with a record per partition
 // as a Kafka commit group keeps them.
-type memberSink struct {
-	*keyed.MemorySink[result]
+type memberSink[T any] struct {
+	*keyed.MemorySink[T]
 	topic   string
 	parts   int32
 	mu      sync.Mutex
@@ -29,17 +29,17 @@ type memberSink struct {
 
 // Resume implements connector.Resumer (MemorySink needs none); it records
 // what the engine says.
-func (s *memberSink) Resume(after uint64) {
+func (s *memberSink[T]) Resume(after uint64) {
 	s.mu.Lock()
 	s.resumes = append(s.resumes, after)
 	s.mu.Unlock()
 }
 
-func newMemberSink(topic string, parts int) *memberSink {
-	return &memberSink{MemorySink: keyed.NewMemorySink[result](), topic: topic, parts: int32(parts), recs: map[int32]connector.PartitionRecord{}}
+func newMemberSink[T any](topic string, parts int) *memberSink[T] {
+	return &memberSink[T]{MemorySink: keyed.NewMemorySink[T](), topic: topic, parts: int32(parts), recs: map[int32]connector.PartitionRecord{}}
 }
 
-func (s *memberSink) Assignment(context.Context) (map[string][]int32, <-chan struct{}, error) {
+func (s *memberSink[T]) Assignment(context.Context) (map[string][]int32, <-chan struct{}, error) {
 	var ps []int32
 	for p := range s.parts {
 		ps = append(ps, p)
@@ -47,9 +47,9 @@ func (s *memberSink) Assignment(context.Context) (map[string][]int32, <-chan str
 	return map[string][]int32{s.topic: ps}, make(chan struct{}), nil
 }
 
-func (s *memberSink) Released() {}
+func (s *memberSink[T]) Released() {}
 
-func (s *memberSink) Commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
+func (s *memberSink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []checkpoint.PartitionOffset) error {
 	if err := s.MemorySink.Commit(ctx, ref, offsets); err != nil {
 		return err
 	}
@@ -61,7 +61,7 @@ func (s *memberSink) Commit(ctx context.Context, ref checkpoint.Ref, offsets []c
 	return nil
 }
 
-func (s *memberSink) Recorded(context.Context) (*connector.Recorded, error) {
+func (s *memberSink[T]) Recorded(context.Context) (*connector.Recorded, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.recs) == 0 {
@@ -76,7 +76,7 @@ func (s *memberSink) Recorded(context.Context) (*connector.Recorded, error) {
 	return rec, nil
 }
 
-func (s *memberSink) named() map[checkpoint.Ref]bool {
+func (s *memberSink[T]) named() map[checkpoint.Ref]bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	named := map[checkpoint.Ref]bool{}
@@ -123,7 +123,7 @@ func TestResume(t *testing.T) {
 	require.Equal(t, []uint64{0, 1}, sink.resumes, "a fresh start, then the restart from checkpoint 1")
 
 	src, want = input(6, 4, 50, 5_000)
-	ms := newMemberSink("events", 4)
+	ms := newMemberSink[result]("events", 4)
 	j = keyed.NewJob("users", keyed.Instance("p0"), keyed.FS(vfs.NewMem()), keyed.Dir("/shared"), keyed.CheckpointInterval(20*time.Millisecond), restart, failAt1())
 	out = keyed.Process(keyed.ByPartition(keyed.FromSource(j, "events", 2, connector.Source[event](src))), "count", 2, func() keyed.Operator[event, result] { return &counter{} })
 	keyed.ToSink(out, "results", connector.Sink[result](ms))

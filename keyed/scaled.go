@@ -146,6 +146,9 @@ func (j *Job) checkScaled() error {
 		return fmt.Errorf("keyed: on several processes the key group must be the partition (ByPartition) of the one keyed stage: to key by a field, put a repartition stage before the job (kafkaio.NewRepartition), which exchanges records between processes through a repartition topic")
 	}
 	for _, s := range j.sources {
+		if _, _, bc := s.feeds(); bc && !s.isAuxiliary() {
+			return fmt.Errorf("keyed: source %q feeds a broadcast input, which every process of a job on several reads whole from its start at each run: mark its stream Auxiliary, so that it is read before the keyed input and a restart never meets fewer rules than before", s.sourceName())
+		}
 		if _, ok := s.sourceValue().(connector.OperatorState); ok {
 			return fmt.Errorf("keyed: source %q keeps operator state, which does not follow partitions across processes", s.sourceName())
 		}

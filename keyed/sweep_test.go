@@ -30,7 +30,7 @@ func TestSweepOtherRuns(t *testing.T) {
 				defer keyed.SetSweepAge(0)()
 			}
 			src, want := input(5, 4, 40, 30_000)
-			sink := newMemberSink("events", 4)
+			sink := newMemberSink[result]("events", 4)
 			mem := vfs.NewMem()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
