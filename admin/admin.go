@@ -554,3 +554,31 @@ func (c *Client) ListOffsets(ctx context.Context, topic string) ([]Offsets, erro
 	}
 	return out, nil
 }
+
+// DeleteRecords deletes every record of each partition below its offset
+// (Kafka's DeleteRecords; kafka-delete-records): the partition's log start
+// offset moves up to it. An offset past a partition's high watermark fails
+// (OFFSET_OUT_OF_RANGE), naming the partition.
+func (c *Client) DeleteRecords(ctx context.Context, below []Committed) error {
+	if len(below) == 0 {
+		return nil
+	}
+	req := make([]kafka.TopicPartition, len(below))
+	for i, b := range below {
+		topic := b.Topic
+		req[i] = kafka.TopicPartition{Topic: &topic, Partition: b.Partition, Offset: kafka.Offset(b.Offset)}
+	}
+	return c.do(ctx, "delete records", func(ctx context.Context, slice time.Duration) error {
+		res, err := c.a.DeleteRecords(ctx, req)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, r := range res.DeleteRecordsResults {
+			if r.TopicPartition.Error != nil {
+				errs = append(errs, fmt.Errorf("%s[%d] below %d: %w", *r.TopicPartition.Topic, r.TopicPartition.Partition, int64(r.TopicPartition.Offset), r.TopicPartition.Error))
+			}
+		}
+		return errors.Join(errs...)
+	})
+}

@@ -40,9 +40,10 @@
 // partition from the checkpoint its record names, from the checkpoint
 // storage every process shares (a directory, or object storage:
 // keyed.CheckpointStorage with checkpoint/blobstore; DESIGN.md, "Several
-// processes"). Such a job keys by partition; NewRepartition puts a
-// repartition stage before a job keyed by a field, through the topic
-// kord.<job>.<stage>.repartition, and keyed.RunAll runs the two.
+// processes"). Its stages are keyed by partition, or by a field through a
+// hop: the records cross between the processes through the topic
+// kord.<job>.<stage>.repartition, written in the job's transactions and
+// read back by the job (connector.Hops; DESIGN.md, "The hop").
 //
 // # Time
 //

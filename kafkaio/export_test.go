@@ -1,5 +1,7 @@
 package kafkaio
 
+import "time"
+
 // SetEpochBufferHook makes every Sink call fn with its epoch buffer's
 // length after each record it buffers (nil: no hook). For tests; not safe
 // to call while a sink is in use.
@@ -20,3 +22,12 @@ type (
 	Sink[T any]   = sink[T]
 	Source[T any] = source[T]
 )
+
+// SetPurgeInterval sets how often sinks delete hop records below their
+// committed offsets, and returns the interval it replaced. For tests; not
+// safe while a sink is in use.
+func SetPurgeInterval(d time.Duration) time.Duration {
+	old := purgeInterval
+	purgeInterval = d
+	return old
+}

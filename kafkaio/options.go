@@ -15,7 +15,7 @@ import (
 	"github.com/kordproject/kord/serde"
 )
 
-// Opt configures a Client, a source, a sink or a repartition stage: one
+// Opt configures a Client, a source, a sink or an Output: one
 // option type for all of them. Each option's doc says what it configures;
 // one given to something it does not configure is an error naming both
 // (at once from NewClient, from the job's check of its sources and sinks
@@ -29,7 +29,6 @@ const (
 	toClient part = 1 << iota
 	toSource
 	toSink
-	toRepartition
 	toOutput
 )
 
@@ -41,10 +40,8 @@ func (p part) String() string {
 		return "a source"
 	case toSink:
 		return "a sink"
-	case toOutput:
-		return "an Output"
 	default:
-		return "a repartition stage"
+		return "an Output"
 	}
 }
 
@@ -75,10 +72,6 @@ type options struct {
 	session     time.Duration // SessionTimeout
 
 	// Repartition.
-	partitions  int32
-	parallelism int
-	jobOpts     []keyed.Opt
-	stageOpts   []Opt // every option of a repartition stage, for its sink
 }
 
 // apply applies opts to a fresh options for part p.
@@ -169,7 +162,7 @@ func Properties(path string) Opt {
 // consumer packages, and the Sink section of the package doc.
 func Set(key, value string) Opt {
 	return func(o *options) {
-		if o.is("Set", toClient|toSource|toSink|toRepartition) {
+		if o.is("Set", toClient|toSource|toSink) {
 			o.set(key, value)
 		}
 	}
@@ -180,7 +173,7 @@ func Set(key, value string) Opt {
 // logger, else the job's.
 func Logger(l *slog.Logger) Opt {
 	return func(o *options) {
-		if o.is("Logger", toClient|toSource|toSink|toRepartition) {
+		if o.is("Logger", toClient|toSource|toSink) {
 			o.log = l
 		}
 	}
@@ -275,7 +268,7 @@ func DeadLetterTopic(topic string) Opt {
 // Default 100,000. Configures a sink.
 func EpochBuffer(n int) Opt {
 	return func(o *options) {
-		if o.is("EpochBuffer", toSink|toRepartition) {
+		if o.is("EpochBuffer", toSink) {
 			o.epochBuffer = n
 		}
 	}
@@ -285,7 +278,7 @@ func EpochBuffer(n int) Opt {
 // run (metadata and InitTransactions). Default 30 s. Configures a sink.
 func InitTimeout(d time.Duration) Opt {
 	return func(o *options) {
-		if o.is("InitTimeout", toSink|toRepartition) {
+		if o.is("InitTimeout", toSink) {
 			o.initTimeout = d
 		}
 	}
@@ -304,7 +297,7 @@ func InitTimeout(d time.Duration) Opt {
 // without a rebalance. Configures a sink.
 func SessionTimeout(d time.Duration) Opt {
 	return func(o *options) {
-		if o.is("SessionTimeout", toSink|toRepartition) {
+		if o.is("SessionTimeout", toSink) {
 			o.session = d
 		}
 	}
@@ -320,42 +313,6 @@ func (o *options) memberSettings() map[string]string {
 		session = defaultSession
 	}
 	return map[string]string{"session.timeout.ms": strconv.FormatInt(session.Milliseconds(), 10)}
-}
-
-// Partitions sets the repartition topic's partition count, that is the
-// job proper's number of key groups, fixed for the job's life. Default:
-// the input topic's (Kafka Streams: the largest of the source topics').
-// Configures a repartition stage.
-func Partitions(n int32) Opt {
-	return func(o *options) {
-		if o.is("Partitions", toRepartition) {
-			o.partitions = n
-		}
-	}
-}
-
-// Parallelism sets how many tasks read the input and write the
-// repartition topic in each process. Default 2. Configures a repartition
-// stage.
-func Parallelism(n int) Opt {
-	return func(o *options) {
-		if o.is("Parallelism", toRepartition) {
-			o.parallelism = n
-		}
-	}
-}
-
-// JobOptions are options of the repartition stage's job: its checkpoint
-// interval, logger and, required on several processes, its own checkpoint
-// storage (keyed.Dir, keyed.CheckpointStorage): not the job proper's,
-// which holds another job's checkpoints (a job refuses storage another job
-// has claimed). Configures a repartition stage.
-func JobOptions(opts ...keyed.Opt) Opt {
-	return func(o *options) {
-		if o.is("JobOptions", toRepartition) {
-			o.jobOpts = append(o.jobOpts, opts...)
-		}
-	}
 }
 
 // stringBytes is s's bytes without a copy: read-only. The empty string

@@ -34,11 +34,11 @@ func TestOptionsMisplaced(t *testing.T) {
 	require.ErrorContains(t, err, `source of topic "in": option Brokers does not configure a source`)
 	require.ErrorIs(t, err, keyed.ErrPermanent)
 
-	sink := kafkaio.NewSink(c, "out", serde.String(), kafkaio.StartFrom(consumer.Earliest), kafkaio.Partitions(3)).(*kafkaio.Sink[string])
+	sink := kafkaio.NewSink(c, "out", serde.String(), kafkaio.StartFrom(consumer.Earliest), kafkaio.Bounded()).(*kafkaio.Sink[string])
 	info := connector.SinkInfo{Job: "j", Inputs: []string{"in"}, Mode: checkpoint.ExactlyOnce, TransactionTimeout: time.Minute, CommitTimeout: 10 * time.Second}
 	err = sink.ValidateSink(info)
 	require.ErrorContains(t, err, `sink to topic "out": option StartFrom does not configure a sink`)
-	require.ErrorContains(t, err, `sink to topic "out": option Partitions does not configure a sink`)
+	require.ErrorContains(t, err, `sink to topic "out": option Bounded does not configure a sink`)
 
 	// A Key of another type than the sink's records.
 	sink = kafkaio.NewSink(c, "out", serde.String(), kafkaio.Key(func(n int) string { return "" }, serde.String())).(*kafkaio.Sink[string])

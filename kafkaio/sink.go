@@ -74,6 +74,8 @@ type sink[T any] struct {
 	// the group, so that each departure is fenced once; an instance seen
 	// in the group again is taken out.
 	departed map[string]bool
+	// The job's hops (connector.Hops) and their purging.
+	hopState
 }
 
 // Set by tests only.
@@ -799,6 +801,7 @@ func (s *sink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []chec
 		}
 	}
 	s.committed = ref.ID
+	s.purge(offsets)
 	if err := s.p.BeginTransaction(); err != nil {
 		return fail("begin the next transaction", err)
 	}
@@ -873,6 +876,7 @@ func (s *sink[T]) closeClients(abort bool) error {
 // Close aborts the open transaction, if any, and closes the producer. Call
 // it once the job's Run has returned.
 func (s *sink[T]) Close() error {
+	s.bg.Wait() // a purge of hop records: bounded by its timeout
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.closeClients(true)

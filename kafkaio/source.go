@@ -9,6 +9,7 @@ import (
 
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/consumer"
+	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/serde"
 )
@@ -26,6 +27,9 @@ type source[T any] struct {
 	topic  string
 	values serde.Serde[T]
 	cfg    options
+	// hop: the source of a hop topic (connector.Hops), of
+	// connector.HopRecords, marks included; values is nil.
+	hop bool
 
 	once    sync.Once
 	ends    map[int32]int64 // Bounded: the end of each partition, resolved once
@@ -61,7 +65,7 @@ func (k *source[T]) Validate() error {
 	if k.topic == "" {
 		errs = append(errs, errors.New("kafkaio: source: no topic"))
 	}
-	if k.values == nil {
+	if k.values == nil && !k.hop {
 		errs = append(errs, sourceErrorf(k.topic, "no serde for its values"))
 	}
 	errs = append(errs, k.cfg.misplaced(fmt.Sprintf("source of topic %q", k.topic)))
@@ -226,6 +230,14 @@ func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]co
 	for _, rec := range recs {
 		if r.bounds != nil && rec.Offset >= r.end(rec.Partition) {
 			continue // past the bound: never read (its position stays put)
+		}
+		if r.k.hop {
+			hr, err := hopRecord(rec)
+			if err != nil {
+				return nil, false, keyed.Permanent(fmt.Errorf("kafkaio: %s[%d] offset %d: %w", rec.Topic, rec.Partition, rec.Offset, err))
+			}
+			out = append(out, any(hr).(connector.SourceRecord[T]))
+			continue
 		}
 		v, err := r.k.values.Decode(rec.Value)
 		if err != nil {

@@ -495,6 +495,12 @@ func (j *Job) commitTimeout() time.Duration {
 // the work (see stopContext). progressed reports that a checkpoint
 // committed during it.
 func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp points) (progressed bool, err error) {
+	hctx, hcancel := context.WithTimeout(wctx, time.Minute)
+	err = j.createHops(hctx)
+	hcancel()
+	if err != nil {
+		return false, err
+	}
 	if stopped, err := j.resetSinks(ctx, wctx); stopped || err != nil {
 		return false, err
 	}

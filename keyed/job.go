@@ -70,6 +70,7 @@ type Job struct {
 	ops     []opNode
 	sink    sinkNode   // the first sink: the job commits through it
 	outputs []sinkNode // further sinks, each writing inside sink's commit
+	hops    []hopNode  // on several processes, the edges keyed by a field
 	errs    []error
 
 	statsMu     sync.Mutex
@@ -98,7 +99,7 @@ func NewJob(name string, opts ...Opt) *Job {
 
 // Validate reports the declaration's errors.
 func (j *Job) Validate() error {
-	errs := append([]error(nil), j.errs...)
+	errs := append(append([]error(nil), j.errs...), j.bindHops()...)
 	if len(j.sources) == 0 {
 		errs = append(errs, errors.New("keyed: job has no source"))
 	}
@@ -243,6 +244,8 @@ type KeyedStream[K, T any] struct {
 	// broadcast, when not nil, says which records go to every task
 	// (ProcessBroadcast's broadcast input).
 	broadcast func(T) bool
+	// values encode the records when they cross processes (Serde).
+	values serde.Serde[T]
 }
 
 // FromSource adds a source read by parallelism tasks. Parallelism 0 is
@@ -453,6 +456,9 @@ func Process[K, T, O any](k *KeyedStream[K, T], name string, parallelism int, ne
 	}
 	if parallelism < 0 {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: parallelism %d (0 is the default: the partition count, at most the CPUs)", name, parallelism))
+	}
+	if j.cfg.Instance != "" && !k.byPartition {
+		k = hopOf(k, name)
 	}
 	ex := &keyedExchange[T]{key: k.key, keyName: k.keyName, byPartition: k.byPartition, broadcast: k.broadcast}
 	op := &opOf[T, O]{name: name, parallelism: parallelism, newOp: newOp, in: ex}

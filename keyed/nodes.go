@@ -50,6 +50,30 @@ type sourceTask[T any] struct {
 	heard    map[int32]time.Time
 	asked    map[int32]time.Time
 	behind   map[int32]bool
+	// marks, for the reading side of a hop: per partition, each writer's
+	// latest watermark mark; the partition's watermark (newest, lateness
+	// 0) is their least once every writer was heard.
+	marks map[int32]map[string]int64
+}
+
+// mark takes a hop's watermark mark for partition p.
+func (s *sourceTask[T]) mark(p int32, m *connector.HopMark) {
+	ws := s.marks[p]
+	if ws == nil {
+		ws = map[string]int64{}
+		s.marks[p] = ws
+	}
+	ws[m.Writer] = max(ws[m.Writer], m.Watermark)
+	if len(ws) < m.Writers {
+		return
+	}
+	least := int64(channel.EndOfTime)
+	for _, wm := range ws {
+		least = min(least, wm)
+	}
+	if t, ok := s.newest[p]; !ok || least > t {
+		s.newest[p] = least
+	}
 }
 
 // idle reports whether partition p has been silent for the idleness time
@@ -429,6 +453,14 @@ func (s *sourceTask[T]) records(ctx context.Context, recs []connector.SourceReco
 	s.read += int64(len(recs))
 	for i := range recs {
 		rec := &recs[i]
+		if rec.Mark != nil {
+			if s.marks == nil {
+				return Permanent(fmt.Errorf("keyed: source %q: %s[%d] offset %d: a hop's watermark mark from a source that is no hop", s.name, s.topic, rec.Partition, rec.Offset))
+			}
+			s.mark(rec.Partition, rec.Mark)
+			pos[rec.Partition] = rec.Offset + 1
+			continue
+		}
 		if rec.Bad != nil {
 			if err := s.deadLetter(ctx, epoch, rec.Bad); err != nil {
 				return err
@@ -451,7 +483,7 @@ func (s *sourceTask[T]) records(ctx context.Context, recs []connector.SourceReco
 		ms := channel.TimeMillis(ts)
 		s.batch = append(s.batch, channel.Element[T]{V: rec.Value, Key: rec.Key, KG: rec.Partition, TS: ms})
 		pos[rec.Partition] = rec.Offset + 1
-		if s.watermarks && ms != channel.NoTime {
+		if s.watermarks && s.marks == nil && ms != channel.NoTime {
 			if t, ok := s.newest[rec.Partition]; !ok || ms > t {
 				s.newest[rec.Partition] = ms
 			}
@@ -698,6 +730,8 @@ type sinkTask[O any] struct {
 	// watermark so far (starting from the restored checkpoint's).
 	timed connector.Timed[O]
 	wm    int64
+	// elems: the sink as a hop's (elemSink), nil if it is none.
+	elems elemSink[O]
 }
 
 func (t *sinkTask[O]) run(ctx context.Context) error {
@@ -708,6 +742,9 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 	}
 	if t.timed != nil && t.wm != channel.NoTime {
 		t.timed.Advance(t.wm)
+	}
+	if t.elems != nil {
+		t.elems.advance(t.wm)
 	}
 	for {
 		m, got := stash.Pop(t.al)
@@ -737,6 +774,12 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 			case align.Snapshot:
 				t.r.align.add(e.Alignment)
 				t.epoch = e.ID + 1
+				if t.elems != nil {
+					// The hop's marks go with the checkpoint's records.
+					if err := t.elems.mark(ctx, e.ID); err != nil {
+						return err
+					}
+				}
 				files, putErr, err := t.r.writeOpState(ctx, t.sink, t.name, 0, e.ID)
 				if err != nil {
 					return err
@@ -753,6 +796,15 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 // task's watermark when m advances it (as an operator task takes its
 // inputs' watermarks: opTask.process).
 func (t *sinkTask[O]) write(ctx context.Context, m channel.Message[O], inWm []int64, inIdle []bool) error {
+	if t.elems != nil {
+		if err := t.elems.writeElems(ctx, t.epoch, m.Elems); err != nil {
+			return err
+		}
+		if t.advance(m, inWm, inIdle) {
+			t.elems.advance(t.wm)
+		}
+		return nil
+	}
 	if t.timed == nil {
 		for i := range m.Elems {
 			if err := t.sink.Write(ctx, t.epoch, m.Elems[i].V); err != nil {
@@ -766,15 +818,24 @@ func (t *sinkTask[O]) write(ctx context.Context, m channel.Message[O], inWm []in
 			return err
 		}
 	}
+	if t.advance(m, inWm, inIdle) {
+		t.timed.Advance(t.wm)
+	}
+	return nil
+}
+
+// advance takes m's watermark and idleness into its input's, and reports
+// whether the task's watermark, the least of its active inputs', rose.
+func (t *sinkTask[O]) advance(m channel.Message[O], inWm []int64, inIdle []bool) bool {
 	if m.WM <= inWm[m.From] && m.Idle == inIdle[m.From] {
-		return nil
+		return false
 	}
 	inWm[m.From], inIdle[m.From] = max(inWm[m.From], m.WM), m.Idle
 	if wm := activeMin(inWm, inIdle); wm > t.wm {
 		t.wm = wm
-		t.timed.Advance(wm)
+		return true
 	}
-	return nil
+	return false
 }
 
 // opStateName is the operator part of the name of an operator-state file:

@@ -29,6 +29,7 @@ type sourceNode interface {
 	// timeErr refuses event-time settings that do not go together.
 	timeErr() error
 	isAuxiliary() bool
+	isHop() bool
 	partitions(ctx context.Context) ([]int32, error)
 	start(ctx context.Context, missing []int32, useNew bool) ([]connector.Position, error)
 	// feeds reports whether the source's records go anywhere, whether to
@@ -92,6 +93,7 @@ type sourceOf[T any] struct {
 	lateness   time.Duration
 	idleness   time.Duration // Stream.Idleness; 0: none
 	auxiliary  bool          // Stream.Auxiliary
+	hop        bool          // the reading side of a hop: its marks make the watermarks
 	outs       []inlet[T]
 	p          int // tasks in the run being built
 }
@@ -99,6 +101,7 @@ type sourceOf[T any] struct {
 func (s *sourceOf[T]) sourceName() string { return s.name }
 
 func (s *sourceOf[T]) isAuxiliary() bool { return s.auxiliary }
+func (s *sourceOf[T]) isHop() bool       { return s.hop }
 
 func (s *sourceOf[T]) timeErr() error {
 	if s.auxiliary && (s.watermarks || s.idleness > 0) {
@@ -170,6 +173,19 @@ func (o *opOf[T, O]) parallelismSet() int      { return o.parallelism }
 func (o *opOf[T, O]) byPartition() bool        { return o.in.byPartition }
 func (o *opOf[T, O]) keyName() string          { return o.in.keyName }
 func (o *opOf[T, O]) inputStages() []stageNode { return o.inputs }
+
+// readTopics are the topics of the sources the stage reads directly (in
+// partition mode, whose partitions are its key groups), but those every
+// process reads whole.
+func (o *opOf[T, O]) readTopics(r *run) []string {
+	var topics []string
+	for _, n := range o.inputs {
+		if s, ok := n.(sourceNode); ok && !r.whole[s.topic()] {
+			topics = append(topics, s.topic())
+		}
+	}
+	return topics
+}
 func (o *opOf[T, O]) hasOutputs() bool {
 	for _, w := range o.sides {
 		if w.used() {
@@ -268,9 +284,6 @@ func (j *Job) validateGraph() []error {
 			}
 		}
 	}
-	if j.cfg.Instance != "" && len(j.ops) > 1 {
-		errs = append(errs, fmt.Errorf("keyed: stages %q and %q: a job of several processes (Instance) has one keyed stage, whose key group is the partition; chain further stages through a repartition topic (kafkaio.NewRepartition)", j.ops[0].stageName(), j.ops[1].stageName()))
-	}
 	return errs
 }
 
@@ -310,6 +323,7 @@ func (j *Job) build(rctx context.Context, r *run, rs *restoreState) error {
 		return err
 	}
 	j.tellOwners(r, srcs)
+	j.tellWriters(r, srcs)
 	maxP, err := j.keyGroups(rs, srcs)
 	if err != nil {
 		return err
@@ -617,6 +631,9 @@ func (s *sourceOf[T]) build(ctx, rctx context.Context, r *run, rs *restoreState,
 			watermarks: s.watermarks, lateness: s.lateness.Milliseconds(), newest: map[int32]int64{},
 			idleness: s.idleness, heard: map[int32]time.Time{}, asked: map[int32]time.Time{}, behind: map[int32]bool{},
 			epoch: b.epoch, name: s.name, instance: t, dead: dead, restored: !rs.fresh && !rs.failover, auxiliary: s.auxiliary}
+		if s.hop {
+			st.marks = map[int32]map[string]int64{}
+		}
 		st.adds = make(chan []connector.Position, 1)
 		tasks[t] = st
 		r.goTask(rctx, task, st.run)
@@ -656,7 +673,7 @@ func (o *opOf[T, O]) build(ctx, rctx context.Context, r *run, rs *restoreState, 
 			}
 		}
 		if r.assigned != nil {
-			if err := rs.restoreScaled(b); err != nil {
+			if err := rs.restoreScaled(b, o.readTopics(r)); err != nil {
 				return fmt.Errorf("keyed: operator %q task %d: %w", o.name, d, err)
 			}
 		} else if !rs.fresh {
@@ -713,6 +730,7 @@ func (s *sinkOf[O]) build(rctx context.Context, r *run, rs *restoreState, epoch 
 	}
 	kt := &sinkTask[O]{r: r, task: task, in: s.in.in, al: al, cancels: cancels, sink: s.sink, epoch: epoch, name: s.name, wm: rs.watermark()}
 	kt.timed, _ = s.sink.(connector.Timed[O])
+	kt.elems, _ = s.sink.(elemSink[O])
 	r.goTask(rctx, task, kt.run)
 	return nil
 }

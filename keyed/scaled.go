@@ -26,7 +26,7 @@ import (
 type scaledRestore struct {
 	meta  *checkpoint.Metadata
 	files map[string][]byte
-	take  map[int]bool
+	take  map[string]map[int]bool // by topic: a stage takes the key groups of the topics it reads
 }
 
 // restoreAssigned decides, partition by partition, where this run starts:
@@ -94,7 +94,7 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 		if _, err := r.checkProvenance(m); err != nil {
 			return nil, err
 		}
-		take := map[int]bool{}
+		take := map[string]map[int]bool{}
 		for _, pr := range parts {
 			at, ok := offsetOf(m.Offsets, pr.Topic, pr.Partition)
 			if !ok || at != pr.Offset {
@@ -105,7 +105,10 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 				rs.positions[pr.Topic] = map[int32]int64{}
 			}
 			rs.positions[pr.Topic][pr.Partition] = pr.Offset
-			take[int(pr.Partition)] = true
+			if take[pr.Topic] == nil {
+				take[pr.Topic] = map[int]bool{}
+			}
+			take[pr.Topic][int(pr.Partition)] = true
 		}
 		if rs.maxP != 0 && rs.maxP != m.MaxParallelism {
 			return nil, Permanent(fmt.Errorf("keyed: checkpoint %s has %d key groups, checkpoint %s %d: the input's partition count changed",
@@ -125,14 +128,25 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 	return rs, nil
 }
 
-// restoreScaled restores into b the key groups of every checkpoint the
-// run's partitions' records name, each from its own.
-func (rs *restoreState) restoreScaled(b *Backend) error {
+// restoreScaled restores into b, a backend of a stage that reads topics,
+// the key groups of every checkpoint the run's partitions of those topics'
+// records name, each from its own. (A stage after a hop reads the hop's
+// topic: its key group p comes from the checkpoint the hop partition's
+// record names, which may be another than the input partition p's.)
+func (rs *restoreState) restoreScaled(b *Backend, topics []string) error {
 	if err := b.canRestore(); err != nil {
 		return err
 	}
 	for _, sr := range rs.scaled {
-		if err := b.restoreFrom(sr.meta, sr.files, func(kg int) bool { return sr.take[kg] }); err != nil {
+		take := func(kg int) bool {
+			for _, t := range topics {
+				if sr.take[t][kg] {
+					return true
+				}
+			}
+			return false
+		}
+		if err := b.restoreFrom(sr.meta, sr.files, take); err != nil {
 			return fmt.Errorf("restore %s: %w", sr.meta.Ref(), err)
 		}
 	}
@@ -142,8 +156,10 @@ func (rs *restoreState) restoreScaled(b *Backend) error {
 
 // checkScaled refuses a job that cannot run on several processes yet.
 func (j *Job) checkScaled() error {
-	if len(j.ops) != 1 || !j.ops[0].byPartition() {
-		return fmt.Errorf("keyed: on several processes the key group must be the partition (ByPartition) of the one keyed stage: to key by a field, put a repartition stage before the job (kafkaio.NewRepartition), which exchanges records between processes through a repartition topic")
+	for _, o := range j.ops {
+		if !o.byPartition() {
+			return fmt.Errorf("keyed: stage %q: on several processes a stage is keyed by partition (ByPartition), or by a field through a hop (KeyBy on a job declared with Instance)", o.stageName())
+		}
 	}
 	for _, s := range j.sources {
 		if _, _, bc := s.feeds(); bc && !s.isAuxiliary() {

@@ -72,6 +72,10 @@ type Record[K, V any] struct {
 	Headers []Header
 	// Timestamp is the record's timestamp; zero means the time of Produce.
 	Timestamp time.Time
+	// Partition, when set, is the partition to write to, and the
+	// partitioner is not asked (Java's ProducerRecord with a partition).
+	// One the topic does not have fails Produce, naming both.
+	Partition *int32
 }
 
 // Header is a record header.
@@ -135,7 +139,7 @@ func (p *Producer[K, V]) Produce(ctx context.Context, r Record[K, V], done func(
 	if err != nil {
 		return &Error{Op: "encode value", Topic: r.Topic, Partition: -1, Offset: -1, Err: err}
 	}
-	return p.c.produce(ctx, r.Topic, key, val, r.Headers, r.Timestamp, done)
+	return p.c.produce(ctx, r.Topic, r.Partition, key, val, r.Headers, r.Timestamp, done)
 }
 
 // ProduceSync produces r and waits for its delivery.
@@ -272,7 +276,7 @@ func newClient(opts []Opt) (*client, error) {
 	return c, nil
 }
 
-func (c *client) produce(ctx context.Context, topic string, key, val []byte, hdrs []Header, ts time.Time, done func(Delivery, error)) error {
+func (c *client) produce(ctx context.Context, topic string, to *int32, key, val []byte, hdrs []Header, ts time.Time, done func(Delivery, error)) error {
 	if err := c.failure(); err != nil {
 		return err
 	}
@@ -283,8 +287,12 @@ func (c *client) produce(ctx context.Context, topic string, key, val []byte, hdr
 	if err != nil {
 		return err
 	}
-	part, err := c.place(tm, key)
-	if err != nil {
+	var part int32
+	if to != nil {
+		if part = *to; part < 0 || int(part) >= tm.partitions {
+			return &Error{Op: "produce", Topic: tm.name, Partition: part, Offset: -1, Err: fmt.Errorf("partition %d of a topic of %d partitions", part, tm.partitions)}
+		}
+	} else if part, err = c.place(tm, key); err != nil {
 		return err
 	}
 	// Without a delivery report the message is only read by Produce:

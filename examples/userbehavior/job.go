@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -83,10 +81,6 @@ func normalizePage(p string) string {
 	return strings.ToLower(strings.TrimSuffix(p, "/"))
 }
 
-// repartitionStage names the repartition stage of -keyby on several
-// processes: its topic is kord.<job>.by-uuid.repartition.
-const repartitionStage = "by-uuid"
-
 // process runs the keyed job until every event's result is committed,
 // crashing it once part-way when o.crash is set.
 func process(ctx context.Context, o options, sum *summary) error {
@@ -142,22 +136,18 @@ func process(ctx context.Context, o options, sum *summary) error {
 		return nil
 	}
 	client := o.client
-	// storage is where a job keeps its checkpoints: sub names the
-	// repartition stage's, beside the job proper's.
-	storage := func(sub string) []keyed.Opt {
+	// storage is where the job keeps its checkpoints.
+	storage := func() []keyed.Opt {
 		switch {
 		case bucket != nil:
-			return []keyed.Opt{keyed.CheckpointStorage(blobstore.New(bucket, name+sub+"/"))}
-		case dir != "" && sub != "":
-			return []keyed.Opt{keyed.Dir(filepath.Join(dir, strings.TrimPrefix(sub, ".")))}
+			return []keyed.Opt{keyed.CheckpointStorage(blobstore.New(bucket, name+"/"))}
 		case dir != "":
 			return []keyed.Opt{keyed.Dir(dir)}
 		}
 		return nil
 	}
-	// build declares the job: one keyed.Job, or on several processes with
-	// -keyby two, the repartition stage and the job proper (run together).
-	build := func() ([]*keyed.Job, *kafkaio.Repartition[Event]) {
+	// build declares the job.
+	build := func() *keyed.Job {
 		opts := []keyed.Opt{keyed.CheckpointInterval(o.interval), keyed.RestartStrategy(keyed.FixedDelay(3, time.Second)), keyed.OnCommit(onCommit)}
 		if o.atLeastOnce {
 			opts = append(opts, keyed.AtLeastOnce())
@@ -170,19 +160,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 		}
 		session := kafkaio.SessionTimeout(o.session)
 		src := kafkaio.NewSource(client, o.topic, serde.JSON[Event]())
-		var jobs []*keyed.Job
-		var rep *kafkaio.Repartition[Event]
-		if o.keyBy && o.instance != "" {
-			// Processes have no channels between them: the records go
-			// through a repartition topic keyed by uuid, which the job
-			// proper reads by partition.
-			rep = kafkaio.NewRepartition(client, name, repartitionStage, src,
-				func(e Event) []byte { return []byte(e.UUID) }, serde.JSON[Event](),
-				session, kafkaio.JobOptions(slices.Concat(opts, storage("."+repartitionStage))...))
-			jobs = append(jobs, rep.Job())
-			src = rep.Source()
-		}
-		j := keyed.NewJob(name, append(opts, storage("")...)...)
+		j := keyed.NewJob(name, append(opts, storage()...)...)
 		sink := kafkaio.NewSink(client, o.output, serde.JSON[Result](), session,
 			kafkaio.Key(func(r Result) string { return r.UUID }, serde.String()))
 		s := keyed.FromSource(j, "events", 2, src)
@@ -193,15 +171,18 @@ func process(ctx context.Context, o options, sum *summary) error {
 		}
 		newOp := func() keyed.Operator[Event, Result] { return &userCounter{atLeastOnce: o.atLeastOnce} }
 		var out *keyed.Stream[Result]
-		if o.keyBy && o.instance == "" {
-			out = keyed.Process(keyed.KeyByString("uuid", func(e Event) string { return e.UUID }, s), "count", 2, newOp)
+		if o.keyBy {
+			// Keyed by uuid. On several processes the records cross
+			// between them through the job's hop topic,
+			// kord.<job>.count.repartition, encoded as JSON.
+			out = keyed.Process(keyed.KeyByString("uuid", func(e Event) string { return e.UUID }, s).Serde(serde.JSON[Event]()), "count", 2, newOp)
 		} else {
 			out = keyed.Process(keyed.ByPartition(s), "count", 2, newOp)
 		}
 		if o.pages {
 			// The second stage: re-keyed by page, each result numbered
 			// within its page.
-			byPage := keyed.KeyByString("page", func(r Result) string { return r.Page }, out)
+			byPage := keyed.KeyByString("page", func(r Result) string { return r.Page }, out).Serde(serde.JSON[Result]())
 			out = keyed.ProcessValue(byPage, "pages", 2, serde.Int64(), func(_ string, r Result, n *keyed.ValueState[int64], out *keyed.Collector[Result]) error {
 				c, _ := n.Get()
 				n.Set(c + 1)
@@ -216,19 +197,11 @@ func process(ctx context.Context, o options, sum *summary) error {
 			// checkpoint that carries them commits in Kafka.
 			keyed.ToSink(out, "lake", lakeSink(o.lake, o.lakeCompact))
 		}
-		return append(jobs, j), rep
-	}
-	jobs, rep := build()
-	if rep != nil {
-		if err := rep.CreateTopic(ctx); err != nil {
-			return err
-		}
+		return j
 	}
 	if o.reset {
-		for _, j := range jobs {
-			if err := j.Forget(ctx); err != nil {
-				return err
-			}
+		if err := build().Forget(ctx); err != nil {
+			return err
 		}
 		o.say("job %s forgotten: it starts over from the beginning of %s\n", name, o.topic)
 	}
@@ -244,8 +217,7 @@ func process(ctx context.Context, o options, sum *summary) error {
 
 	start := time.Now()
 	for {
-		jobs, _ = build()
-		err := keyed.RunAll(runCtx, jobs...)
+		err := build().Run(runCtx)
 		if errors.Is(err, errOnPurpose) {
 			// The failure met the stop that follows complete output: a
 			// stopping job is not restarted by its strategy, so start it

@@ -155,7 +155,7 @@ func parseFlags(args []string) (options, error) {
 	flag.BoolVar(&o.pages, "pages", false, "two keyed stages: the per-user counts, then re-keyed by page (normalized by a chained MapValues) into per-page counts, each result carrying its number within its page; one process only")
 	flag.StringVar(&o.lake, "lake", "", "also land the results as files in this directory, exactly once, bucketed by action (action=<a>/part-*); verified against the Kafka output; shared by every process of -processes")
 	flag.DurationVar(&o.lakeCompact, "lake-compact", 0, "with -lake: one file per action and this interval (filesink.CompactEvery) instead of one per checkpoint")
-	flag.BoolVar(&o.keyBy, "keyby", false, "key by the uuid extracted from the event instead of by the record key (key group = partition): xxhash key groups shuffled in process, or with -processes and -instance a repartition topic between the processes")
+	flag.BoolVar(&o.keyBy, "keyby", false, "key by the uuid extracted from the event instead of by the record key (key group = partition): xxhash key groups shuffled in process, or with -processes and -instance through the job's hop topic between the processes")
 	flag.BoolVar(&o.crash, "crash", true, "fail the job part-way, after its second checkpoint committed (keyed.OnCommit), and let the restart strategy recover it from the checkpoint Kafka recorded; with -processes, SIGKILL one process and start it again")
 	flag.DurationVar(&o.interval, "interval", time.Second, "checkpoint interval")
 	flag.StringVar(&o.dir, "checkpoints", "", "checkpoint directory, or a bucket URL (file:///dir, mem://; s3://, gs://, azblob:// with their gocloud.dev drivers linked in) holding them under the job's name (default: a temporary directory on fresh topics, else keyed.DefaultDir of the job's name); shared by every process of the job")
@@ -203,9 +203,6 @@ func run(ctx context.Context, o options) error {
 	if o.processes > 0 || o.instance != "" {
 		if o.atLeastOnce {
 			return errors.New("-processes and -instance run exactly-once only")
-		}
-		if o.pages {
-			return errors.New("-pages runs on one process: a job of several processes has one keyed stage, by partition")
 		}
 		if o.lakeCompact > 0 {
 			return errors.New("-lake-compact runs on one process: two processes restoring one checkpoint would merge its pieces twice")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/internal/rig/kafkatest"
+	"github.com/kordproject/kord/kafkaio"
 )
 
 // The main job runs end to end, crash and recovery included, and verifies
@@ -126,19 +127,19 @@ func TestRunProcesses(t *testing.T) {
 	})
 }
 
-// TestRunProcessesKeyBy: the main job keyed by the uuid field on three
-// processes: each runs the repartition stage (input → the repartition
-// topic, keyed by uuid) and the job proper (that topic by partition), and
-// one is SIGKILLed part-way and started again. The independent
-// read_committed verification finds every result exactly once, in
-// per-user order, with the right counts. On kfake and the real broker.
+// TestRunProcessesKeyBy: the main job keyed by the uuid field, then
+// re-keyed by page (-pages), on three processes: the records cross
+// between them twice, through the job's two hop topics, in the job's own
+// transactions; one process is SIGKILLed part-way and started again. The
+// independent read_committed verification finds every result exactly
+// once, in per-user order, each page's results numbered 1..n. On kfake
+// and the real broker.
 func TestRunProcessesKeyBy(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
-		dir := t.TempDir()
 		o := options{brokers: c.Brokers, topic: kafkatest.TopicName(t), events: 40_000, users: 5_000, partitions: 12, seed: 9,
-			phase: "all", crash: true, processes: 3, keyBy: true, session: 6 * time.Second, interval: 500 * time.Millisecond, quiet: true, dir: dir}
+			phase: "all", crash: true, processes: 3, keyBy: true, pages: true, session: 6 * time.Second, interval: 500 * time.Millisecond, quiet: true, dir: t.TempDir()}
 		var out bytes.Buffer
 		o.stdout = &out
 		err := run(ctx, o)
@@ -146,9 +147,19 @@ func TestRunProcessesKeyBy(t *testing.T) {
 		require.NoError(t, err)
 		require.Contains(t, out.String(), "events_in=40000 results_out=40000 duplicates=0 order_violations=0 wrong_counts=0 missing=0")
 		require.Contains(t, out.String(), "processes=3 processes_killed=1")
-		metas, err := filepath.Glob(filepath.Join(dir, repartitionStage, "ckpt-*.meta"))
+		a, err := admin.New(admin.Brokers(c.Brokers))
 		require.NoError(t, err)
-		require.NotEmpty(t, metas, "the repartition stage keeps its checkpoints beside the job's")
+		defer a.Close()
+		name := strings.NewReplacer(".", "-").Replace("userbehavior-" + o.topic)
+		for _, stage := range []string{"count", "pages"} {
+			offs, err := a.ListOffsets(ctx, kafkaio.RepartitionTopic(name, stage))
+			require.NoError(t, err, "the hop into %s", stage)
+			written := int64(0)
+			for _, p := range offs {
+				written += p.End
+			}
+			require.GreaterOrEqual(t, written, int64(40_000), "the hop into %s carried every record", stage)
+		}
 	})
 }
 

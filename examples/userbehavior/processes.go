@@ -41,6 +41,9 @@ func processes(ctx context.Context, o options, sum *summary) error {
 	if o.keyBy {
 		args = append(args, "-keyby")
 	}
+	if o.pages {
+		args = append(args, "-pages")
+	}
 	if o.lake != "" {
 		args = append(args, "-lake", o.lake)
 	}

@@ -31,6 +31,10 @@ type SourceRecord[T any] struct {
 	// checkpoint that covers its offset, and counts it; with a sink that
 	// takes none (DeadLetterSink) the job fails with Bad.Err.
 	Bad *BadRecord
+	// Mark, when set, says the record is no data but a watermark mark of
+	// a hop (Hops; Value is then zero). Sources of users' topics never
+	// set it.
+	Mark *HopMark
 }
 
 // BadRecord is an input record that could not be decoded, as read.
@@ -353,4 +357,44 @@ type Membership interface {
 // before the job runs: keyed.Job.Validate calls it.
 type SinkValidator interface {
 	ValidateSink(info SinkInfo) error
+}
+
+// Hops is a first sink that carries a job's re-keyed streams between its
+// processes (keyed.Instance). Each edge of the plan where records change
+// key (a hop) is a topic of the job's: the upstream stage writes it in
+// this sink's transactions, and the downstream stage reads it, by
+// partition and read_committed, as a source of the same job, so the
+// records of checkpoint n are read once n has committed, and the reading
+// side's offsets go into a later checkpoint with the rest (DESIGN.md,
+// "The hop"). kafkaio's sink is one.
+type Hops interface {
+	// Hop returns the sink that writes the hop into stage of job (in this
+	// sink's transactions: a Participant) and the source that reads it.
+	Hop(job, stage string) (Sink[HopRecord], Source[HopRecord])
+	// CreateHop creates the hop's topic with partitions partitions if it
+	// does not exist, and checks an existing one's count: its partitions
+	// are the downstream stage's key groups, fixed for the job's life.
+	CreateHop(ctx context.Context, topic string, partitions int) error
+}
+
+// HopRecord is one record crossing a hop, encoded: a stream's record
+// (Key, Value and its time), or a watermark mark to one partition.
+type HopRecord struct {
+	Key, Value []byte
+	// Time is the record's time in Unix milliseconds, NoTime for none.
+	Time int64
+	// Mark, when set, makes it a mark (Key and Value nil), written to
+	// Partition; a record goes to its key's partition.
+	Mark      *HopMark
+	Partition int32
+}
+
+// HopMark is a watermark crossing a hop: writer, one of writers that
+// write the hop (an upstream input partition each), says that its records
+// from now on are not older than Watermark (Unix milliseconds). The
+// reader of a hop partition takes the least of every writer's latest.
+type HopMark struct {
+	Writer    string
+	Writers   int
+	Watermark int64
 }
