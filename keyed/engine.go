@@ -604,7 +604,11 @@ func (j *Job) resetSinks(ctx, wctx context.Context) (stopped bool, err error) {
 func (j *Job) provenance(ctx context.Context) ([]checkpoint.SourceRef, error) {
 	var refs []checkpoint.SourceRef
 	for _, s := range j.sources {
-		id, ok := s.sourceValue().(connector.Identified)
+		v := s.sourceValue()
+		if h, ok := v.(interface{ connectorSource() any }); ok {
+			v = h.connectorSource() // a hop's
+		}
+		id, ok := v.(connector.Identified)
 		if !ok {
 			continue
 		}

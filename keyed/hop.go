@@ -204,13 +204,9 @@ func (s *hopSource[T]) Validate() error {
 	return nil
 }
 
-// Provenance implements connector.Identified when the hop's source does.
-func (s *hopSource[T]) Provenance(ctx context.Context) (checkpoint.SourceRef, error) {
-	if id, ok := s.h.in.(connector.Identified); ok {
-		return id.Provenance(ctx)
-	}
-	return checkpoint.SourceRef{Topic: s.Topic()}, nil
-}
+// connectorSource is the hop's own source, which provenance asks for
+// its identity (connector.Identified).
+func (s *hopSource[T]) connectorSource() any { return s.h.in }
 
 func (s *hopSource[T]) Reader(ctx context.Context) (connector.Reader[T], error) {
 	r, err := s.h.in.Reader(ctx)
@@ -248,7 +244,10 @@ func (r *hopReader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([
 	out := r.out[:0]
 	for _, rec := range recs {
 		o := connector.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Timestamp: rec.Timestamp, Mark: rec.Mark, Bad: rec.Bad}
-		if rec.Mark == nil && rec.Bad == nil {
+		if o.Mark == nil {
+			o.Mark = rec.Value.Mark // a source that keeps HopRecords whole
+		}
+		if o.Mark == nil && rec.Bad == nil {
 			v, err := r.h.values.Decode(rec.Value.Value)
 			if err != nil {
 				o.Bad = &connector.BadRecord{Topic: r.h.topic(), Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: rec.Value.Value, Timestamp: rec.Timestamp,
