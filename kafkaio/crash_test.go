@@ -87,7 +87,14 @@ func childMain() int {
 			spec.opts = append(spec.opts, keyed.RestartStrategy(keyed.FixedDelay(n, time.Second)))
 		}
 	}
-	j, _, sink := newJob(spec)
+	var j *keyed.Job
+	var sink interface{ Close() error }
+	if rules := os.Getenv("KORD_JOB_RULES"); rules != "" {
+		// TestScaledPipeline's job.
+		j, sink = pipelineJob(spec, rules)
+	} else {
+		j, _, sink = newJob(spec)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	// An instance whose hold file exists stops before it sends a commit's
