@@ -19,6 +19,7 @@ type Collector[O any] struct {
 	ts     int64
 	wm     int64
 	timers *timers // nil unless the operator is a TimerOperator
+	n      int64   // records emitted, for the stage's figures (opTask.counted)
 }
 
 // Emit sends v on, with the time of the record being processed (or of the
@@ -28,6 +29,7 @@ func (c *Collector[O]) Emit(v O) {
 	if c.err != nil {
 		return
 	}
+	c.n++
 	if c.direct != nil {
 		c.err = c.direct.Add(0, channel.Element[O]{V: v, TS: c.ts})
 		return

@@ -242,6 +242,8 @@ func (j *Job) Run(ctx context.Context) (err error) {
 	if err := j.Validate(); err != nil {
 		return Permanent(err) // no restart mends the job's own declaration
 	}
+	j.stats.running.Store(true)
+	defer j.stats.running.Store(false)
 	// The job owns what it was given: its sink is closed when Run returns
 	// (a Kafka sink aborts what is open and closes its producer). A later
 	// Run resets it again.
@@ -326,6 +328,7 @@ func (rs *restarts) after(ctx, wctx context.Context, err error, progressed bool,
 			return fmt.Errorf("keyed: gave up after %d recoveries in a row: %w", maxRecoveries, err)
 		}
 		j.cfg.Logger.Warn("keyed: recovering from what the sink recorded", "job", j.name, "recovery", rs.recoveries, "err", err)
+		j.stats.recoveries.Add(1)
 		return nil
 	}
 	if progressed && time.Since(began) >= rs.stable {
@@ -348,6 +351,7 @@ func (rs *restarts) after(ctx, wctx context.Context, err error, progressed bool,
 	j.cfg.Logger.Warn("keyed: restarting from the last committed checkpoint", "job", j.name, "attempt", rs.attempts, "delay", d, "err", err)
 	select {
 	case <-time.After(d):
+		j.stats.restarts.Add(1)
 		return nil
 	case <-ctx.Done():
 		return err
@@ -951,6 +955,7 @@ type coordinator struct {
 
 // collected is what the tasks' acks of a checkpoint brought.
 type collected struct {
+	started time.Time // triggered
 	offsets []checkpoint.PartitionOffset
 	files   []checkpoint.FileRef
 	refs    []checkpoint.OperatorRef
@@ -993,6 +998,7 @@ func (c *coordinator) apply(effs []lifecycle.Effect) (done bool, err error) {
 		case lifecycle.Committed:
 			err = c.committed(e)
 		case lifecycle.Abort:
+			r.j.stats.aborted.Add(1)
 			c.cause = c.why(e)
 			r.log.Warn("keyed: checkpoint aborted; its output commits with the next", "checkpoint", e.ID, "reason", e.Reason, "err", c.cause)
 			delete(c.pending, e.ID)
@@ -1020,7 +1026,7 @@ func (c *coordinator) apply(effs []lifecycle.Effect) (done bool, err error) {
 
 // trigger starts checkpoint e.ID: each source task gets its trigger.
 func (c *coordinator) trigger(e lifecycle.Effect) error {
-	c.pending = map[uint64]*collected{e.ID: {wm: channel.EndOfTime, acked: map[int]bool{}}}
+	c.pending = map[uint64]*collected{e.ID: {started: time.Now(), wm: channel.EndOfTime, acked: map[int]bool{}}}
 	c.cause = nil
 	if e.Final {
 		c.r.finalID.Store(e.ID) // before any barrier of it: the sinks' snapshots see it
@@ -1144,8 +1150,10 @@ func (c *coordinator) commit(e lifecycle.Effect) ([]lifecycle.Effect, error) {
 	// of a graceful stop commits after it), only by the checkpoint
 	// timeout, the stop deadline and the run's failure.
 	cctx, ccancel := context.WithTimeout(c.rctx, r.j.commitTimeout())
+	began := time.Now()
 	err := r.j.sink.commit(cctx, checkpoint.Ref{Run: r.runID, ID: e.ID}, r.recorded(c.pending[e.ID].offsets))
 	ccancel()
+	r.j.stats.lastCommit.Store(int64(time.Since(began)))
 	if err != nil {
 		c.lc.CommitFailed(e.ID)
 		return nil, fmt.Errorf("keyed: commit of checkpoint %d: %w", e.ID, err)
@@ -1184,6 +1192,18 @@ func (c *coordinator) finish(id uint64) error {
 func (c *coordinator) committed(e lifecycle.Effect) error {
 	r := c.r
 	c.progressed = true
+	st := &r.j.stats
+	if p := c.pending[e.ID]; p != nil {
+		size := int64(0)
+		for _, f := range p.files {
+			size += f.Size
+		}
+		st.lastDuration.Store(int64(time.Since(p.started)))
+		st.lastSize.Store(size)
+	}
+	st.checkpoints.Add(1)
+	st.lastID.Store(e.ID)
+	st.lastCommittedAt.Store(time.Now().UnixNano())
 	ref := checkpoint.Ref{Run: r.runID, ID: e.ID}
 	if r.assigned != nil {
 		// Shared storage: no marker (it is one process's), and retention

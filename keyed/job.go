@@ -77,6 +77,7 @@ type Job struct {
 	alignments  []time.Duration
 	deadLetters atomic.Int64
 	lateRecords atomic.Int64
+	stats       jobStats // what Collect reports
 }
 
 // NewJob starts declaring a job named name, configured by opts. The name

@@ -50,6 +50,7 @@ type sourceTask[T any] struct {
 	heard    map[int32]time.Time
 	asked    map[int32]time.Time
 	behind   map[int32]bool
+	st       *stageStats // the stage's figures
 	// marks, for the reading side of a hop: per partition, each writer's
 	// latest watermark mark; the partition's watermark (newest, lateness
 	// 0) is their least once every writer was heard.
@@ -493,6 +494,7 @@ func (s *sourceTask[T]) records(ctx context.Context, recs []connector.SourceReco
 		}
 	}
 	if len(s.batch) > 0 {
+		s.st.in.Add(int64(len(s.batch)))
 		err := s.emit(s.batch)
 		clear(s.batch) // no value kept alive by the reused buffer
 		s.batch = s.batch[:0]
@@ -544,7 +546,17 @@ type opTask[T, O any] struct {
 	// restoredWm is the restored checkpoint's watermark (noTime if none):
 	// the task's starts there.
 	restoredWm int64
-	timers     *timers // a TimerOperator's; nil otherwise
+	timers     *timers     // a TimerOperator's; nil otherwise
+	st         *stageStats // the stage's figures
+}
+
+// counted adds what the task emitted since it last counted to its stage's
+// figures.
+func (t *opTask[T, O]) counted() {
+	if t.col.n > 0 {
+		t.st.out.Add(t.col.n)
+		t.col.n = 0
+	}
 }
 
 // fireTimers fires the task's timers on clock kind that are due at now.
@@ -601,7 +613,9 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 				if testHookTick != nil {
 					testHookTick()
 				}
-				if err := t.fireTimers(ProcessingTime, time.Now().UnixMilli()); err != nil {
+				err := t.fireTimers(ProcessingTime, time.Now().UnixMilli())
+				t.counted()
+				if err != nil {
 					return err
 				}
 				if err := t.out.FlushDue(timeout); err != nil {
@@ -639,6 +653,8 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 // advances fires the event-time timers due, and goes downstream after
 // what they emitted.
 func (t *opTask[T, O]) process(m channel.Message[T], inWm []int64, inIdle []bool) error {
+	defer t.counted()
+	t.st.in.Add(int64(len(m.Elems)))
 	col := t.col
 	for i := range m.Elems {
 		e := &m.Elems[i]
@@ -732,6 +748,7 @@ type sinkTask[O any] struct {
 	wm    int64
 	// elems: the sink as a hop's (elemSink), nil if it is none.
 	elems elemSink[O]
+	st    *stageStats // the stage's figures
 }
 
 func (t *sinkTask[O]) run(ctx context.Context) error {
@@ -796,6 +813,7 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 // task's watermark when m advances it (as an operator task takes its
 // inputs' watermarks: opTask.process).
 func (t *sinkTask[O]) write(ctx context.Context, m channel.Message[O], inWm []int64, inIdle []bool) error {
+	t.st.in.Add(int64(len(m.Elems)))
 	if t.elems != nil {
 		if err := t.elems.writeElems(ctx, t.epoch, m.Elems); err != nil {
 			return err

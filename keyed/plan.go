@@ -634,6 +634,7 @@ func (s *sourceOf[T]) build(ctx, rctx context.Context, r *run, rs *restoreState,
 		if s.hop {
 			st.marks = map[int32]map[string]int64{}
 		}
+		st.st = r.j.stats.stage(s.name, "source")
 		st.adds = make(chan []connector.Position, 1)
 		tasks[t] = st
 		r.goTask(rctx, task, st.run)
@@ -710,7 +711,8 @@ func (o *opOf[T, O]) build(ctx, rctx context.Context, r *run, rs *restoreState, 
 		if tm != nil {
 			tm.rebuild()
 		}
-		ot := &opTask[T, O]{r: r, task: task, name: o.name, instance: d, in: o.in.in[d], al: al, cancels: cancels, op: op, b: b, emit: em, direct: direct, sides: sides, out: outs, restoredWm: rs.watermark(), timers: tm}
+		ot := &opTask[T, O]{r: r, task: task, name: o.name, instance: d, in: o.in.in[d], al: al, cancels: cancels, op: op, b: b, emit: em, direct: direct, sides: sides, out: outs, restoredWm: rs.watermark(), timers: tm,
+			st: r.j.stats.stage(o.name, "operator")}
 		r.goTask(rctx, task, ot.run)
 	}
 	return nil
@@ -731,6 +733,7 @@ func (s *sinkOf[O]) build(rctx context.Context, r *run, rs *restoreState, epoch 
 	kt := &sinkTask[O]{r: r, task: task, in: s.in.in, al: al, cancels: cancels, sink: s.sink, epoch: epoch, name: s.name, wm: rs.watermark()}
 	kt.timed, _ = s.sink.(connector.Timed[O])
 	kt.elems, _ = s.sink.(elemSink[O])
+	kt.st = r.j.stats.stage(s.name, "sink")
 	r.goTask(rctx, task, kt.run)
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -22,6 +24,7 @@ import (
 	"github.com/kordproject/kord/checkpoint/blobstore"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/kordhttp"
 	"github.com/kordproject/kord/serde"
 )
 
@@ -215,9 +218,19 @@ func process(ctx context.Context, o options, sum *summary) error {
 		watchErr <- nil
 	}
 
+	// One Job for the whole process: a Run after another resets it, and
+	// its figures (-http's /metrics) go on across them.
+	j := build()
+	if o.http != "" {
+		stopHTTP, err := serveHTTP(o, j)
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
+	}
 	start := time.Now()
 	for {
-		err := build().Run(runCtx)
+		err := j.Run(runCtx)
 		if errors.Is(err, errOnPurpose) {
 			// The failure met the stop that follows complete output: a
 			// stopping job is not restarted by its strategy, so start it
@@ -321,4 +334,26 @@ func watch(ctx context.Context, o options, done func(), progress func(n int)) er
 	}
 	done()
 	return nil
+}
+
+// serveHTTP serves j's metrics, liveness and readiness on -http until the
+// returned function stops the server.
+func serveHTTP(o options, j *keyed.Job) (stop func(), err error) {
+	l, err := net.Listen("tcp", o.http)
+	if err != nil {
+		return nil, fmt.Errorf("-http %s: %w", o.http, err)
+	}
+	srv := &http.Server{Handler: kordhttp.Handler([]*keyed.Job{j}, kordhttp.ReadyWithin(10*o.interval+30*time.Second)), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(l)
+	}()
+	o.say("metrics, health and readiness on http://%s/{metrics,healthz,readyz}\n", l.Addr())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
 }

@@ -49,6 +49,12 @@ var rules = []struct {
 		"the file sink is a connector beside the Kafka edge, not on it: a job that lands files from any source links no Kafka client through it"},
 	{"partitioner", []string{mod + "/"},
 		"partitioner is pure: it imports nothing of kord"},
+	{"metrics", []string{mod + "/"},
+		"the metrics interface is pure: it imports nothing of kord"},
+	{"keyed", []string{"github.com/prometheus", "go.opentelemetry.io"},
+		"the engine imports no metrics SDK: exporters sit at the edge (kordhttp)"},
+	{"checkpoint", []string{"github.com/prometheus", "go.opentelemetry.io"},
+		"the core imports no metrics SDK"},
 	{"internal/layout", []string{mod + "/"},
 		"the file-name grammar is at the bottom: checkpoint and everything over it parse names with it"},
 }
