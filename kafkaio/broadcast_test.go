@@ -18,7 +18,6 @@ import (
 	"github.com/kordproject/kord/internal/rig/syncbuf"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
-	"github.com/kordproject/kord/keyed/connector"
 	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/serde"
 )
@@ -92,18 +91,19 @@ func TestScaledBroadcast(t *testing.T) {
 		before := written
 
 		log := &syncbuf.Buffer{}
-		start := func(id string) *broadcastInstance {
-			bi := &broadcastInstance{id: id, done: make(chan error, 1)}
+		start := func(id string) *instanceJob {
+			bi := &instanceJob{id: id, done: make(chan error, 1)}
 			j := keyed.NewJob(f.name, keyed.Dir(f.dir), keyed.CheckpointInterval(f.interval), keyed.Instance(id), keyed.CheckpointTimeout(10*time.Second),
 				keyed.Logger(logTo(log, slog.LevelInfo, nil).With("instance", id)))
 			cl := client(c)
-			bi.sink = kafkaio.NewSink(cl, f.out, serde.JSON[ruledResult](), kafkaio.Key(func(r ruledResult) string { return r.UUID }, serde.String()),
-				kafkaio.SessionTimeout(6*time.Second)).(*kafkaio.Sink[ruledResult])
+			sink := kafkaio.NewSink(cl, f.out, serde.JSON[ruledResult](), kafkaio.Key(func(r ruledResult) string { return r.UUID }, serde.String()),
+				kafkaio.SessionTimeout(6*time.Second))
+			bi.sink = sink.(interface{ Close() error })
 			es := keyed.FromSource(j, "events", 2, kafkaio.NewSource(cl, f.in, serde.JSON[event]()))
 			rs := keyed.FromSource(j, "rules", 1, kafkaio.NewSource(cl, rules, serde.JSON[int64]())).Auxiliary()
 			out := keyed.ProcessBroadcast(keyed.ByPartition(es), keyed.Broadcast(rs), "count", 2,
 				func() keyed.BroadcastOperator[event, int64, ruledResult] { return &ruledCounter{} })
-			keyed.ToSink(out, "results", connector.Sink[ruledResult](bi.sink))
+			keyed.ToSink(out, "results", sink)
 			rctx, stop := context.WithCancel(ctx)
 			bi.stop = stop
 			t.Cleanup(stop)
@@ -176,26 +176,4 @@ func TestScaledBroadcast(t *testing.T) {
 			}
 		}
 	})
-}
-
-// broadcastInstance is one process of TestScaledBroadcast's job.
-type broadcastInstance struct {
-	id   string
-	sink *kafkaio.Sink[ruledResult]
-	stop context.CancelFunc
-	done chan error
-}
-
-// end stops the process gracefully (a final checkpoint) and closes its
-// sink.
-func (bi *broadcastInstance) end(t *testing.T, log *syncbuf.Buffer) {
-	t.Helper()
-	bi.stop()
-	select {
-	case err := <-bi.done:
-		require.NoError(t, err, "instance %s\n%s", bi.id, log)
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("instance %s did not stop\n%s", bi.id, log)
-	}
-	require.NoError(t, bi.sink.Close())
 }

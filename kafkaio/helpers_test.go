@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -349,6 +350,17 @@ func (f *fixture) admin() *kgo.Client {
 // ends returns every partition's end of topic: the high watermark
 // (isolation 0) or the last stable offset (isolation 1).
 func (f *fixture) ends(ctx context.Context, topic string, isolation int8) (map[int32]int64, error) {
+	return f.listOffsets(ctx, topic, isolation, -1)
+}
+
+// logStarts returns every partition's log start offset of topic.
+func (f *fixture) logStarts(ctx context.Context, topic string) (map[int32]int64, error) {
+	return f.listOffsets(ctx, topic, 0, -2)
+}
+
+// listOffsets is Kafka's ListOffsets of every partition of topic at
+// timestamp (-1 the end, -2 the log start).
+func (f *fixture) listOffsets(ctx context.Context, topic string, isolation int8, timestamp int64) (map[int32]int64, error) {
 	req := kmsg.NewPtrListOffsetsRequest()
 	req.IsolationLevel = isolation
 	rt := kmsg.NewListOffsetsRequestTopic()
@@ -356,7 +368,7 @@ func (f *fixture) ends(ctx context.Context, topic string, isolation int8) (map[i
 	for p := int32(0); p < f.parts; p++ {
 		rp := kmsg.NewListOffsetsRequestTopicPartition()
 		rp.Partition = p
-		rp.Timestamp = -1
+		rp.Timestamp = timestamp
 		rt.Partitions = append(rt.Partitions, rp)
 	}
 	req.Topics = append(req.Topics, rt)
@@ -488,8 +500,17 @@ func (f *fixture) abortHanging() (report string, aborted int) {
 					continue
 				}
 				hanging := ap.ProducerID != live.pid || int16(ap.ProducerEpoch) < live.epoch
-				fmt.Fprintf(&b, "%s[%d]: open transaction from offset %d, producer %d epoch %d, coordinator epoch %d: hanging %v\n",
-					rt.Topic, rp.Partition, ap.CurrentTxnStartOffset, ap.ProducerID, ap.ProducerEpoch, ap.CoordinatorEpoch, hanging)
+				owner := ""
+				if hanging && ap.ProducerID != live.pid {
+					// __consumer_offsets is the broker's: another test's
+					// job (CI runs several on one broker) may have a live
+					// transaction in it. A producer id a coordinator knows
+					// under another transactional id is that job's.
+					owner = f.transactionalIDOf(ctx, ap.ProducerID)
+					hanging = owner == "" || owner == tid
+				}
+				fmt.Fprintf(&b, "%s[%d]: open transaction from offset %d, producer %d epoch %d (transactional id %q), coordinator epoch %d: hanging %v\n",
+					rt.Topic, rp.Partition, ap.CurrentTxnStartOffset, ap.ProducerID, ap.ProducerEpoch, owner, ap.CoordinatorEpoch, hanging)
 				if !hanging {
 					continue
 				}
@@ -521,6 +542,26 @@ func (f *fixture) abortHanging() (report string, aborted int) {
 		}
 	}
 	return b.String(), aborted
+}
+
+// transactionalIDOf returns the transactional id a transaction
+// coordinator holds producer id pid under (Kafka's ListTransactions,
+// KIP-664), "" when none does.
+func (f *fixture) transactionalIDOf(ctx context.Context, pid int64) string {
+	lt := kmsg.NewPtrListTransactionsRequest()
+	lt.ProducerIDFilters = []int64{pid}
+	shards := f.admin().RequestSharded(ctx, lt)
+	for _, sh := range shards {
+		if sh.Err != nil {
+			continue
+		}
+		for _, ts := range sh.Resp.(*kmsg.ListTransactionsResponse).TransactionStates {
+			if ts.ProducerID == pid {
+				return ts.TransactionalID
+			}
+		}
+	}
+	return ""
 }
 
 func ptrString(s *string) string {
@@ -564,4 +605,30 @@ func (h *hookHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h *hookHandler) WithGroup(name string) slog.Handler {
 	return &hookHandler{Handler: h.Handler.WithGroup(name), attrs: h.attrs, each: h.each}
+}
+
+// instanceJob is one process's job of a job on several processes: the
+// fixture's job, as instance id, on the fixture's shared directory.
+type instanceJob struct {
+	id      string
+	j       *keyed.Job
+	sink    interface{ Close() error }
+	commits atomic.Int64
+	slow    atomic.Bool // each commit waits 2 s before it sends its offsets
+	stop    context.CancelFunc
+	done    chan error
+}
+
+// end stops the instance gracefully (a final checkpoint) and closes its
+// sink.
+func (ij *instanceJob) end(t *testing.T, log *syncbuf.Buffer) {
+	t.Helper()
+	ij.stop()
+	select {
+	case err := <-ij.done:
+		require.NoError(t, err, "instance %s\n%s", ij.id, log)
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("instance %s did not stop\n%s", ij.id, log)
+	}
+	require.NoError(t, ij.sink.Close())
 }

@@ -13,9 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/internal/rig/kafkatest"
@@ -112,7 +110,8 @@ func TestScaledHop(t *testing.T) {
 		cproc.end(t, &log)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		starts := f.logStarts(ctx, topic)
+		starts, err := f.logStarts(ctx, topic)
+		require.NoError(t, err)
 		ad, err := admin.New(admin.Brokers(strings.Split(c.Brokers, ",")...))
 		require.NoError(t, err)
 		defer ad.Close()
@@ -130,28 +129,6 @@ func TestScaledHop(t *testing.T) {
 			require.LessOrEqual(t, starts[o.Partition], o.Offset, "hop partition %d: records deleted past the committed offset", o.Partition)
 		}
 	})
-}
-
-// logStarts returns every partition's log start offset of topic.
-func (f *fixture) logStarts(ctx context.Context, topic string) map[int32]int64 {
-	req := kmsg.NewPtrListOffsetsRequest()
-	rt := kmsg.NewListOffsetsRequestTopic()
-	rt.Topic = topic
-	for p := int32(0); p < f.parts; p++ {
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition = p
-		rp.Timestamp = -2
-		rt.Partitions = append(rt.Partitions, rp)
-	}
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, f.admin())
-	require.NoError(f.t, err)
-	out := map[int32]int64{}
-	for _, p := range resp.Topics[0].Partitions {
-		require.NoError(f.t, kerr.ErrorForCode(p.ErrorCode), "list offsets %s[%d]", topic, p.Partition)
-		out[p.Partition] = p.Offset
-	}
-	return out
 }
 
 // waitCommits waits for the instance's n-th commit, failing at once with
@@ -215,11 +192,7 @@ func TestScaledHopWindows(t *testing.T) {
 		}
 
 		var log syncbuf.Buffer
-		type proc struct {
-			*instanceJob
-			sink *kafkaio.Sink[userWindow]
-		}
-		start := func(id string) proc {
+		start := func(id string) *instanceJob {
 			ij := &instanceJob{id: id, done: make(chan error, 1)}
 			cl := client(f.c)
 			j := keyed.NewJob(f.name, keyed.Instance(id), keyed.Dir(f.dir), keyed.CheckpointInterval(f.interval),
@@ -232,21 +205,10 @@ func TestScaledHopWindows(t *testing.T) {
 					return userWindow{User: strings.TrimPrefix(user, "u:"), Start: w.Start.UnixMilli(), Count: n}
 				}, nil)
 			keyed.ToSink(counts, "windows", connector.Sink[userWindow](sink))
-			ij.j = j
+			ij.j, ij.sink = j, sink
 			rctx := ij.runContext(f.t)
 			go func() { ij.done <- j.Run(rctx) }()
-			return proc{ij, sink}
-		}
-		end := func(p proc) {
-			t.Helper()
-			p.stop()
-			select {
-			case err := <-p.done:
-				require.NoError(t, err, "instance %s\n%s", p.id, &log)
-			case <-time.After(2 * time.Minute):
-				t.Fatalf("instance %s did not stop\n%s", p.id, &log)
-			}
-			require.NoError(t, p.sink.Close())
+			return ij
 		}
 		// Both processes run (each owning some input partitions, one of
 		// them partition 5) before the input comes; the first stops
@@ -276,11 +238,11 @@ func TestScaledHopWindows(t *testing.T) {
 			produced <- kc.ProduceSync(ctx, ahead...).FirstErr()
 		}()
 		<-half
-		end(a)
+		a.end(t, &log)
 		require.NoError(t, <-produced)
 		out := f.c.ReadAll(t, f.out, len(want), true, 2*time.Minute)
 		late := a.j.LateRecords()
-		end(b)
+		b.end(t, &log)
 		late += b.j.LateRecords()
 		got := map[string]int64{}
 		for _, r := range f.c.ReadAll(t, f.out, len(want)+1, true, 3*time.Second) {

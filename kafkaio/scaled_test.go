@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,18 +27,6 @@ import (
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
 )
-
-// instanceJob is one process's job of a job on several processes: the
-// fixture's job, as instance id, on the fixture's shared directory.
-type instanceJob struct {
-	id      string
-	j       *keyed.Job
-	sink    *kafkaio.Sink[result]
-	commits atomic.Int64
-	slow    atomic.Bool // each commit waits 2 s before it sends its offsets
-	stop    context.CancelFunc
-	done    chan error
-}
 
 func (f *fixture) startInstance(id string, log *syncbuf.Buffer, session time.Duration) *instanceJob {
 	ij := &instanceJob{id: id, done: make(chan error, 1)}
@@ -71,20 +58,6 @@ func (ij *instanceJob) runContext(t *testing.T) context.Context {
 		}
 		return nil
 	})
-}
-
-// end stops the instance gracefully (a final checkpoint) and closes its
-// sink.
-func (ij *instanceJob) end(t *testing.T, log *syncbuf.Buffer) {
-	t.Helper()
-	ij.stop()
-	select {
-	case err := <-ij.done:
-		require.NoError(t, err, "instance %s\n%s", ij.id, log)
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("instance %s did not stop\n%s", ij.id, log)
-	}
-	require.NoError(t, ij.sink.Close())
 }
 
 // TestScaledHandover: one job on two processes (two instances in this
