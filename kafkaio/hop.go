@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +53,11 @@ var purgeInterval = 30 * time.Second
 // Hop implements connector.Hops.
 func (s *sink[T]) Hop(job, stage string) (connector.Sink[connector.HopRecord], connector.Source[connector.HopRecord]) {
 	topic := RepartitionTopic(job, stage)
+	s.hopMu.Lock()
+	if !slices.Contains(s.hopTopics, topic) {
+		s.hopTopics = append(s.hopTopics, topic)
+	}
+	s.hopMu.Unlock()
 	src := &source[connector.HopRecord]{c: s.c, topic: topic, cfg: apply(toSource, nil), hop: true}
 	return &hopOutput{first: s, topic: topic}, src
 }
@@ -220,9 +226,38 @@ func parseMark(s string) (*connector.HopMark, error) {
 
 // hopState is a sink's record of its hops and of their purging.
 type hopState struct {
-	hopMu   sync.Mutex
-	hops    map[string]int32 // hop topic: partitions (CreateHop)
-	purged  time.Time        // the last purge's start
-	purging bool
-	bg      sync.WaitGroup // a purge in flight (not under hopMu)
+	hopMu     sync.Mutex
+	hopTopics []string         // every hop the job declared (Hop)
+	hops      map[string]int32 // hop topic: partitions (CreateHop)
+	purged    time.Time        // the last purge's start
+	purging   bool
+	bg        sync.WaitGroup // a purge in flight (not under hopMu)
+}
+
+// forgetHops deletes every record of the job's hop topics (Job.Forget):
+// a job that starts over must not read what its earlier life wrote. The
+// topics stay (a topic being deleted cannot be created again at once).
+func (s *sink[T]) forgetHops(ctx context.Context, c *admin.Client) error {
+	s.hopMu.Lock()
+	topics := slices.Clone(s.hopTopics)
+	s.hopMu.Unlock()
+	for _, topic := range topics {
+		offs, err := c.ListOffsets(ctx, topic)
+		if errors.Is(err, admin.ErrUnknownTopic) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("kafkaio: hop topic %s: %w", topic, err)
+		}
+		var below []admin.Committed
+		for _, o := range offs {
+			if o.End > o.Start {
+				below = append(below, admin.Committed{Topic: topic, Partition: o.Partition, Offset: o.End})
+			}
+		}
+		if err := c.DeleteRecords(ctx, below); err != nil {
+			return fmt.Errorf("kafkaio: hop topic %s: %w", topic, err)
+		}
+	}
+	return nil
 }

@@ -34,10 +34,19 @@ const hopStage = "count"
 func hopKey(e event) string { return "u:" + e.UUID }
 
 // startHopInstance starts instance id of the fixture's job keyed by a
-// field on several processes: the input's records are keyed by hopKey,
-// cross to the count stage through the hop, and each result goes out.
+// field on several processes (hopJob).
 func (f *fixture) startHopInstance(id string, log *syncbuf.Buffer) *instanceJob {
 	ij := &instanceJob{id: id, done: make(chan error, 1)}
+	ij.j, ij.sink = f.hopJob(id, log)
+	rctx := ij.runContext(f.t)
+	go func() { ij.done <- ij.j.Run(rctx) }()
+	return ij
+}
+
+// hopJob is instance id of the fixture's job keyed by a field on several
+// processes: the input's records are keyed by hopKey, cross to the count
+// stage through the hop, and each result goes out.
+func (f *fixture) hopJob(id string, log *syncbuf.Buffer) (*keyed.Job, *kafkaio.Sink[result]) {
 	client := client(f.c)
 	logger := logTo(log, slog.LevelInfo, nil).With("instance", id)
 	j := keyed.NewJob(f.name, keyed.Instance(id), keyed.Dir(f.dir), keyed.CheckpointInterval(f.interval), keyed.Logger(logger), keyed.CheckpointTimeout(10*time.Second))
@@ -45,10 +54,7 @@ func (f *fixture) startHopInstance(id string, log *syncbuf.Buffer) *instanceJob 
 	s := keyed.FromSource(j, "events", 2, kafkaio.NewSource(client, f.in, serde.JSON[event]()))
 	out := keyed.Process(keyed.KeyByString("user", hopKey, s).Serde(serde.JSON[event]()), hopStage, 2, func() keyed.Operator[event, result] { return &counter{} })
 	keyed.ToSink(out, "results", connector.Sink[result](sink))
-	ij.j, ij.sink = j, sink
-	rctx := ij.runContext(f.t)
-	go func() { ij.done <- j.Run(rctx) }()
-	return ij
+	return j, sink
 }
 
 // TestScaledHop: a job keyed by a field on two processes, one job whose
@@ -58,7 +64,9 @@ func (f *fixture) startHopInstance(id string, log *syncbuf.Buffer) *instanceJob 
 // every result exactly once, in per-key order, with counts that continue
 // across the moves; the hop topic holds every event once, in the
 // partition Kafka's Java client would choose for its key, most of them in
-// another partition than their input's, and watermark marks.
+// another partition than their input's, and watermark marks; a process
+// that commits deletes the records below its committed offsets, and
+// Job.Forget all of them.
 func TestScaledHop(t *testing.T) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		old := kafkaio.SetPurgeInterval(time.Hour) // the hop's records are checked below
@@ -128,6 +136,19 @@ func TestScaledHop(t *testing.T) {
 			require.Positive(t, starts[o.Partition], "hop partition %d: nothing below the committed offset %d deleted", o.Partition, o.Offset)
 			require.LessOrEqual(t, starts[o.Partition], o.Offset, "hop partition %d: records deleted past the committed offset", o.Partition)
 		}
+
+		// Forget: a job that starts over reads nothing its earlier life
+		// wrote to the hop.
+		j, sink := f.hopJob("c", &log)
+		// The group keeps its static members until their sessions end.
+		var forgetErr error
+		require.Eventually(t, func() bool { forgetErr = j.Forget(ctx); return forgetErr == nil }, time.Minute, time.Second, "Forget: %v", forgetErr)
+		require.NoError(t, sink.Close())
+		starts, err = f.logStarts(ctx, topic)
+		require.NoError(t, err)
+		ends, err := f.ends(ctx, topic, 0)
+		require.NoError(t, err)
+		require.Equal(t, ends, starts, "the hop's records after Forget")
 	})
 }
 

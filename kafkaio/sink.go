@@ -496,8 +496,9 @@ func (s *sink[T]) Resume(after uint64) {
 var _ connector.Resumer = (*sink[int])(nil)
 
 // Forget implements connector.Forgetter (Job.Forget): it deletes the job's
-// commit group, and with it the record of which checkpoint committed. A
-// commit group that does not exist is not an error.
+// commit group, and with it the record of which checkpoint committed, and
+// every record of the job's hop topics. A commit group or topic that does
+// not exist is not an error.
 func (s *sink[T]) Forget(ctx context.Context, info connector.SinkInfo) error {
 	if s.c == nil || s.c.BrokerList() == "" {
 		return sinkErrorf(s.topic, "no brokers")
@@ -510,7 +511,7 @@ func (s *sink[T]) Forget(ctx context.Context, info connector.SinkInfo) error {
 	if err := c.DeleteGroup(ctx, CommitGroup(info.Job)); err != nil && !errors.Is(err, admin.ErrUnknownGroup) {
 		return err
 	}
-	return nil
+	return s.forgetHops(ctx, c)
 }
 
 // Write implements connector.Sink. It blocks while the epoch buffer is full,
