@@ -15,6 +15,7 @@ require (
 require (
 	github.com/apache/thrift v0.22.0
 	github.com/beltran/gohive v1.8.1
+	github.com/chromedp/chromedp v0.23.1
 	github.com/goccy/go-json v0.12.0
 	github.com/golang/snappy v0.0.1
 	github.com/klauspost/compress v1.20.4
@@ -28,6 +29,8 @@ require (
 require (
 	github.com/andybalholm/brotli v1.3.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/chromedp/cdproto v0.160.1 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect

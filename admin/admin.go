@@ -491,17 +491,19 @@ func (c *Client) DeleteGroup(ctx context.Context, group string) error {
 	})
 }
 
-// Offsets are a partition's log start offset and its end (the high
-// watermark: the offset the next record will get).
+// Offsets are a partition's log start offset, its end (the high
+// watermark: the offset the next record will get) and its last stable
+// offset (the end a read_committed reader sees: below End while a
+// transaction is open in the partition).
 type Offsets struct {
-	Partition  int32
-	Start, End int64
+	Partition          int32
+	Start, End, Stable int64
 }
 
-// ListOffsets returns the start and end of every partition of topic, in
-// ascending partition order (Kafka's ListOffsets, earliest and latest,
-// read_uncommitted). A topic that does not exist fails with
-// ErrUnknownTopic.
+// ListOffsets returns the start, end and last stable offset of every
+// partition of topic, in ascending partition order (Kafka's ListOffsets:
+// earliest and latest read_uncommitted, latest read_committed). A topic
+// that does not exist fails with ErrUnknownTopic.
 func (c *Client) ListOffsets(ctx context.Context, topic string) ([]Offsets, error) {
 	ids, err := c.Partitions(ctx, topic)
 	if err != nil {
@@ -511,17 +513,20 @@ func (c *Client) ListOffsets(ctx context.Context, topic string) ([]Offsets, erro
 	for i, id := range ids {
 		out[i].Partition = id
 	}
-	for _, end := range []bool{false, true} {
-		spec := kafka.EarliestOffsetSpec
-		if end {
+	for round := range 3 {
+		spec, level := kafka.EarliestOffsetSpec, kafka.IsolationLevelReadUncommitted
+		switch round {
+		case 1:
 			spec = kafka.LatestOffsetSpec
+		case 2:
+			spec, level = kafka.LatestOffsetSpec, kafka.IsolationLevelReadCommitted
 		}
 		req := make(map[kafka.TopicPartition]kafka.OffsetSpec, len(ids))
 		for _, id := range ids {
 			req[kafka.TopicPartition{Topic: &topic, Partition: id}] = spec
 		}
 		err := c.do(ctx, fmt.Sprintf("offsets of topic %q", topic), func(ctx context.Context, slice time.Duration) error {
-			res, err := c.a.ListOffsets(ctx, req, kafka.SetAdminIsolationLevel(kafka.IsolationLevelReadUncommitted))
+			res, err := c.a.ListOffsets(ctx, req, kafka.SetAdminIsolationLevel(level))
 			if err != nil {
 				return err
 			}
@@ -540,11 +545,7 @@ func (c *Client) ListOffsets(ctx context.Context, topic string) ([]Offsets, erro
 				if info.Error.Code() != kafka.ErrNoError {
 					return fmt.Errorf("partition %d: %w", id, info.Error)
 				}
-				if end {
-					out[i].End = int64(info.Offset)
-				} else {
-					out[i].Start = int64(info.Offset)
-				}
+				*[]*int64{&out[i].Start, &out[i].End, &out[i].Stable}[round] = int64(info.Offset)
 			}
 			return nil
 		})

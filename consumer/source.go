@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -207,7 +208,8 @@ var forced = map[string]string{
 
 // Source reads assigned partitions from concrete offsets and tracks the next
 // offset of every assigned partition, idle ones included. It is used from
-// one goroutine; Close ends the goroutine it starts (log forwarding).
+// one goroutine, but for Lag; Close ends the goroutine it starts (log
+// forwarding).
 type Source struct {
 	cfg cfg
 	c   *kafka.Consumer
@@ -224,11 +226,21 @@ type Source struct {
 	slice   time.Duration
 	refused bool // logged
 
-	pos      map[TopicPartition]int64
-	eof      map[TopicPartition]int64 // where each partition's end was last reached
+	// pos is each assigned partition's reading. Poll writes the values'
+	// atomics; mu guards the map's replacement (Assign) and closed
+	// against Lag, which reads them from another goroutine.
+	mu       sync.RWMutex
+	pos      map[TopicPartition]*progress
 	assigned []TopicPartition
 	wg       sync.WaitGroup
 	closed   bool
+}
+
+// progress is one assigned partition's reading: the next offset to read,
+// where the consumer last reached the partition's end (-1: not yet), and
+// the timestamp of the last record read (Unix nanoseconds, 0: none).
+type progress struct {
+	next, eof, ts atomic.Int64
 }
 
 // New creates a source. It reads with isolation.level=read_committed and
@@ -293,7 +305,7 @@ func New(opts ...Opt) (*Source, error) {
 	}
 	kafkaconf.HandleOpened()
 	iso, _ := cm["isolation.level"].(string)
-	s := &Source{cfg: c, c: kc, log: c.log, pos: map[TopicPartition]int64{}, readCommitted: iso == "read_committed", conn: kafkaconf.NewConn(settings)}
+	s := &Source{cfg: c, c: kc, log: c.log, pos: map[TopicPartition]*progress{}, readCommitted: iso == "read_committed", conn: kafkaconf.NewConn(settings)}
 	s.wg.Add(1)
 	go s.logs()
 	return s, nil
@@ -457,7 +469,7 @@ func (s *Source) clientError(e kafka.Error) {
 // naming the partition, the offset and the log's range.
 func (s *Source) Assign(ctx context.Context, positions []Position) error {
 	tps := make([]kafka.TopicPartition, 0, len(positions))
-	pos := make(map[TopicPartition]int64, len(positions))
+	pos := make(map[TopicPartition]*progress, len(positions))
 	assigned := make([]TopicPartition, 0, len(positions))
 	for _, p := range positions {
 		tp := TopicPartition{p.Topic, p.Partition}
@@ -478,13 +490,18 @@ func (s *Source) Assign(ctx context.Context, positions []Position) error {
 		}
 		topic := p.Topic
 		tps = append(tps, kafka.TopicPartition{Topic: &topic, Partition: p.Partition, Offset: kafka.Offset(p.Offset)})
-		pos[tp] = p.Offset
+		pr := &progress{}
+		pr.next.Store(p.Offset)
+		pr.eof.Store(-1)
+		pos[tp] = pr
 		assigned = append(assigned, tp)
 	}
 	if err := s.c.Assign(tps); err != nil {
 		return fmt.Errorf("consumer: assign: %w", err)
 	}
-	s.pos, s.assigned, s.eof = pos, assigned, map[TopicPartition]int64{}
+	s.mu.Lock()
+	s.pos, s.assigned = pos, assigned
+	s.mu.Unlock()
 	return nil
 }
 
@@ -527,11 +544,14 @@ func (s *Source) PollAppend(ctx context.Context, dst []Record, max int, wait tim
 			if tp.Error != nil {
 				return out, s.fetchError(tp)
 			}
-			key := TopicPartition{*tp.Topic, tp.Partition}
-			if _, ok := s.pos[key]; !ok {
+			pr := s.pos[TopicPartition{*tp.Topic, tp.Partition}]
+			if pr == nil {
 				continue // a partition no longer assigned
 			}
-			s.pos[key] = int64(tp.Offset) + 1
+			pr.next.Store(int64(tp.Offset) + 1)
+			if e.TimestampType != kafka.TimestampNotAvailable {
+				pr.ts.Store(e.Timestamp.UnixNano())
+			}
 			s.conn.Served()
 			var hs []Header
 			if len(e.Headers) > 0 {
@@ -546,9 +566,8 @@ func (s *Source) PollAppend(ctx context.Context, dst []Record, max int, wait tim
 			}
 		case kafka.PartitionEOF:
 			if e.Topic != nil { // its Error is librdkafka's "no more messages"
-				key := TopicPartition{*e.Topic, e.Partition}
-				if _, ok := s.pos[key]; ok {
-					s.eof[key] = int64(e.Offset)
+				if pr := s.pos[TopicPartition{*e.Topic, e.Partition}]; pr != nil {
+					pr.eof.Store(int64(e.Offset))
 				}
 			}
 		case kafka.Error:
@@ -573,7 +592,11 @@ func (s *Source) fetchError(tp kafka.TopicPartition) error {
 	if errors.As(err, &kerr) && (kerr.Code() == kafka.ErrOffsetOutOfRange || kerr.Code() == kafka.ErrAutoOffsetReset) {
 		err = fmt.Errorf("%w: %w", ErrOutOfRange, err)
 	}
-	return &OffsetError{Topic: topic, Partition: tp.Partition, Offset: s.pos[TopicPartition{topic, tp.Partition}], Err: err}
+	var at int64
+	if pr := s.pos[TopicPartition{topic, tp.Partition}]; pr != nil {
+		at = pr.next.Load()
+	}
+	return &OffsetError{Topic: topic, Partition: tp.Partition, Offset: at, Err: err}
 }
 
 // Ends returns the end of every assigned partition, in assignment order,
@@ -600,11 +623,8 @@ func (s *Source) Ends(ctx context.Context) ([]Position, error) {
 func (s *Source) Reached(ends []Position) bool {
 	for _, e := range ends {
 		tp := TopicPartition{e.Topic, e.Partition}
-		pos, ok := s.pos[tp]
-		if !ok || pos >= e.Offset {
-			continue
-		}
-		if at, ok := s.eof[tp]; ok && at >= e.Offset {
+		pr := s.pos[tp]
+		if pr == nil || pr.reached() >= e.Offset {
 			continue
 		}
 		return false
@@ -612,23 +632,122 @@ func (s *Source) Reached(ends []Position) bool {
 	return true
 }
 
+// Progress returns how far reading has come in tp: its next offset to
+// read, or where the consumer reached the partition's end when that is
+// further (past transaction markers, which carry no record: a reader
+// positioned there reads the same records). -1 when tp is not assigned.
+func (s *Source) Progress(tp TopicPartition) int64 {
+	pr := s.pos[tp]
+	if pr == nil {
+		return -1
+	}
+	return pr.reached()
+}
+
 // Positions returns the next offset to read of every assigned partition,
 // in assignment order, idle partitions included.
 func (s *Source) Positions() []Position {
 	out := make([]Position, len(s.assigned))
 	for i, tp := range s.assigned {
-		out[i] = Position{Topic: tp.Topic, Partition: tp.Partition, Offset: s.pos[tp]}
+		out[i] = Position{Topic: tp.Topic, Partition: tp.Partition, Offset: s.pos[tp].next.Load()}
 	}
 	return out
+}
+
+// reached is how far reading has come: the next offset to read, or the
+// end the consumer last reached there when that is further (a
+// read_committed log's last offsets can be transaction markers, which no
+// record carries).
+func (p *progress) reached() int64 { return max(p.next.Load(), p.eof.Load()) }
+
+// PartitionLag is how far a Source's reading stands behind a partition's
+// end.
+type PartitionLag struct {
+	TopicPartition
+	// Next is the next offset to read.
+	Next int64
+	// End is the partition's end as the Source's isolation level sees it:
+	// under read_committed (the default) its last stable offset.
+	End int64
+	// Behind is the offsets between where reading has come (Next, or the
+	// end the consumer reached there, past any transaction markers) and
+	// End: 0 when caught up. Offsets, the way Kafka's tools count lag: a
+	// transactional input's commit markers among them count too.
+	Behind int64
+	// LastRecord is the timestamp of the last record read, zero before
+	// one.
+	LastRecord time.Time
+}
+
+// Lag reports, for every assigned partition in assignment order, how far
+// reading stands behind its end, asking the cluster for the ends (one
+// ListOffsets request through the consumer's own connections, at the
+// Source's isolation level, bounded by ctx and the request timeout). It
+// may be called from any goroutine while another reads; Close waits for
+// it. A closed Source, or one with nothing assigned, has no lag.
+func (s *Source) Lag(ctx context.Context) ([]PartitionLag, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed || len(s.assigned) == 0 {
+		return nil, nil
+	}
+	a, err := kafka.NewAdminClientFromConsumer(s.c)
+	if err != nil {
+		return nil, fmt.Errorf("consumer: admin client: %w", err)
+	}
+	defer a.Close()
+	req := make(map[kafka.TopicPartition]kafka.OffsetSpec, len(s.assigned))
+	for _, tp := range s.assigned {
+		topic := tp.Topic
+		req[kafka.TopicPartition{Topic: &topic, Partition: tp.Partition}] = kafka.LatestOffsetSpec
+	}
+	level := kafka.IsolationLevelReadUncommitted
+	if s.readCommitted {
+		level = kafka.IsolationLevelReadCommitted
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
+	defer cancel()
+	res, err := a.ListOffsets(ctx, req, kafka.SetAdminIsolationLevel(level))
+	if err != nil {
+		return nil, fmt.Errorf("consumer: ends of the assigned partitions: %w", err)
+	}
+	ends := make(map[TopicPartition]int64, len(res.ResultInfos))
+	for k, info := range res.ResultInfos {
+		if k.Topic == nil {
+			continue
+		}
+		tp := TopicPartition{*k.Topic, k.Partition}
+		if info.Error.Code() != kafka.ErrNoError {
+			return nil, fmt.Errorf("consumer: end of %s: %w", tp, info.Error)
+		}
+		ends[tp] = int64(info.Offset)
+	}
+	out := make([]PartitionLag, len(s.assigned))
+	for i, tp := range s.assigned {
+		end, ok := ends[tp]
+		if !ok {
+			return nil, fmt.Errorf("consumer: end of %s: no answer", tp)
+		}
+		pr := s.pos[tp]
+		l := PartitionLag{TopicPartition: tp, Next: pr.next.Load(), End: end, Behind: max(0, end-pr.reached())}
+		if ts := pr.ts.Load(); ts != 0 {
+			l.LastRecord = time.Unix(0, ts)
+		}
+		out[i] = l
+	}
+	return out, nil
 }
 
 // Close closes the consumer without committing anything and waits for its
 // goroutine.
 func (s *Source) Close() error {
+	s.mu.Lock() // waits for a Lag in its request
 	if s.closed {
+		s.mu.Unlock()
 		return nil
 	}
 	s.closed = true
+	s.mu.Unlock()
 	err := s.c.Close()
 	kafkaconf.HandleClosed()
 	s.wg.Wait()
@@ -646,8 +765,8 @@ func (s *Source) Close() error {
 // a transaction still open). Kafka's ListOffsets, latest, at both
 // isolation levels (KIP-98). A partition not assigned has none.
 func (s *Source) Behind(ctx context.Context, tp TopicPartition) (bool, error) {
-	pos, ok := s.pos[tp]
-	if !ok {
+	pr := s.pos[tp]
+	if pr == nil {
 		return false, nil
 	}
 	a, err := kafka.NewAdminClientFromConsumer(s.c)
@@ -678,7 +797,7 @@ func (s *Source) Behind(ctx context.Context, tp TopicPartition) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if at, ok := s.eof[tp]; pos < lso && (!ok || at < lso) {
+	if pr.reached() < lso {
 		return true, nil
 	}
 	hw, err := latest(kafka.IsolationLevelReadUncommitted)

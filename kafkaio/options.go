@@ -71,7 +71,8 @@ type options struct {
 	initTimeout time.Duration
 	session     time.Duration // SessionTimeout
 
-	// Repartition.
+	// Source and sink.
+	partitionMetrics bool
 }
 
 // apply applies opts to a fresh options for part p.
@@ -204,6 +205,19 @@ func Bounded() Opt {
 	return func(o *options) {
 		if o.is("Bounded", toSource) {
 			o.bounded = true
+		}
+	}
+}
+
+// PartitionMetrics adds a series per partition to the lag the source or
+// the sink reports (kord_source_partition_lag_records,
+// kord_commit_partition_lag_records), beside the one per topic. Default: per topic only,
+// so that the series a job exports stay bounded however many partitions
+// its topics have. Configures a source or a sink.
+func PartitionMetrics() Opt {
+	return func(o *options) {
+		if o.is("PartitionMetrics", toSource|toSink) {
+			o.partitionMetrics = true
 		}
 	}
 }

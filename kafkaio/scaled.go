@@ -107,8 +107,12 @@ func (s *sink[T]) join(ctx context.Context, info connector.SinkInfo) error {
 	// logger as it is now (Reset sets s.log under s.mu).
 	log := s.log
 	hooks := consumer.Hooks{
-		Assigned: func(_ context.Context, ps []consumer.TopicPartition) { ms.assigned(ps) },
+		Assigned: func(_ context.Context, ps []consumer.TopicPartition) {
+			s.assignedParts.Add(int64(len(ps)))
+			ms.assigned(ps)
+		},
 		Revoked: func(ctx context.Context, ps []consumer.TopicPartition, lost bool) {
+			s.revokedParts.Add(int64(len(ps)))
 			if ms.revoked(ctx, ps) && lost {
 				log.Warn("kafkaio: sink: partitions lost (the session expired): the run over them ends, and its commit will be refused", "partitions", ps)
 			}
@@ -392,6 +396,7 @@ func (s *sink[T]) fenceDeparted(ctx context.Context, group string, recs []commit
 			log.Warn("kafkaio: sink: fencing a departed instance failed: its open transaction, if any, ends at its timeout", "instance", id, "transactional_id", tid, "err", err)
 			continue
 		}
+		s.fencedOthers.Add(1)
 		s.mu.Lock()
 		s.departed[id] = true
 		s.mu.Unlock()

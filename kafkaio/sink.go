@@ -61,7 +61,10 @@ type sink[T any] struct {
 	// timeout, so that librdkafka never sends a commit again by itself.
 	commitDeadline time.Duration
 	tooLarge       atomic.Int64
-	commits        *admin.Client // at-least-once: commits to the commit group
+	// Counted for Collect, across runs.
+	fenced, fencedOthers        atomic.Int64
+	assignedParts, revokedParts atomic.Int64
+	commits                     *admin.Client // at-least-once: commits to the commit group
 	// Instance: the group member, from the first Reset to Close, and its
 	// assignment.
 	member   *consumer.Member
@@ -660,6 +663,9 @@ func (s *sink[T]) abortIfRequired(ctx context.Context, err error) error {
 // classified), kept for every later call, and returned. Called with s.mu
 // held.
 func (s *sink[T]) failed(err error) error {
+	if errors.Is(err, producer.ErrFenced) {
+		s.fenced.Add(1)
+	}
 	if s.scaled() && errors.Is(err, producer.ErrFenced) {
 		err = s.producerFenced(err)
 	} else if errors.Is(err, producer.ErrFenced) || errors.Is(err, producer.ErrConfig) || errors.Is(err, producer.ErrAuth) {

@@ -34,6 +34,10 @@ type source[T any] struct {
 	once    sync.Once
 	ends    map[int32]int64 // Bounded: the end of each partition, resolved once
 	endsErr error
+
+	// live are the readers open now, whose lag Collect reports.
+	mu   sync.Mutex
+	live map[*reader[T]]struct{}
 }
 
 var (
@@ -182,7 +186,14 @@ func (k *source[T]) Reader(ctx context.Context) (connector.Reader[T], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &reader[T]{k: k, c: c, bounds: ends}, nil
+	r := &reader[T]{k: k, c: c, bounds: ends}
+	k.mu.Lock()
+	if k.live == nil {
+		k.live = map[*reader[T]]struct{}{}
+	}
+	k.live[r] = struct{}{}
+	k.mu.Unlock()
+	return r, nil
 }
 
 type reader[T any] struct {
@@ -269,6 +280,18 @@ func (r *reader[T]) Behind(ctx context.Context, p int32) (bool, error) {
 
 var _ connector.BacklogReader = (*reader[int])(nil)
 
+// Position implements connector.PositionReader: past the transaction
+// markers the consumer read over (consumer.Source.Progress). A bounded
+// reader stops at its bound and knows no further.
+func (r *reader[T]) Position(p int32) int64 {
+	if r.bounds != nil {
+		return -1
+	}
+	return r.c.Progress(consumer.TopicPartition{Topic: r.k.topic, Partition: p})
+}
+
+var _ connector.PositionReader = (*reader[int])(nil)
+
 func (r *reader[T]) end(p int32) int64 {
 	for _, e := range r.ends {
 		if e.Partition == p {
@@ -278,4 +301,9 @@ func (r *reader[T]) end(p int32) int64 {
 	return -1
 }
 
-func (r *reader[T]) Close() error { return r.c.Close() }
+func (r *reader[T]) Close() error {
+	r.k.mu.Lock()
+	delete(r.k.live, r)
+	r.k.mu.Unlock()
+	return r.c.Close()
+}

@@ -140,6 +140,7 @@ type run struct {
 	wg           sync.WaitGroup           // tasks
 	bg           sync.WaitGroup           // snapshot writers
 	align        *alignmentStats          // alignment times
+	stats        *runStats                // the run's tasks, for Overview
 	opRefs       []checkpoint.OperatorRef // the keyed stages and their keying modes
 
 	// A job on several processes (Membership): the partitions this run
@@ -524,7 +525,8 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 	rctx, cancel := context.WithCancelCause(wctx)
 	defer cancel(nil)
 	r := &run{assigned: assigned, changed: changed, j: j, cfg: j.cfg, store: store, runID: newRunID(), log: j.cfg.Logger.With("job", j.name), warn: j.cfg.warnLog.With("job", j.name), fp: fp, stop: rctx.Done(), cancel: cancel,
-		acks: make(chan ack, 64), metas: make(chan metaDone, 1), exhausted: make(chan int, 64), auxiliary: map[int]bool{}, bootstrapped: make(chan struct{}), failures: make(chan error, 1), align: &alignmentStats{}}
+		acks: make(chan ack, 64), metas: make(chan metaDone, 1), exhausted: make(chan int, 64), auxiliary: map[int]bool{}, bootstrapped: make(chan struct{}), failures: make(chan error, 1), align: &alignmentStats{job: &j.stats}, stats: j.stats.newRun()}
+	defer j.stats.run.Store(nil)
 	sctx, scancel := context.WithTimeout(rctx, time.Minute)
 	defer scancel()
 	if r.sources, err = j.provenance(sctx); err != nil {
@@ -560,6 +562,9 @@ func (j *Job) runOnce(ctx, wctx context.Context, store checkpoint.Storage, fp po
 	r.align.mu.Lock()
 	j.statsMu.Lock()
 	j.alignments = append(j.alignments, r.align.d...)
+	if n := len(j.alignments); n > maxAlignments {
+		j.alignments = append(j.alignments[:0], j.alignments[n-maxAlignments:]...)
+	}
 	j.statsMu.Unlock()
 	r.align.mu.Unlock()
 	return progressed, err
@@ -1192,18 +1197,11 @@ func (c *coordinator) finish(id uint64) error {
 func (c *coordinator) committed(e lifecycle.Effect) error {
 	r := c.r
 	c.progressed = true
-	st := &r.j.stats
 	if p := c.pending[e.ID]; p != nil {
-		size := int64(0)
-		for _, f := range p.files {
-			size += f.Size
-		}
-		st.lastDuration.Store(int64(time.Since(p.started)))
-		st.lastSize.Store(size)
+		r.j.stats.committedCheckpoint(e.ID, time.Since(p.started), p.files)
+	} else {
+		r.j.stats.committedCheckpoint(e.ID, 0, nil)
 	}
-	st.checkpoints.Add(1)
-	st.lastID.Store(e.ID)
-	st.lastCommittedAt.Store(time.Now().UnixNano())
 	ref := checkpoint.Ref{Run: r.runID, ID: e.ID}
 	if r.assigned != nil {
 		// Shared storage: no marker (it is one process's), and retention
@@ -1247,20 +1245,31 @@ func dedupRefs(refs []checkpoint.OperatorRef) []checkpoint.OperatorRef {
 	return out
 }
 
+// maxAlignments is how many alignment times AlignmentTimes keeps: a job
+// that runs for months must not keep one per checkpoint and task.
+const maxAlignments = 10_000
+
 // alignmentStats collects alignment durations, for figures.
 type alignmentStats struct {
-	mu sync.Mutex
-	d  []time.Duration
+	mu  sync.Mutex
+	d   []time.Duration
+	job *jobStats
 }
 
 func (s *alignmentStats) add(d time.Duration) {
 	s.mu.Lock()
+	if len(s.d) >= 2*maxAlignments {
+		s.d = append(s.d[:0], s.d[len(s.d)-maxAlignments:]...)
+	}
 	s.d = append(s.d, d)
 	s.mu.Unlock()
+	s.job.aligned(d)
 }
 
 // AlignmentTimes returns how long each task's barrier alignment took (first
-// barrier to snapshot), for every checkpoint of every Run so far.
+// barrier to snapshot), for the checkpoints of the Runs so far: the most
+// recent 10,000 of them once a Run has ended (the metrics count them all:
+// kord_checkpoint_alignment_seconds_total).
 func (j *Job) AlignmentTimes() []time.Duration {
 	j.statsMu.Lock()
 	defer j.statsMu.Unlock()

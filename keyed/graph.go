@@ -2,6 +2,7 @@ package keyed
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/kordproject/kord/keyed/internal/channel"
@@ -228,12 +229,20 @@ func fanOut[T any](r *run, ins []inlet[T], outs *outputs) emit[T] {
 type outputs []outbox
 
 type outbox interface {
+	CountBlocked(c *atomic.Int64)
 	Broadcast(barrier uint64) error
 	Advance(wm int64)
 	SetIdle(idle bool)
 	Pending() bool
 	FlushDue(timeout time.Duration) error
 	FlushAll() error
+}
+
+// countBlocked counts the time the task's sends wait for credits in c.
+func (o outputs) countBlocked(c *atomic.Int64) {
+	for _, b := range o {
+		b.CountBlocked(c)
+	}
 }
 
 func (o outputs) Broadcast(barrier uint64) error {

@@ -235,6 +235,16 @@ func (r *hopReader[T]) Behind(ctx context.Context, p int32) (bool, error) {
 	return false, nil
 }
 
+// Position implements connector.PositionReader when the hop's reader
+// does: a hop is written in transactions, so each of its partitions ends
+// in a marker.
+func (r *hopReader[T]) Position(p int32) int64 {
+	if pr, ok := r.r.(connector.PositionReader); ok {
+		return pr.Position(p)
+	}
+	return -1
+}
+
 func (r *hopReader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]connector.SourceRecord[T], bool, error) {
 	recs, done, err := r.r.Poll(ctx, max, wait)
 	if err != nil {
@@ -272,6 +282,8 @@ func (j *Job) bindHops() []error {
 	if !ok {
 		return []error{fmt.Errorf("keyed: sink %q (%T) cannot carry records keyed by a field between the processes of a job (connector.Hops): key every stage by partition (ByPartition)", j.sink.sinkName(), j.sink.sinkValue())}
 	}
+	j.bindMu.Lock()
+	defer j.bindMu.Unlock()
 	for _, h := range j.hops {
 		h.bind(hs, j.name)
 	}

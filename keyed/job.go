@@ -74,6 +74,7 @@ type Job struct {
 	errs    []error
 
 	statsMu     sync.Mutex
+	bindMu      sync.Mutex // hops' connectors (bindHops) against Collect
 	alignments  []time.Duration
 	deadLetters atomic.Int64
 	lateRecords atomic.Int64

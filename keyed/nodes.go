@@ -51,6 +51,7 @@ type sourceTask[T any] struct {
 	asked    map[int32]time.Time
 	behind   map[int32]bool
 	st       *stageStats // the stage's figures
+	ts       *taskStats  // the task's
 	// marks, for the reading side of a hop: per partition, each writer's
 	// latest watermark mark; the partition's watermark (newest, lateness
 	// 0) is their least once every writer was heard.
@@ -433,7 +434,13 @@ func (s *sourceTask[T]) caughtUp(ctx context.Context, done bool) (bool, error) {
 // reader's operator state.
 func (s *sourceTask[T]) barrier(ctx context.Context, t trigger, pos map[int32]int64) error {
 	offs := make([]checkpoint.PartitionOffset, 0, len(s.positions))
+	further, _ := s.reader.(connector.PositionReader)
 	for _, p := range s.positions {
+		if further != nil {
+			if at := further.Position(p.Partition); at > pos[p.Partition] {
+				pos[p.Partition] = at // past entries that carry no record
+			}
+		}
 		offs = append(offs, checkpoint.PartitionOffset{Topic: s.topic, Partition: p.Partition, Offset: pos[p.Partition]})
 	}
 	files, putErr, err := s.r.writeOpState(ctx, s.reader, s.name, s.instance, t.id)
@@ -495,6 +502,7 @@ func (s *sourceTask[T]) records(ctx context.Context, recs []connector.SourceReco
 	}
 	if len(s.batch) > 0 {
 		s.st.in.Add(int64(len(s.batch)))
+		s.ts.in.Add(int64(len(s.batch)))
 		err := s.emit(s.batch)
 		clear(s.batch) // no value kept alive by the reused buffer
 		s.batch = s.batch[:0]
@@ -505,6 +513,7 @@ func (s *sourceTask[T]) records(ctx context.Context, recs []connector.SourceReco
 	if s.watermarks {
 		wm, idle := s.watermark(ctx)
 		s.out.Advance(wm)
+		s.ts.wm.Store(wm)
 		s.out.SetIdle(idle)
 	}
 	return nil
@@ -548,6 +557,7 @@ type opTask[T, O any] struct {
 	restoredWm int64
 	timers     *timers     // a TimerOperator's; nil otherwise
 	st         *stageStats // the stage's figures
+	ts         *taskStats  // the task's
 }
 
 // counted adds what the task emitted since it last counted to its stage's
@@ -655,6 +665,7 @@ func (t *opTask[T, O]) run(ctx context.Context) error {
 func (t *opTask[T, O]) process(m channel.Message[T], inWm []int64, inIdle []bool) error {
 	defer t.counted()
 	t.st.in.Add(int64(len(m.Elems)))
+	t.ts.in.Add(int64(len(m.Elems)))
 	col := t.col
 	for i := range m.Elems {
 		e := &m.Elems[i]
@@ -677,6 +688,7 @@ func (t *opTask[T, O]) process(m channel.Message[T], inWm []int64, inIdle []bool
 			return err
 		}
 		t.out.Advance(wm)
+		t.ts.wm.Store(wm)
 	}
 	t.out.SetIdle(allIdle(inIdle))
 	return nil
@@ -749,6 +761,7 @@ type sinkTask[O any] struct {
 	// elems: the sink as a hop's (elemSink), nil if it is none.
 	elems elemSink[O]
 	st    *stageStats // the stage's figures
+	ts    *taskStats  // the task's
 }
 
 func (t *sinkTask[O]) run(ctx context.Context) error {
@@ -813,6 +826,7 @@ func (t *sinkTask[O]) run(ctx context.Context) error {
 // task's watermark when m advances it (as an operator task takes its
 // inputs' watermarks: opTask.process).
 func (t *sinkTask[O]) write(ctx context.Context, m channel.Message[O], inWm []int64, inIdle []bool) error {
+	t.ts.in.Add(int64(len(m.Elems)))
 	t.st.in.Add(int64(len(m.Elems)))
 	if t.elems != nil {
 		if err := t.elems.writeElems(ctx, t.epoch, m.Elems); err != nil {
@@ -851,6 +865,7 @@ func (t *sinkTask[O]) advance(m channel.Message[O], inWm []int64, inIdle []bool)
 	inWm[m.From], inIdle[m.From] = max(inWm[m.From], m.WM), m.Idle
 	if wm := activeMin(inWm, inIdle); wm > t.wm {
 		t.wm = wm
+		t.ts.wm.Store(wm)
 		return true
 	}
 	return false

@@ -635,6 +635,8 @@ func (s *sourceOf[T]) build(ctx, rctx context.Context, r *run, rs *restoreState,
 			st.marks = map[int32]map[string]int64{}
 		}
 		st.st = r.j.stats.stage(s.name, "source")
+		st.ts = r.stats.task(task, r.names[task], s.name, st.st)
+		outs.countBlocked(&st.st.blocked)
 		st.adds = make(chan []connector.Position, 1)
 		tasks[t] = st
 		r.goTask(rctx, task, st.run)
@@ -713,6 +715,8 @@ func (o *opOf[T, O]) build(ctx, rctx context.Context, r *run, rs *restoreState, 
 		}
 		ot := &opTask[T, O]{r: r, task: task, name: o.name, instance: d, in: o.in.in[d], al: al, cancels: cancels, op: op, b: b, emit: em, direct: direct, sides: sides, out: outs, restoredWm: rs.watermark(), timers: tm,
 			st: r.j.stats.stage(o.name, "operator")}
+		ot.ts = r.stats.task(task, r.names[task], o.name, ot.st)
+		outs.countBlocked(&ot.st.blocked)
 		r.goTask(rctx, task, ot.run)
 	}
 	return nil
@@ -734,6 +738,7 @@ func (s *sinkOf[O]) build(rctx context.Context, r *run, rs *restoreState, epoch 
 	kt.timed, _ = s.sink.(connector.Timed[O])
 	kt.elems, _ = s.sink.(elemSink[O])
 	kt.st = r.j.stats.stage(s.name, "sink")
+	kt.ts = r.stats.task(task, r.names[task], s.name, kt.st)
 	r.goTask(rctx, task, kt.run)
 	return nil
 }

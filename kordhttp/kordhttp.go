@@ -5,7 +5,8 @@
 //
 //	mux.Handle("/kord/", http.StripPrefix("/kord", kordhttp.Handler([]*keyed.Job{job})))
 //
-// Paths: /metrics, /healthz (200 while the process serves), /readyz (200
+// Paths: / (a status page: each job's stages, tasks, last checkpoints and
+// lag), /metrics, /healthz (200 while the process serves), /readyz (200
 // while every job runs and has committed a checkpoint within ReadyWithin,
 // 503 otherwise, naming the job and why).
 package kordhttp
@@ -64,6 +65,7 @@ func Handler(jobs []*keyed.Job, opts ...Opt) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("GET /{$}", cfg.status(jobs))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

@@ -27,6 +27,9 @@
 # KORD_DUCKDB_PYTHON when set, otherwise the one scripts/duckdb.sh installs
 # from PyPI into a cache (once; a failed install fails the run), and
 # KORD_REQUIRE_DUCKDB=1 is always set.
+# Likewise the browser the status page's test drives (kordhttp): the
+# Chromium named by KORD_CHROMIUM when set, otherwise Debian's, which
+# scripts/chromium.sh installs (once); KORD_REQUIRE_BROWSER=1 is always set.
 # Last, once the single broker and the Metastore this script started are
 # stopped (the machine is small), the three-broker tier
 # (scripts/test-cluster.sh): the tests that take brokers of a cluster of
@@ -64,6 +67,11 @@ if [ -z "${KORD_DUCKDB_PYTHON:-}" ]; then
 fi
 export KORD_DUCKDB_PYTHON KORD_REQUIRE_DUCKDB=1
 echo "test.sh: DuckDB and fastavro through $KORD_DUCKDB_PYTHON" >&2
+if [ -z "${KORD_CHROMIUM:-}" ]; then
+	KORD_CHROMIUM="$(scripts/chromium.sh install)"
+fi
+export KORD_CHROMIUM KORD_REQUIRE_BROWSER=1
+echo "test.sh: headless Chromium $KORD_CHROMIUM" >&2
 if [ -z "${KORD_HIVE_METASTORE:-}" ]; then
 	KORD_HIVE_DIR="${KORD_HIVE_DIR:-$(mktemp -d /tmp/kord-hive-test.XXXXXX)}"
 	export KORD_HIVE_DIR
@@ -89,6 +97,7 @@ go vet -tags kordfailpoints ./...
 # a new directory under /tmp unless set: what a run that failed once left.
 KORD_TEST_LOGS="${KORD_TEST_LOGS:-$(mktemp -d /tmp/kord-test-logs.XXXXXX)}"
 mkdir -p "$KORD_TEST_LOGS"
+export KORD_TEST_LOGS # tests leave what CI keeps there (the status page's screenshot)
 echo "test.sh: test events and reports in $KORD_TEST_LOGS" >&2
 go build -o "$KORD_TEST_LOGS/testlog" ./internal/rig/testlog
 # gotest NAME ARGS...: go test -json ARGS, its events and report kept as

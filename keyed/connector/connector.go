@@ -156,6 +156,20 @@ type BacklogReader interface {
 	Behind(ctx context.Context, partition int32) (bool, error)
 }
 
+// PositionReader is a Reader that knows how far its reading has come in a
+// partition beyond the records it delivered: past a log's entries that
+// carry no record (Kafka's transaction markers), say. A source task asks it
+// at each checkpoint's barrier, when every record delivered has gone
+// downstream, and records the further position, so that a restore resumes
+// past those entries and a job that has caught up commits its input's end
+// (its commit lag is 0).
+type PositionReader interface {
+	// Position returns the next offset of partition from which a reader
+	// would deliver the same records as this one, or -1 when it knows no
+	// further than the records it delivered.
+	Position(partition int32) int64
+}
+
 // Sink receives the keyed operator's output. The engine calls Write from
 // one sink task; Commit from the checkpoint coordinator, in checkpoint
 // order, once the checkpoint is durable. Every call is bounded by its ctx.

@@ -8,6 +8,7 @@ package channel
 import (
 	"errors"
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -114,6 +115,29 @@ type Outbox[T any] struct {
 	sentWm    []int64 // the watermark each dst last got
 	idle      bool    // this task's idleness (SetIdle)
 	sentIdle  []bool  // the idleness each dst last got
+	blocked   *atomic.Int64
+}
+
+// CountBlocked adds the time the outbox's sends wait for a credit to c
+// (nanoseconds): the task's backpressure.
+func (o *Outbox[T]) CountBlocked(c *atomic.Int64) { o.blocked = c }
+
+// send sends m to downstream d, counting the time it waits for a credit.
+func (o *Outbox[T]) send(d int, m Message[T]) error {
+	in, u := o.dst[d], o.from[d]
+	select {
+	case <-in.credits[u]:
+		m.From = u
+		in.C <- m
+		return nil
+	default:
+	}
+	began := time.Now()
+	err := in.Send(o.stop, u, m)
+	if o.blocked != nil {
+		o.blocked.Add(int64(time.Since(began)))
+	}
+	return err
 }
 
 func NewOutbox[T any](stop <-chan struct{}, dst []*Inbox[T], from []int, batch int) *Outbox[T] {
@@ -159,7 +183,7 @@ func (o *Outbox[T]) Flush(d int) error {
 		m.Elems = nil
 	}
 	o.sentWm[d], o.sentIdle[d] = o.wm, o.idle
-	return o.dst[d].Send(o.stop, o.from[d], m)
+	return o.send(d, m)
 }
 
 // Due reports whether Flush(d) would send anything: records in a partial
@@ -208,7 +232,7 @@ func (o *Outbox[T]) Broadcast(barrier uint64) error {
 		} else {
 			m.Elems = nil
 		}
-		if err := o.dst[d].Send(o.stop, o.from[d], m); err != nil {
+		if err := o.send(d, m); err != nil {
 			return err
 		}
 	}
