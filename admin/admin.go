@@ -556,6 +556,50 @@ func (c *Client) ListOffsets(ctx context.Context, topic string) ([]Offsets, erro
 	return out, nil
 }
 
+// Latest returns the end of each of tps: its high watermark, or with
+// readCommitted its last stable offset, the end a read_committed reader
+// sees (Kafka's ListOffsets, latest). One request, on the client's own
+// connections: a consumer's fetch, which long-polls on its own, does not
+// hold it up.
+func (c *Client) Latest(ctx context.Context, tps []TopicPartition, readCommitted bool) (map[TopicPartition]int64, error) {
+	req := make(map[kafka.TopicPartition]kafka.OffsetSpec, len(tps))
+	for _, tp := range tps {
+		topic := tp.Topic
+		req[kafka.TopicPartition{Topic: &topic, Partition: tp.Partition}] = kafka.LatestOffsetSpec
+	}
+	level := kafka.IsolationLevelReadUncommitted
+	if readCommitted {
+		level = kafka.IsolationLevelReadCommitted
+	}
+	out := make(map[TopicPartition]int64, len(tps))
+	err := c.do(ctx, fmt.Sprintf("latest offsets of %d partitions", len(tps)), func(ctx context.Context, slice time.Duration) error {
+		res, err := c.a.ListOffsets(ctx, req, kafka.SetAdminIsolationLevel(level))
+		if err != nil {
+			return err
+		}
+		for k, info := range res.ResultInfos {
+			if k.Topic == nil {
+				continue
+			}
+			tp := TopicPartition{*k.Topic, k.Partition}
+			if info.Error.Code() != kafka.ErrNoError {
+				return fmt.Errorf("%s[%d]: %w", tp.Topic, tp.Partition, info.Error)
+			}
+			out[tp] = int64(info.Offset)
+		}
+		for _, tp := range tps {
+			if _, ok := out[tp]; !ok {
+				return fmt.Errorf("%s[%d]: no answer", tp.Topic, tp.Partition)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DeleteRecords deletes every record of each partition below its offset
 // (Kafka's DeleteRecords; kafka-delete-records): the partition's log start
 // offset moves up to it. An offset past a partition's high watermark fails

@@ -14,6 +14,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/cluster"
 	"github.com/kordproject/kord/internal/kafkaconf"
 	"github.com/kordproject/kord/runlog"
@@ -234,6 +235,13 @@ type Source struct {
 	assigned []TopicPartition
 	wg       sync.WaitGroup
 	closed   bool
+
+	// ends asks for the partitions' ends (Behind, Lag), on connections of
+	// its own: the consumer's hold a fetch that long-polls up to
+	// fetch.wait.max.ms, which a request on them waits behind. Made on
+	// first use, closed by Close.
+	endsMu sync.Mutex
+	ends   *admin.Client
 }
 
 // progress is one assigned partition's reading: the next offset to read,
@@ -654,6 +662,20 @@ func (s *Source) Positions() []Position {
 	return out
 }
 
+// endsClient returns the admin client Behind and Lag ask with.
+func (s *Source) endsClient() (*admin.Client, error) {
+	s.endsMu.Lock()
+	defer s.endsMu.Unlock()
+	if s.ends == nil {
+		a, err := s.admin()
+		if err != nil {
+			return nil, err
+		}
+		s.ends = a
+	}
+	return s.ends, nil
+}
+
 // reached is how far reading has come: the next offset to read, or the
 // end the consumer last reached there when that is further (a
 // read_committed log's last offsets can be transaction markers, which no
@@ -681,8 +703,8 @@ type PartitionLag struct {
 
 // Lag reports, for every assigned partition in assignment order, how far
 // reading stands behind its end, asking the cluster for the ends (one
-// ListOffsets request through the consumer's own connections, at the
-// Source's isolation level, bounded by ctx and the request timeout). It
+// ListOffsets request at the Source's isolation level, bounded by ctx and
+// the request timeout). It
 // may be called from any goroutine while another reads; Close waits for
 // it. A closed Source, or one with nothing assigned, has no lag.
 func (s *Source) Lag(ctx context.Context) ([]PartitionLag, error) {
@@ -691,43 +713,21 @@ func (s *Source) Lag(ctx context.Context) ([]PartitionLag, error) {
 	if s.closed || len(s.assigned) == 0 {
 		return nil, nil
 	}
-	a, err := kafka.NewAdminClientFromConsumer(s.c)
+	tps := make([]admin.TopicPartition, len(s.assigned))
+	for i, tp := range s.assigned {
+		tps[i] = admin.TopicPartition{Topic: tp.Topic, Partition: tp.Partition}
+	}
+	a, err := s.endsClient()
 	if err != nil {
-		return nil, fmt.Errorf("consumer: admin client: %w", err)
+		return nil, err
 	}
-	defer a.Close()
-	req := make(map[kafka.TopicPartition]kafka.OffsetSpec, len(s.assigned))
-	for _, tp := range s.assigned {
-		topic := tp.Topic
-		req[kafka.TopicPartition{Topic: &topic, Partition: tp.Partition}] = kafka.LatestOffsetSpec
-	}
-	level := kafka.IsolationLevelReadUncommitted
-	if s.readCommitted {
-		level = kafka.IsolationLevelReadCommitted
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.timeout)
-	defer cancel()
-	res, err := a.ListOffsets(ctx, req, kafka.SetAdminIsolationLevel(level))
+	latest, err := a.Latest(ctx, tps, s.readCommitted)
 	if err != nil {
 		return nil, fmt.Errorf("consumer: ends of the assigned partitions: %w", err)
 	}
-	ends := make(map[TopicPartition]int64, len(res.ResultInfos))
-	for k, info := range res.ResultInfos {
-		if k.Topic == nil {
-			continue
-		}
-		tp := TopicPartition{*k.Topic, k.Partition}
-		if info.Error.Code() != kafka.ErrNoError {
-			return nil, fmt.Errorf("consumer: end of %s: %w", tp, info.Error)
-		}
-		ends[tp] = int64(info.Offset)
-	}
 	out := make([]PartitionLag, len(s.assigned))
 	for i, tp := range s.assigned {
-		end, ok := ends[tp]
-		if !ok {
-			return nil, fmt.Errorf("consumer: end of %s: no answer", tp)
-		}
+		end := latest[admin.TopicPartition{Topic: tp.Topic, Partition: tp.Partition}]
 		pr := s.pos[tp]
 		l := PartitionLag{TopicPartition: tp, Next: pr.next.Load(), End: end, Behind: max(0, end-pr.reached())}
 		if ts := pr.ts.Load(); ts != 0 {
@@ -748,6 +748,11 @@ func (s *Source) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	s.endsMu.Lock()
+	if s.ends != nil {
+		s.ends.Close()
+	}
+	s.endsMu.Unlock()
 	err := s.c.Close()
 	kafkaconf.HandleClosed()
 	s.wg.Wait()
@@ -769,38 +774,26 @@ func (s *Source) Behind(ctx context.Context, tp TopicPartition) (bool, error) {
 	if pr == nil {
 		return false, nil
 	}
-	a, err := kafka.NewAdminClientFromConsumer(s.c)
+	a, err := s.endsClient()
 	if err != nil {
-		return false, fmt.Errorf("consumer: admin client: %w", err)
+		return false, err
 	}
-	defer a.Close()
-	latest := func(level kafka.IsolationLevel) (int64, error) {
-		ktp := kafka.TopicPartition{Topic: &tp.Topic, Partition: tp.Partition}
-		var off int64
-		err := s.retry(ctx, "latest offset of "+tp.String(), func(ctx context.Context) error {
-			res, err := a.ListOffsets(ctx, map[kafka.TopicPartition]kafka.OffsetSpec{ktp: kafka.LatestOffsetSpec}, kafka.SetAdminIsolationLevel(level))
-			if err != nil {
-				return err
-			}
-			for _, info := range res.ResultInfos {
-				if info.Error.Code() != kafka.ErrNoError {
-					return info.Error
-				}
-				off = int64(info.Offset)
-				return nil
-			}
-			return errors.New("no answer")
-		})
-		return off, err
+	atp := []admin.TopicPartition{{Topic: tp.Topic, Partition: tp.Partition}}
+	latest := func(readCommitted bool) (int64, error) {
+		ends, err := a.Latest(ctx, atp, readCommitted)
+		if err != nil {
+			return 0, fmt.Errorf("consumer: latest offset of %s: %w", tp, err)
+		}
+		return ends[atp[0]], nil
 	}
-	lso, err := latest(kafka.IsolationLevelReadCommitted)
+	lso, err := latest(true)
 	if err != nil {
 		return false, err
 	}
 	if pr.reached() < lso {
 		return true, nil
 	}
-	hw, err := latest(kafka.IsolationLevelReadUncommitted)
+	hw, err := latest(false)
 	if err != nil {
 		return false, err
 	}

@@ -513,7 +513,9 @@ func (s *sourceTask[T]) records(ctx context.Context, recs []connector.SourceReco
 	if s.watermarks {
 		wm, idle := s.watermark(ctx)
 		s.out.Advance(wm)
-		s.ts.wm.Store(wm)
+		if wm > s.ts.wm.Load() && wm != channel.EndOfTime {
+			s.ts.wm.Store(wm) // an idle task's, NoTime, is not shown
+		}
 		s.out.SetIdle(idle)
 	}
 	return nil
@@ -843,6 +845,7 @@ func (t *sinkTask[O]) write(ctx context.Context, m channel.Message[O], inWm []in
 				return err
 			}
 		}
+		t.advance(m, inWm, inIdle) // for its figures only
 		return nil
 	}
 	for i := range m.Elems {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,11 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/internal/rig/kafkatest"
-	"github.com/kordproject/kord/internal/rig/testjob"
-	"github.com/kordproject/kord/kafkaio"
-	"github.com/kordproject/kord/keyed"
-	"github.com/kordproject/kord/kordhttp"
-	"github.com/kordproject/kord/serde"
 )
 
 // The browser the status page test drives: Debian's chromium, installed by
@@ -68,35 +62,9 @@ func browser(t *testing.T) context.Context {
 // to the README's.
 func TestStatusPage(t *testing.T) {
 	ctx := browser(t)
-	c := kafkatest.Fake(t)
-	const parts, n = 3, 400
-	in, out := c.CreateTopic(t, parts, nil), c.CreateTopic(t, parts, nil)
-	name := "user-counts"
-	kc := c.Client(t)
-	seq := map[string]int64{}
-	produceEvents(t, kc, in, n, seq)
-
-	cl, err := kafkaio.NewClient(kafkaio.Brokers(c.Brokers))
-	require.NoError(t, err)
-	j := keyed.NewJob(name, keyed.Dir(t.TempDir()), keyed.CheckpointInterval(200*time.Millisecond))
-	s := keyed.FromSource(j, "events", 1, kafkaio.NewSource(cl, in, serde.JSON[testjob.Event]()))
-	o := keyed.Process(keyed.KeyByString("uuid", func(e testjob.Event) string { return e.UUID }, s), "count", 2,
-		func() keyed.Operator[testjob.Event, testjob.Result] { return &testjob.Counter{} })
-	keyed.ToSink(o, "results", kafkaio.NewSink(cl, out, serde.JSON[testjob.Result]()))
-	srv := httptest.NewServer(kordhttp.Handler([]*keyed.Job{j}))
-	defer srv.Close()
-
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- j.Run(rctx) }()
-	defer func() { stop(); require.NoError(t, <-done) }()
-	sourceLag := fmt.Sprintf(`kord_source_lag_records{job=%q,stage="events",topic=%q}`, name, in)
-	require.Eventually(t, func() bool {
-		m := scrape(t, srv.URL)
-		v, ok := m.get(sourceLag)
-		results, _ := m.get(fmt.Sprintf(`kord_stage_records_in_total{job=%q,kind="sink",stage="results"}`, name))
-		return ok && v == 0 && results == n
-	}, time.Minute, 20*time.Millisecond)
+	const n = 400
+	cj := startCountJob(t, kafkatest.Fake(t), n)
+	j, srv, in, name := cj.job, cj.srv, cj.in, cj.name
 	require.Eventually(t, func() bool { return j.Status().LastCheckpoint >= 3 }, time.Minute, 20*time.Millisecond)
 
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS("#stages"))))

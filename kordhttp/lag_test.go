@@ -1,9 +1,7 @@
 package kordhttp_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"regexp"
@@ -23,46 +21,6 @@ import (
 	"github.com/kordproject/kord/kordhttp"
 	"github.com/kordproject/kord/serde"
 )
-
-// scraped is one scrape of /metrics: each series ("name{labels}") and its
-// value, in client_golang's text format.
-type scraped map[string]float64
-
-func scrape(t *testing.T, url string) scraped {
-	t.Helper()
-	_, body := get(t, url+"/metrics")
-	out := scraped{}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		require.NoError(t, err, line)
-		out[line[:i]] = v
-	}
-	return out
-}
-
-// get returns the series name{labels} exactly as exposed (labels sorted
-// by name), and whether it is there.
-func (s scraped) get(series string) (float64, bool) { v, ok := s[series]; return v, ok }
-
-// sum adds up the series of name whose labels match re.
-func (s scraped) sum(name, re string) (float64, int) {
-	m := regexp.MustCompile("^" + regexp.QuoteMeta(name) + `\{.*` + re)
-	var sum float64
-	n := 0
-	for k, v := range s {
-		if m.MatchString(k) {
-			sum += v
-			n++
-		}
-	}
-	return sum, n
-}
 
 // TestExactLag, on kfake and the real broker: a Kafka job seen through
 // /metrics. Running and caught up, its source lag and its commit lag are
@@ -169,23 +127,6 @@ func TestExactLag(t *testing.T) {
 		require.True(t, ok)
 		require.Zero(t, src)
 	})
-}
-
-// produceEvents writes count events to topic through kc, numbered per
-// user as seq counts them.
-func produceEvents(t *testing.T, kc *kgo.Client, topic string, count int, seq map[string]int64) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	recs := make([]*kgo.Record, count)
-	for i := range recs {
-		u := fmt.Sprintf("user-%d", i%7)
-		v, err := json.Marshal(testjob.Event{UUID: u, Seq: seq[u]})
-		require.NoError(t, err)
-		seq[u]++
-		recs[i] = &kgo.Record{Topic: topic, Key: []byte(u), Value: v}
-	}
-	require.NoError(t, kc.ProduceSync(ctx, recs...).FirstErr())
 }
 
 // recordedCheckpoint returns the checkpoint id the commit record of group
