@@ -55,6 +55,10 @@ var rules = []struct {
 		"the engine imports no metrics SDK: exporters sit at the edge (kordhttp)"},
 	{"checkpoint", []string{"github.com/prometheus", "go.opentelemetry.io"},
 		"the core imports no metrics SDK"},
+	{"kordhttp", append([]string{mod + "/producer", mod + "/consumer", mod + "/admin", mod + "/kafkaio", "go.opentelemetry.io"}, kafkaClients...),
+		"the HTTP exporter knows jobs and the metrics interface, not Kafka, and not the other exporter"},
+	{"kordotel", append([]string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio", "github.com/prometheus"}, kafkaClients...),
+		"the OpenTelemetry exporter reads metrics.Collectors only"},
 	{"internal/layout", []string{mod + "/"},
 		"the file-name grammar is at the bottom: checkpoint and everything over it parse names with it"},
 }
