@@ -80,3 +80,23 @@ func TestHandler(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "job counts is not running")
 }
+
+// TestServe: Serve listens on a free port, serves the handler, and Close
+// stops it: the port is free again.
+func TestServe(t *testing.T) {
+	j := keyed.NewJob("idle", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"))
+	srv, err := kordhttp.Serve("127.0.0.1:0", []*keyed.Job{j})
+	require.NoError(t, err)
+	url := "http://" + srv.Addr().String()
+	code, _ := get(t, url+"/healthz")
+	require.Equal(t, http.StatusOK, code)
+	code, body := get(t, url+"/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "idle")
+	require.Contains(t, body, "no run in progress")
+	require.NoError(t, srv.Close())
+	_, err = http.Get(url + "/healthz")
+	require.Error(t, err, "closed")
+	_, err = kordhttp.Serve(srv.Addr().String()+"x", nil)
+	require.ErrorContains(t, err, "kordhttp: listen on")
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/kordproject/kord/filesink/hive"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/kordhttp"
 	"github.com/kordproject/kord/serde"
 	"github.com/kordproject/kord/vfs"
 )
@@ -110,6 +112,14 @@ func process(ctx context.Context, o options, norm accesslog.Normalizer) (*filesi
 	keyed.ToSink(rows, "lake", lake)
 	if err := os.MkdirAll(o.tableDir(), 0o755); err != nil {
 		return nil, err
+	}
+	if o.http != "" {
+		srv, err := kordhttp.Serve(o.http, []*keyed.Job{j}, kordhttp.ReadyWithin(10*o.interval+30*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("-http: %w", err)
+		}
+		defer srv.Close()
+		o.say("status page, metrics, health and readiness on http://%s/\n", srv.Addr())
 	}
 	return lake, j.Run(ctx)
 }

@@ -74,6 +74,7 @@ type options struct {
 	duckdb     string
 	quiet      bool
 	follow     bool
+	http       string        // kordhttp on this address
 	txnMax     time.Duration // tests: keyed.TransactionMaxTimeout
 	fresh      bool          // the topics and lake were made by this run
 	log        *slog.Logger
@@ -150,6 +151,7 @@ func parseFlags(args []string) (options, error) {
 	f.StringVar(&o.rules, "rules", "", "a file of URI rules (regexp pattern per line) tried before the default normalization")
 	f.StringVar(&o.duckdb, "duckdb", os.Getenv("KORD_DUCKDB_PYTHON"), "a python with the duckdb package, to query the table at the end (default: $KORD_DUCKDB_PYTHON, else python3)")
 	f.BoolVar(&o.quiet, "quiet", false, "print only the final summary")
+	f.StringVar(&o.http, "http", "", "serve the job's status page (/), metrics (/metrics), liveness (/healthz) and readiness (/readyz) on this address while it runs, :8080 say (kordhttp)")
 	f.BoolVar(&o.follow, "follow", false, "-phase process: read the input as it grows, until stopped (SIGTERM), instead of up to its end")
 	err := f.Parse(args)
 	return o, err

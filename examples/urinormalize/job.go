@@ -17,6 +17,7 @@ import (
 	"github.com/kordproject/kord/examples/accesslog"
 	"github.com/kordproject/kord/kafkaio"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/kordhttp"
 	"github.com/kordproject/kord/serde"
 )
 
@@ -209,12 +210,24 @@ func process(ctx context.Context, o options, norm Normalizer, sum *summary) erro
 			watch(runCtx, o)
 		}()
 	}
+	// One Job for the whole process: a Run after another resets it, and
+	// its figures (-http's) and counts go on across them.
+	j := build()
+	if o.http != "" {
+		srv, err := kordhttp.Serve(o.http, []*keyed.Job{j}, kordhttp.ReadyWithin(10*o.interval+30*time.Second))
+		if err != nil {
+			stop()
+			<-watched
+			return fmt.Errorf("-http: %w", err)
+		}
+		defer srv.Close()
+		o.say("status page, metrics, health and readiness on http://%s/\n", srv.Addr())
+	}
 	start := time.Now()
 	for {
-		j := build()
 		err := j.Run(runCtx)
-		sum.lateCounted += j.LateRecords()
-		sum.deadCounted += j.DeadLetters()
+		sum.lateCounted = j.LateRecords()
+		sum.deadCounted = j.DeadLetters()
 		if errors.Is(err, errOnPurpose) {
 			// The failure met the end of the bounded input: a stopping
 			// job is not restarted by its strategy, so start it again

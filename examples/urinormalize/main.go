@@ -94,6 +94,7 @@ type options struct {
 	interval        time.Duration
 	dir             string
 	quiet           bool
+	http            string       // kordhttp on this address
 	verbose         bool         // -v: the clients' log as it comes
 	log             *slog.Logger // every client's log: to book
 	book            *runlog.Book
@@ -172,6 +173,7 @@ func parseFlags(args []string) (options, error) {
 	// commit only its final checkpoint, so -crash would never fire.
 	flag.DurationVar(&o.interval, "interval", 250*time.Millisecond, "checkpoint interval")
 	flag.StringVar(&o.dir, "checkpoints", "", "checkpoint directory (default: a temporary directory on fresh topics, else keyed.DefaultDir of the job's name)")
+	flag.StringVar(&o.http, "http", "", "serve the job's status page (/), metrics (/metrics), liveness (/healthz) and readiness (/readyz) on this address while it runs, :8080 say (kordhttp)")
 	flag.BoolVar(&o.quiet, "quiet", false, "print only the final summary, as key=value pairs")
 	flag.BoolVar(&o.verbose, "v", false, "print the Kafka clients' log (kord's and librdkafka's) to stderr as it comes; without it, a failed run sums it up")
 	err := flag.Parse(args)

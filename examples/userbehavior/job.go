@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -339,21 +337,10 @@ func watch(ctx context.Context, o options, done func(), progress func(n int)) er
 // serveHTTP serves j's metrics, liveness and readiness on -http until the
 // returned function stops the server.
 func serveHTTP(o options, j *keyed.Job) (stop func(), err error) {
-	l, err := net.Listen("tcp", o.http)
+	srv, err := kordhttp.Serve(o.http, []*keyed.Job{j}, kordhttp.ReadyWithin(10*o.interval+30*time.Second))
 	if err != nil {
-		return nil, fmt.Errorf("-http %s: %w", o.http, err)
+		return nil, fmt.Errorf("-http: %w", err)
 	}
-	srv := &http.Server{Handler: kordhttp.Handler([]*keyed.Job{j}, kordhttp.ReadyWithin(10*o.interval+30*time.Second)), ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(l)
-	}()
-	o.say("metrics, health and readiness on http://%s/{metrics,healthz,readyz}\n", l.Addr())
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	}, nil
+	o.say("status page, metrics, health and readiness on http://%s/ (/metrics, /healthz, /readyz)\n", srv.Addr())
+	return func() { _ = srv.Close() }, nil
 }

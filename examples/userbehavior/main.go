@@ -154,7 +154,7 @@ func parseFlags(args []string) (options, error) {
 	flag.StringVar(&o.output, "output", "", "output topic (default: <input>.counts)")
 	flag.StringVar(&o.phase, "phase", "all", "all, produce, process or verify")
 	flag.BoolVar(&o.pages, "pages", false, "two keyed stages: the per-user counts, then re-keyed by page (normalized by a chained MapValues) into per-page counts, each result carrying its number within its page; one process only")
-	flag.StringVar(&o.http, "http", "", "serve the job's metrics (/metrics), liveness (/healthz) and readiness (/readyz) on this address, :8080 say (kordhttp)")
+	flag.StringVar(&o.http, "http", "", "serve the job's status page (/), metrics (/metrics), liveness (/healthz) and readiness (/readyz) on this address, :8080 say (kordhttp)")
 	flag.StringVar(&o.lake, "lake", "", "also land the results as files in this directory, exactly once, bucketed by action (action=<a>/part-*); verified against the Kafka output; shared by every process of -processes")
 	flag.DurationVar(&o.lakeCompact, "lake-compact", 0, "with -lake: one file per action and this interval (filesink.CompactEvery) instead of one per checkpoint")
 	flag.BoolVar(&o.keyBy, "keyby", false, "key by the uuid extracted from the event instead of by the record key (key group = partition): xxhash key groups shuffled in process, or with -processes and -instance through the job's hop topic between the processes")
