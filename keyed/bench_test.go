@@ -3,6 +3,9 @@ package keyed_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"sort"
 	"strings"
@@ -15,6 +18,7 @@ import (
 	"github.com/kordproject/kord/checkpoint"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/kordhttp"
 	"github.com/kordproject/kord/serde"
 	"github.com/kordproject/kord/vfs"
 )
@@ -130,11 +134,51 @@ func (d *discard) Reset(context.Context, connector.SinkInfo) error { return nil 
 func runToDiscard(b *testing.B, j *keyed.Job, out *keyed.Stream[int64], want int64) {
 	sink := &discard{}
 	keyed.ToSink(out, "sink", connector.Sink[int64](sink))
+	defer scrapeWhileRunning(b, j)()
 	if err := j.Run(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	if sink.n.Load() != want {
 		b.Fatalf("sink saw %d events, want %d", sink.n.Load(), want)
+	}
+}
+
+// scrapeWhileRunning, with KORD_BENCH_SCRAPE set to a duration, serves j
+// through kordhttp and scrapes its /metrics at that interval until the
+// returned function is called: what the figures cost a job that a
+// Prometheus scrapes (bench/RESULTS.md, "What the metrics cost").
+func scrapeWhileRunning(b *testing.B, j *keyed.Job) (stop func()) {
+	every, err := time.ParseDuration(os.Getenv("KORD_BENCH_SCRAPE"))
+	if err != nil || every <= 0 {
+		return func() {}
+	}
+	srv := httptest.NewServer(kordhttp.Handler([]*keyed.Job{j}))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				resp, err := http.Get(srv.URL + "/metrics")
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+		srv.Close()
 	}
 }
 

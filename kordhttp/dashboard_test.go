@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kordproject/kord/internal/rig/kafkatest"
+	"github.com/kordproject/kord/kordhttp"
 )
 
 // dashboardMetrics returns the kord_ metrics the Grafana dashboard's
@@ -58,7 +60,8 @@ func dashboardMetrics(t *testing.T) (names []string, panels int) {
 
 // TestDashboard: every metric the Grafana dashboard (grafana/kord.json)
 // queries is one a running Kafka job exports, with event time and
-// per-partition lag on, through the handler's /metrics.
+// per-partition lag on, through the handler's /metrics; and that job's
+// exposition, the Kafka edge's figures included, passes promlint.
 func TestDashboard(t *testing.T) {
 	names, panels := dashboardMetrics(t)
 	require.GreaterOrEqual(t, panels, 15)
@@ -72,6 +75,10 @@ func TestDashboard(t *testing.T) {
 	for _, n := range names {
 		require.True(t, exposed[n], "the dashboard queries %s, which no job exports", n)
 	}
+	// The Kafka edge's figures pass client_golang's lint too.
+	problems, err := testutil.CollectAndLint(kordhttp.Collector(cj.job))
+	require.NoError(t, err)
+	require.Empty(t, problems)
 	// And the job's own figures all have a panel, but for the few that
 	// are not worth one (the per-partition series, opt-in; the tasks,
 	// read with backpressure; the last id; records out).
