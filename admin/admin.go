@@ -404,6 +404,28 @@ func (c *Client) partitions(ctx context.Context, topic string, created bool) ([]
 	return ids, nil
 }
 
+// Topics returns the names of the cluster's topics, sorted (Kafka's
+// Metadata; kafka-topics --list), internal ones included.
+func (c *Client) Topics(ctx context.Context) ([]string, error) {
+	var names []string
+	err := c.do(ctx, "metadata of every topic", func(_ context.Context, slice time.Duration) error {
+		md, err := c.a.GetMetadata(nil, true, max(int(slice.Milliseconds()), 1))
+		if err != nil {
+			return err
+		}
+		names = names[:0]
+		for name := range md.Topics {
+			names = append(names, name)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
 // CreateTopic creates topic with partitions partitions, the broker's
 // default replication factor (Kafka's CreateTopics; kafka-topics
 // --create) and configs as its topic-level settings. It returns once every

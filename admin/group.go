@@ -32,9 +32,13 @@ type Committed struct {
 // waits (until ctx is done) rather than return an offset that may yet
 // change. A group that never committed, or does not exist, has no offsets
 // (every Offset -1), as has a partition it never committed. Each request
-// is bounded by the request timeout.
+// is bounded by the request timeout. With partitions nil, every
+// partition the group holds an offset for.
 func (c *Client) GroupOffsets(ctx context.Context, group string, partitions []TopicPartition) ([]Committed, error) {
-	req := make([]kafka.TopicPartition, len(partitions))
+	var req []kafka.TopicPartition // nil: every partition
+	if partitions != nil {
+		req = make([]kafka.TopicPartition, len(partitions))
+	}
 	for i, tp := range partitions {
 		topic := tp.Topic
 		req[i] = kafka.TopicPartition{Topic: &topic, Partition: tp.Partition}

@@ -241,6 +241,12 @@ func (s *sink[T]) forgetHops(ctx context.Context, c *admin.Client) error {
 	s.hopMu.Lock()
 	topics := slices.Clone(s.hopTopics)
 	s.hopMu.Unlock()
+	return deleteAllRecords(ctx, c, topics)
+}
+
+// deleteAllRecords deletes every record of topics; one that does not
+// exist is skipped.
+func deleteAllRecords(ctx context.Context, c *admin.Client, topics []string) error {
 	for _, topic := range topics {
 		offs, err := c.ListOffsets(ctx, topic)
 		if errors.Is(err, admin.ErrUnknownTopic) {
