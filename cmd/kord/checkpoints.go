@@ -151,6 +151,9 @@ func listInfos(ctx context.Context, s checkpoint.Storage, committed *checkpoint.
 				missing = append(missing, s.Where(f.Name))
 			}
 		}
+		if len(missing) > 0 && gone(ctx, s, ref) {
+			continue // removed meanwhile by a running job's retention
+		}
 		if len(missing) > 0 {
 			in.Status, in.Problem = statusIncomplete, fmt.Sprintf("missing %d of its %d files: %s", len(missing), len(m.Files), strings.Join(missing, ", "))
 		}

@@ -249,6 +249,17 @@ func TestRunningJob(t *testing.T) {
 		return code == 0 && json.Unmarshal([]byte(out), &st) == nil && st.Value == 20
 	}, 30*time.Second, 5*time.Millisecond)
 
+	// inspect and verify read beside it too; verify finds nothing bad,
+	// though retention removes checkpoints meanwhile.
+	appendEvents(src, 50, seq)
+	for range 20 {
+		code, out, errOut := kord(t, "", "verify", "--checkpoints", dir)
+		require.Equal(t, 0, code, out+errOut)
+		code, out, errOut = kord(t, "", "inspect", "--checkpoints", dir)
+		require.Equal(t, 0, code, out+errOut)
+		require.Contains(t, out, "count")
+	}
+
 	code, _, errOut := kord(t, "", "reset", "--checkpoints", dir, "--job", "counts", "--brokers", "127.0.0.1:1", "--yes")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "job counts is running on "+dir+": stop it first")
@@ -256,7 +267,7 @@ func TestRunningJob(t *testing.T) {
 
 	before := j.Status().LastCheckpoint
 	appendEvents(src, 100, seq)
-	require.Eventually(t, func() bool { return len(sink.Committed()) == 300 && j.Status().LastCheckpoint > before }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return len(sink.Committed()) == 350 && j.Status().LastCheckpoint > before }, 30*time.Second, 5*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
 }
