@@ -49,40 +49,28 @@ type ckptInfo struct {
 }
 
 func (c *cli) checkpointsCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "checkpoints",
-		Short: "List a job's checkpoints with their status, time, size, offsets and provenance",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			s, done, err := c.storage(ctx, false)
-			if err != nil {
-				return err
-			}
-			defer done()
-			committed, by, err := c.committed(ctx, s, c.job)
-			if err != nil {
-				return err
-			}
-			infos, err := listInfos(ctx, s, committed)
-			if err != nil {
-				return err
-			}
-			return c.emit(map[string]any{"storage": s.Where(""), "committedBy": by, "checkpoints": infos}, func(w io.Writer) {
-				fmt.Fprintf(w, "%s (committed per %s)\n", s.Where(""), by)
-				tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "CHECKPOINT\tSTATUS\tCREATED\tSIZE\tFILES\tOFFSETS\tSOURCES")
-				for _, in := range infos {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", in.Ref, in.Status, when(in.Created), in.Bytes, in.Files, offsetsText(in.Offsets), sourcesText(in.Sources))
-					if in.Problem != "" {
-						fmt.Fprintf(tw, "\t  %s\n", in.Problem)
-					}
+	cmd := c.storageCmd("checkpoints", "List a job's checkpoints with their status, time, size, offsets and provenance", func(ctx context.Context, s checkpoint.Storage) error {
+		committed, by, err := c.committed(ctx, s, c.job)
+		if err != nil {
+			return err
+		}
+		infos, err := listInfos(ctx, s, committed)
+		if err != nil {
+			return err
+		}
+		return c.emit(map[string]any{"storage": s.Where(""), "committedBy": by, "checkpoints": infos}, func(w io.Writer) {
+			fmt.Fprintf(w, "%s (committed per %s)\n", s.Where(""), by)
+			tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "CHECKPOINT\tSTATUS\tCREATED\tSIZE\tFILES\tOFFSETS\tSOURCES")
+			for _, in := range infos {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", in.Ref, in.Status, when(in.Created), in.Bytes, in.Files, offsetsText(in.Offsets), sourcesText(in.Sources))
+				if in.Problem != "" {
+					fmt.Fprintf(tw, "\t  %s\n", in.Problem)
 				}
-				tw.Flush()
-			})
-		},
-	}
-	c.storageFlags(cmd)
+			}
+			tw.Flush()
+		})
+	})
 	c.clusterFlags(cmd)
 	return cmd
 }

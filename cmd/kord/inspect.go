@@ -82,40 +82,28 @@ type stateInfo struct {
 
 func (c *cli) inspectCmd() *cobra.Command {
 	var which string
-	cmd := &cobra.Command{
-		Use:   "inspect",
-		Short: "Show one checkpoint's stages, states and key groups, with sizes (default: the committed one)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			s, done, err := c.storage(ctx, false)
-			if err != nil {
-				return err
+	cmd := c.storageCmd("inspect", "Show one checkpoint's stages, states and key groups, with sizes (default: the committed one)", func(ctx context.Context, s checkpoint.Storage) error {
+		ref, m, files, err := readPicked(ctx, s, which)
+		if err != nil {
+			return err
+		}
+		states, err := statesOf(m, files, s)
+		if err != nil {
+			return &exitError{1, err}
+		}
+		out := map[string]any{"checkpoint": refText(ref), "created": m.Created, "maxParallelism": m.MaxParallelism,
+			"offsets": m.Offsets, "sources": m.Sources, "states": states}
+		return c.emit(out, func(w io.Writer) {
+			fmt.Fprintf(w, "checkpoint %s, created %s, %d key groups\n", refText(ref), when(m.Created), m.MaxParallelism)
+			fmt.Fprintf(w, "offsets: %s\n", offsetsText(m.Offsets))
+			tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "STAGE\tSTATE\tTYPE\tKEY GROUPS\tENTRIES\tFILES\tBYTES")
+			for _, st := range states {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", st.Stage, st.State, orDash(st.Type), groupsText(st.KeyGroups), st.Entries, st.Files, st.Bytes)
 			}
-			defer done()
-			ref, m, files, err := readPicked(ctx, s, which)
-			if err != nil {
-				return err
-			}
-			states, err := statesOf(m, files, s)
-			if err != nil {
-				return &exitError{1, err}
-			}
-			out := map[string]any{"checkpoint": refText(ref), "created": m.Created, "maxParallelism": m.MaxParallelism,
-				"offsets": m.Offsets, "sources": m.Sources, "states": states}
-			return c.emit(out, func(w io.Writer) {
-				fmt.Fprintf(w, "checkpoint %s, created %s, %d key groups\n", refText(ref), when(m.Created), m.MaxParallelism)
-				fmt.Fprintf(w, "offsets: %s\n", offsetsText(m.Offsets))
-				tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "STAGE\tSTATE\tTYPE\tKEY GROUPS\tENTRIES\tFILES\tBYTES")
-				for _, st := range states {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", st.Stage, st.State, orDash(st.Type), groupsText(st.KeyGroups), st.Entries, st.Files, st.Bytes)
-				}
-				tw.Flush()
-			})
-		},
-	}
-	c.storageFlags(cmd)
+			tw.Flush()
+		})
+	})
 	cmd.Flags().StringVar(&which, "checkpoint", "", "RUN/ID, as kord checkpoints prints (default: the committed one, else the newest)")
 	return cmd
 }
@@ -190,47 +178,36 @@ type problem struct {
 
 func (c *cli) verifyCmd() *cobra.Command {
 	var which string
-	cmd := &cobra.Command{
-		Use:   "verify",
-		Short: "Check every checkpoint's files (or one's): presence, size, CRC32C and format; name each bad file",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			s, done, err := c.storage(ctx, false)
+	cmd := c.storageCmd("verify", "Check every checkpoint's files (or one's): presence, size, CRC32C and format; name each bad file", func(ctx context.Context, s checkpoint.Storage) error {
+		var refs []checkpoint.Ref
+		var err error
+		if which != "" {
+			ref, err := pick(ctx, s, which)
 			if err != nil {
 				return err
 			}
-			defer done()
-			var refs []checkpoint.Ref
-			if which != "" {
-				ref, err := pick(ctx, s, which)
-				if err != nil {
-					return err
-				}
-				refs = []checkpoint.Ref{ref}
-			} else if refs, err = checkpoint.ListCheckpoints(ctx, s); err != nil {
-				return &exitError{2, fmt.Errorf("%s: %w", s.Where(""), err)}
+			refs = []checkpoint.Ref{ref}
+		} else if refs, err = checkpoint.ListCheckpoints(ctx, s); err != nil {
+			return &exitError{2, fmt.Errorf("%s: %w", s.Where(""), err)}
+		}
+		var problems []problem
+		checked := 0
+		for _, ref := range refs {
+			ps, n := verifyOne(ctx, s, ref)
+			problems = append(problems, ps...)
+			checked += n
+		}
+		err = c.emit(map[string]any{"storage": s.Where(""), "checkpoints": len(refs), "files": checked, "problems": problems}, func(w io.Writer) {
+			for _, p := range problems {
+				fmt.Fprintf(w, "BAD %s: %s: %s\n", p.Checkpoint, p.Path, p.Problem)
 			}
-			var problems []problem
-			checked := 0
-			for _, ref := range refs {
-				ps, n := verifyOne(ctx, s, ref)
-				problems = append(problems, ps...)
-				checked += n
-			}
-			err = c.emit(map[string]any{"storage": s.Where(""), "checkpoints": len(refs), "files": checked, "problems": problems}, func(w io.Writer) {
-				for _, p := range problems {
-					fmt.Fprintf(w, "BAD %s: %s: %s\n", p.Checkpoint, p.Path, p.Problem)
-				}
-				fmt.Fprintf(w, "%d checkpoints, %d files checked, %d bad\n", len(refs), checked, len(problems))
-			})
-			if err == nil && len(problems) > 0 {
-				err = &exitError{1, fmt.Errorf("%d bad files in %s: a restore from their checkpoints fails; restore from another (kord checkpoints), or reset the job (kord reset)", len(problems), s.Where(""))}
-			}
-			return err
-		},
-	}
-	c.storageFlags(cmd)
+			fmt.Fprintf(w, "%d checkpoints, %d files checked, %d bad\n", len(refs), checked, len(problems))
+		})
+		if err == nil && len(problems) > 0 {
+			err = &exitError{1, fmt.Errorf("%d bad files in %s: a restore from their checkpoints fails; restore from another (kord checkpoints), or reset the job (kord reset)", len(problems), s.Where(""))}
+		}
+		return err
+	})
 	cmd.Flags().StringVar(&which, "checkpoint", "", "RUN/ID: verify this one only (default: every checkpoint)")
 	return cmd
 }
@@ -287,70 +264,58 @@ func verifyOne(ctx context.Context, s checkpoint.Storage, ref checkpoint.Ref) ([
 func (c *cli) stateCmd() *cobra.Command {
 	var which, stage, state, key string
 	var hexKey bool
-	cmd := &cobra.Command{
-		Use:   "state",
-		Short: "Print one key's value in one state of one stage, decoded as the checkpoint records it, as JSON",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if stage == "" || state == "" || key == "" {
-				return usagef("--stage, --state and --key are required (kord inspect lists the stages and states)")
+	cmd := c.storageCmd("state", "Print one key's value in one state of one stage, decoded as the checkpoint records it, as JSON", func(ctx context.Context, s checkpoint.Storage) error {
+		if stage == "" || state == "" || key == "" {
+			return usagef("--stage, --state and --key are required (kord inspect lists the stages and states)")
+		}
+		k := []byte(key)
+		if hexKey {
+			var err error
+			if k, err = hex.DecodeString(key); err != nil {
+				return usagef("--key %s: %v", key, err)
 			}
-			k := []byte(key)
-			if hexKey {
-				var err error
-				if k, err = hex.DecodeString(key); err != nil {
-					return usagef("--key %s: %v", key, err)
-				}
+		}
+		ref, m, files, err := readPicked(ctx, s, which)
+		if err != nil {
+			return err
+		}
+		op := stage + "." + state
+		var oref checkpoint.OperatorRef
+		for _, o := range m.Operators {
+			if o.Name == op {
+				oref = o
 			}
-			s, done, err := c.storage(ctx, false)
+		}
+		seen := false
+		for _, f := range m.Files {
+			if f.Operator != op {
+				continue
+			}
+			seen = true
+			groups, entries, err := decodeStateFile(s.Where(f.Name), files[f.Name], f.KeyGroup)
 			if err != nil {
-				return err
+				return &exitError{1, err}
 			}
-			defer done()
-			ref, m, files, err := readPicked(ctx, s, which)
-			if err != nil {
-				return err
-			}
-			op := stage + "." + state
-			var oref checkpoint.OperatorRef
-			for _, o := range m.Operators {
-				if o.Name == op {
-					oref = o
-				}
-			}
-			seen := false
-			for _, f := range m.Files {
-				if f.Operator != op {
-					continue
-				}
-				seen = true
-				groups, entries, err := decodeStateFile(s.Where(f.Name), files[f.Name], f.KeyGroup)
-				if err != nil {
-					return &exitError{1, err}
-				}
-				for i, es := range entries {
-					for _, e := range es {
-						if !bytes.Equal(e.Key, k) {
-							continue
-						}
-						v, how := decodeValue(oref, e.Value)
-						out := map[string]any{"checkpoint": refText(ref), "stage": stage, "state": state, "key": key, "keyGroup": groups[i],
-							"type": oref.Type, "fingerprint": oref.SchemaFingerprint, "decoded": how, "value": v}
-						return c.emit(out, func(w io.Writer) {
-							b, _ := json.Marshal(v)
-							fmt.Fprintf(w, "%s\n", b)
-						})
+			for i, es := range entries {
+				for _, e := range es {
+					if !bytes.Equal(e.Key, k) {
+						continue
 					}
+					v, how := decodeValue(oref, e.Value)
+					out := map[string]any{"checkpoint": refText(ref), "stage": stage, "state": state, "key": key, "keyGroup": groups[i],
+						"type": oref.Type, "fingerprint": oref.SchemaFingerprint, "decoded": how, "value": v}
+					return c.emit(out, func(w io.Writer) {
+						b, _ := json.Marshal(v)
+						fmt.Fprintf(w, "%s\n", b)
+					})
 				}
 			}
-			if !seen {
-				return &exitError{1, fmt.Errorf("checkpoint %s has no state %q of stage %q (kord inspect --checkpoint %s lists them)", refText(ref), state, stage, refText(ref))}
-			}
-			return &exitError{1, fmt.Errorf("checkpoint %s: stage %q state %q holds no value for key %q", refText(ref), stage, state, key)}
-		},
-	}
-	c.storageFlags(cmd)
+		}
+		if !seen {
+			return &exitError{1, fmt.Errorf("checkpoint %s has no state %q of stage %q (kord inspect --checkpoint %s lists them)", refText(ref), state, stage, refText(ref))}
+		}
+		return &exitError{1, fmt.Errorf("checkpoint %s: stage %q state %q holds no value for key %q", refText(ref), stage, state, key)}
+	})
 	cmd.Flags().StringVar(&which, "checkpoint", "", "RUN/ID (default: the committed one, else the newest)")
 	cmd.Flags().StringVar(&stage, "stage", "", "the keyed stage (keyed.Process's name)")
 	cmd.Flags().StringVar(&state, "state", "", "the state's name (keyed.Value's, keyed.Map's, ...)")

@@ -93,6 +93,22 @@ Kafka (--brokers, --properties, -X name=value):
 	return root
 }
 
+// storageCmd is a subcommand over the job's checkpoint storage: run gets
+// it opened (without a lock: a running job's directory is read beside it).
+func (c *cli) storageCmd(use, short string, run func(ctx context.Context, s checkpoint.Storage) error) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
+		ctx := cmd.Context()
+		s, done, err := c.storage(ctx, false)
+		if err != nil {
+			return err
+		}
+		defer done()
+		return run(ctx, s)
+	}}
+	c.storageFlags(cmd)
+	return cmd
+}
+
 // storageFlags adds the checkpoint storage flags to cmd.
 func (c *cli) storageFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&c.job, "job", "", "the job's name (keyed.NewJob)")
