@@ -60,6 +60,10 @@ func lagSamples(emit func(metrics.Sample), of, help, topic string, parts map[int
 // whose ends cannot be read now reports none rather than a stale figure
 // (the failure is logged).
 func (k *source[T]) Collect(emit func(metrics.Sample)) {
+	if k.cfg.check != nil {
+		emit(metrics.Sample{Name: "kord_source_misplaced_records_total", Help: "Keyed records read from another partition than the one CheckPlacement's rule gives their key.",
+			Kind: metrics.Counter, Labels: []metrics.Label{{Name: "topic", Value: k.topic}, {Name: "rule", Value: k.cfg.check.rule.Name()}}, Value: float64(k.cfg.check.misplaced.Load())})
+	}
 	k.mu.Lock()
 	rs := make([]*reader[T], 0, len(k.live))
 	for r := range k.live {

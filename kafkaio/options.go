@@ -12,6 +12,7 @@ import (
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/internal/kafkaconf"
 	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/serde"
 )
 
@@ -61,6 +62,7 @@ type options struct {
 	// Source.
 	start   consumer.Start
 	bounded bool
+	check   *placementCheck // CheckPlacement
 
 	// Sink.
 	key         any // func(T) ([]byte, error), checked by NewSink
@@ -70,6 +72,7 @@ type options struct {
 	deadLetters string
 	initTimeout time.Duration
 	session     time.Duration // SessionTimeout
+	placement   *partitioner.Rule
 
 	// Source and sink.
 	partitionMetrics bool
@@ -205,6 +208,38 @@ func Bounded() Opt {
 	return func(o *options) {
 		if o.is("Bounded", toSource) {
 			o.bounded = true
+		}
+	}
+}
+
+// Placement makes the sink place each keyed record by rule, as the client
+// that defines it does (partitioner.SaramaHash for goka's and sarama's
+// consumers, say); records without a key keep the producer's default.
+// Default: partitioner.Java. Configures a sink (and the Outputs through
+// it).
+func Placement(rule partitioner.Rule) Opt {
+	return func(o *options) {
+		if o.is("Placement", toSink) {
+			o.placement = &rule
+		}
+	}
+}
+
+// CheckPlacement makes the source check each keyed record it reads
+// against rule: a record whose partition is not the one rule gives its
+// key (for the topic's partition count when the source's reader was
+// assigned) was written by another partitioner, and a stage keyed by
+// partition would split the key's state. With fail, the job fails at the
+// first one, naming its topic, partition, offset and key, the partition
+// the rule gives and the rule; otherwise each is logged (the first ten,
+// then one in a thousand) and counted (kord_source_misplaced_records_total),
+// and processed. Records without a key, and keys rule does not place by
+// their bytes (partitioner.Rule.Keyed), are not checked. Configures a
+// source.
+func CheckPlacement(rule partitioner.Rule, fail bool) Opt {
+	return func(o *options) {
+		if o.is("CheckPlacement", toSource) {
+			o.check = &placementCheck{rule: rule, fail: fail}
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/kordproject/kord/consumer"
 	"github.com/kordproject/kord/keyed"
 	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/partitioner"
 	"github.com/kordproject/kord/producer"
 	"github.com/kordproject/kord/serde"
 )
@@ -243,6 +244,9 @@ func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error
 			tid = InstanceTransactionalID(info.Job, s.info.Instance)
 		}
 		opts = append(opts, producer.TransactionalID(tid), producer.CommitReports())
+	}
+	if s.cfg.placement != nil {
+		opts = append(opts, producer.Partitioner(partitioner.ByRule{Rule: *s.cfg.placement}))
 	}
 	p, err := producer.New[[]byte, []byte](nil, nil, opts...)
 	if err != nil {

@@ -200,6 +200,7 @@ type reader[T any] struct {
 	k      *source[T]
 	c      *consumer.Source
 	bounds map[int32]int64     // Bounded: every partition's end
+	parts  int                 // CheckPlacement: the topic's partition count at Assign
 	ends   []consumer.Position // the assigned partitions' ends
 	buf    []consumer.Record   // Poll's, reused
 	out    []connector.SourceRecord[T]
@@ -220,6 +221,13 @@ func (r *reader[T]) Assign(ctx context.Context, ps []connector.Position) error {
 			r.ends = append(r.ends, consumer.Position{Topic: r.k.topic, Partition: p.Partition, Offset: end})
 		}
 	}
+	if r.k.cfg.check != nil && !r.k.hop {
+		ps, err := r.c.Partitions(ctx, r.k.topic)
+		if err != nil {
+			return classify(err)
+		}
+		r.parts = len(ps)
+	}
 	return classify(r.c.Assign(ctx, pos))
 }
 
@@ -238,12 +246,18 @@ func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]co
 	clear(r.out)
 	out := r.out[:0]
 	defer func() { r.out = out }()
-	for _, rec := range recs {
+	for i := range recs {
+		rec := &recs[i]
 		if r.bounds != nil && rec.Offset >= r.end(rec.Partition) {
 			continue // past the bound: never read (its position stays put)
 		}
+		if r.parts > 0 {
+			if err := r.k.cfg.check.check(r.k.c.logger(r.k.cfg.log), r.parts, rec); err != nil {
+				return nil, false, err
+			}
+		}
 		if r.k.hop {
-			hr, err := hopRecord(rec)
+			hr, err := hopRecord(*rec)
 			if err != nil {
 				return nil, false, keyed.Permanent(fmt.Errorf("kafkaio: %s[%d] offset %d: %w", rec.Topic, rec.Partition, rec.Offset, err))
 			}

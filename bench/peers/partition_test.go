@@ -2,6 +2,7 @@ package peers
 
 import (
 	"encoding/hex"
+	"hash/fnv"
 	"math/rand/v2"
 	"testing"
 
@@ -48,9 +49,16 @@ const benchKeys = 1024 // a power of two: i&(benchKeys-1) picks the key
 //	                    Java-compatible balancer, called through the
 //	                    kafka.Balancer interface, as its Writer does
 //
-// sarama has no murmur2 partitioner (its hash partitioner is FNV-1a:
-// TestSaramaPlacesDifferently), so it is not timed here.
+// and the other clients' rules (partitioner.Rule), beside the clients'
+// own where this module has them:
 //
+//	impl=kord-sarama            partitioner.SaramaHash.Partition(key, 12)
+//	impl=kord-sarama-reference  partitioner.SaramaReferenceHash.Partition(key, 12)
+//	impl=kord-consistent        partitioner.Consistent.Partition(key, 12)
+//	impl=sarama                 sarama.NewHashPartitioner("t").Partition(msg, 12), its default
+//	impl=sarama-reference       sarama.NewReferenceHashPartitioner("t").Partition(msg, 12)
+//
+
 // Compare them with: benchstat -col /impl out.txt
 func BenchmarkUUIDKey(b *testing.B) {
 	const parts = 12
@@ -102,6 +110,36 @@ func BenchmarkUUIDKey(b *testing.B) {
 		report(b)
 		sinkInt = sum
 	})
+
+	for _, rule := range []partitioner.Rule{partitioner.SaramaHash, partitioner.SaramaReferenceHash, partitioner.Consistent} {
+		b.Run("impl=kord-"+rule.Name(), func(b *testing.B) {
+			var sum int32
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				sum += rule.Partition(keys[i&(benchKeys-1)], parts)
+				i++
+			}
+			report(b)
+			sink32 = sum
+		})
+	}
+	for name, p := range map[string]sarama.Partitioner{"sarama": sarama.NewHashPartitioner("t"), "sarama-reference": sarama.NewReferenceHashPartitioner("t")} {
+		b.Run("impl="+name, func(b *testing.B) {
+			msg := &sarama.ProducerMessage{Topic: "t"}
+			var sum int32
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				msg.Key = sarama.ByteEncoder(keys[i&(benchKeys-1)])
+				got, _ := p.Partition(msg, parts)
+				sum += got
+				i++
+			}
+			report(b)
+			sink32 = sum
+		})
+	}
 
 	b.Run("impl=kafka-go", func(b *testing.B) {
 		var bal kafka.Balancer = kafka.Murmur2Balancer{}
@@ -198,6 +236,48 @@ func TestSaramaPlacesDifferently(t *testing.T) {
 		t.Errorf("sarama placed %d of %d keys as Java does: is it murmur2 now?", same, len(keys))
 	}
 	t.Logf("sarama's hash partitioner agrees with Java's placement on %d of %d keys", same, len(keys))
+}
+
+// TestAgreesWithSarama is a differential check of kord's rules against
+// the partitioners sarama defines them by, for 10,000 random UUID keys,
+// odd keys (empty, short, long, and "bo[[c]", whose FNV-1a hash is
+// math.MinInt32 as an int32) and partition counts up to 2^20:
+// SaramaHash is sarama's NewHashPartitioner and goka's (FNV-1a through
+// NewCustomHashPartitioner); SaramaReferenceHash its
+// NewReferenceHashPartitioner; Consistent its
+// NewConsistentCRCHashPartitioner.
+func TestAgreesWithSarama(t *testing.T) {
+	keys := uuids(rand.New(rand.NewPCG(uint64(rand.Int64()), 9)), 10_000)
+	keys = append(keys, []byte{}, []byte("a"), []byte("ab"), []byte("abc"), []byte("abcd"), make([]byte, 1000), []byte("bo[[c]"), []byte("crI?2*"))
+	rules := []struct {
+		rule partitioner.Rule
+		p    sarama.Partitioner
+	}{
+		{partitioner.SaramaHash, sarama.NewHashPartitioner("t")},
+		{partitioner.SaramaHash, sarama.NewCustomHashPartitioner(fnv.New32a)("t")}, // goka's
+		{partitioner.SaramaReferenceHash, sarama.NewReferenceHashPartitioner("t")},
+		{partitioner.Consistent, sarama.NewConsistentCRCHashPartitioner("t")},
+	}
+	for _, n := range []int32{1, 2, 3, 7, 12, 16, 50, 100, 1000, 1 << 20} {
+		for i, r := range rules {
+			mismatches := 0
+			for _, k := range keys {
+				want, err := r.p.Partition(&sarama.ProducerMessage{Topic: "t", Key: sarama.ByteEncoder(k)}, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := r.rule.Partition(k, int(n)); got != want {
+					mismatches++
+					if mismatches <= 5 {
+						t.Errorf("rule %d (%s), n=%d, key %q: kord %d, sarama %d", i, r.rule.Name(), n, k, got, want)
+					}
+				}
+			}
+			if mismatches > 0 {
+				t.Errorf("rule %d (%s), n=%d: %d of %d keys placed differently", i, r.rule.Name(), n, mismatches, len(keys))
+			}
+		}
+	}
 }
 
 // TestKordZeroAllocs pins kord's keyed placement at zero allocations, the
