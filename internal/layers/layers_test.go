@@ -45,6 +45,8 @@ var rules = []struct {
 		"a cluster's configuration is below every client that takes it"},
 	{"serde", append([]string{mod + "/producer", mod + "/consumer", mod + "/admin", mod + "/kafkaio", mod + "/keyed", mod + "/checkpoint", mod + "/kordtest"}, kafkaClients...),
 		"records' one description is ground: the clients, the engine and the file sinks all use it, and it knows none of them"},
+	{"serde/registry", []string{mod + "/producer", mod + "/consumer", mod + "/admin", mod + "/kafkaio", mod + "/keyed", mod + "/checkpoint", "github.com/confluentinc/confluent-kafka-go/v2/kafka", "github.com/twmb/franz-go"},
+		"the Schema Registry serdes use the registry's client only: no Kafka client (librdkafka is not linked for them), nothing above serde"},
 	{"filesink", append([]string{mod + "/producer", mod + "/consumer", mod + "/admin", mod + "/kafkaio", mod + "/kordtest"}, kafkaClients...),
 		"the file sink is a connector beside the Kafka edge, not on it: a job that lands files from any source links no Kafka client through it"},
 	{"partitioner", []string{mod + "/"},

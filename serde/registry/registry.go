@@ -1,0 +1,194 @@
+// Package registry reads and writes records in Confluent Schema Registry's
+// wire format, the one most Kafka shops' Java services write, as
+// serde.Serdes a kord source or sink takes:
+//
+//	magic 0:  0x00, the schema id (4 bytes, big-endian), the value
+//	magic 1:  0x01, the schema's GUID (16 bytes), the value
+//
+// (Confluent's serializers, AbstractKafkaSchemaSerDe; confluent-kafka-go's
+// schemaregistry/serde, serde.go). Avro values are Avro binary, read and
+// written by package serde's Avro serdes, so a value written under another
+// schema of its subject is read by Avro's schema resolution; JSON values
+// are JSON text.
+//
+// The registry is reached through confluent-kafka-go's schemaregistry
+// client (already kord's dependency), and only the client: its serdes are
+// built on other Avro libraries (hamba/avro, gogen-avro), take the topic and
+// an interface{} at every call, and panic on a short payload.
+//
+// A record that cannot be read (a bad magic byte, an unknown id, a schema
+// that does not resolve) is an error naming the subject and the id, which
+// a kord source hands to its dead letters with the record's topic,
+// partition and offset. The engine's own state schemas never come from a
+// registry.
+//
+// Not built yet: schema ids in record headers (__value_schema_id), which
+// need the record's headers at decode; JSON Schema validation; Protobuf.
+package registry
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
+)
+
+// Client is a Schema Registry (Confluent's REST API; Apicurio's ccompat
+// API too).
+type Client struct {
+	sr    schemaregistry.Client
+	where string // the URL, for errors
+}
+
+// New returns a client configured by Java's property names, as a Java
+// serializer's are: schema.registry.url (required; several, comma-
+// separated), basic.auth.credentials.source (USER_INFO or URL) with
+// basic.auth.user.info, and TLS: schema.registry.ssl.truststore.location
+// (a PEM file of the CAs; truststore.type PEM),
+// schema.registry.ssl.keystore.location (a PEM file of the client's
+// certificate and key; keystore.type PEM), and
+// schema.registry.ssl.endpoint.identification.algorithm ("" turns host
+// name checks off). Other schema.registry.ssl.* settings, and a JKS or
+// PKCS12 store, are refused, naming the setting.
+func New(props map[string]string) (*Client, error) {
+	url := props["schema.registry.url"]
+	if url == "" {
+		return nil, errors.New("registry: schema.registry.url is not set")
+	}
+	cfg := schemaregistry.NewConfig(url)
+	switch src := strings.ToUpper(props["basic.auth.credentials.source"]); src {
+	case "":
+	case "USER_INFO":
+		info := props["basic.auth.user.info"]
+		if info == "" {
+			info = props["schema.registry.basic.auth.user.info"]
+		}
+		if !strings.Contains(info, ":") {
+			return nil, errors.New("registry: basic.auth.credentials.source=USER_INFO needs basic.auth.user.info=<user>:<password>")
+		}
+		cfg.BasicAuthCredentialsSource, cfg.BasicAuthUserInfo = "USER_INFO", info
+	case "URL":
+		cfg.BasicAuthCredentialsSource = "URL"
+	default:
+		return nil, fmt.Errorf("registry: basic.auth.credentials.source=%s is not supported (USER_INFO or URL)", src)
+	}
+	for k, v := range props {
+		rest, ok := strings.CutPrefix(k, "schema.registry.ssl.")
+		if !ok {
+			continue
+		}
+		switch rest {
+		case "truststore.location":
+			cfg.SslCaLocation = v
+		case "keystore.location":
+			cfg.SslCertificateLocation, cfg.SslKeyLocation = v, v // one PEM file: its certificate and its key
+		case "truststore.type", "keystore.type":
+			if !strings.EqualFold(v, "PEM") {
+				return nil, fmt.Errorf("registry: %s=%s: only PEM stores are read (convert it: keytool -exportcert -rfc, or openssl pkcs12)", k, v)
+			}
+		case "endpoint.identification.algorithm":
+			cfg.SslDisableEndpointVerification = v == ""
+		default:
+			return nil, fmt.Errorf("registry: %s is not supported", k)
+		}
+	}
+	if cfg.SslCertificateLocation != "" {
+		if _, err := tls.LoadX509KeyPair(cfg.SslCertificateLocation, cfg.SslKeyLocation); err != nil {
+			return nil, fmt.Errorf("registry: schema.registry.ssl.keystore.location %s: %w", cfg.SslCertificateLocation, err)
+		}
+	}
+	sr, err := schemaregistry.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %s: %w", url, err)
+	}
+	return &Client{sr: sr, where: url}, nil
+}
+
+// Of wraps a client of confluent-kafka-go's schemaregistry package: the
+// mock one (NewClient with a mock:// URL) in tests, say.
+func Of(c schemaregistry.Client, where string) *Client { return &Client{sr: c, where: where} }
+
+// Registry returns the schemaregistry client underneath.
+func (c *Client) Registry() schemaregistry.Client { return c.sr }
+
+// Strategy names a subject for a topic and a schema (Confluent's subject
+// name strategies).
+type Strategy int
+
+const (
+	// TopicName: <topic>-value, or <topic>-key (Key). The default.
+	TopicName Strategy = iota
+	// RecordName: the record's full name (an Avro record's namespace and
+	// name; a JSON schema's title).
+	RecordName
+	// TopicRecordName: <topic>-<the record's full name>.
+	TopicRecordName
+)
+
+// Opt configures a serde.
+type Opt func(*config)
+
+type config struct {
+	key          bool
+	strategy     Strategy
+	autoRegister bool
+	latest       bool
+	version      int
+	guid         bool
+}
+
+// Key makes the serde the key's: subject <topic>-key under TopicName.
+func Key() Opt { return func(c *config) { c.key = true } }
+
+// SubjectStrategy sets how the subject is named. Default TopicName.
+func SubjectStrategy(s Strategy) Opt { return func(c *config) { c.strategy = s } }
+
+// AutoRegister sets whether the serde registers its schema under its
+// subject when it first writes (Java's auto.register.schemas, true by
+// default); without, the schema must be registered already, and the
+// first write fails naming the subject if it is not.
+func AutoRegister(on bool) Opt { return func(c *config) { c.autoRegister = on } }
+
+// UseLatest writes under the subject's latest schema instead of the
+// serde's own (Java's use.latest.version): the values must be writable
+// under it.
+func UseLatest() Opt { return func(c *config) { c.latest = true } }
+
+// UseVersion writes under version v of the subject's schemas.
+func UseVersion(v int) Opt { return func(c *config) { c.version = v } }
+
+// WriteGUID writes magic byte 1 and the schema's GUID instead of magic 0
+// and its id (Confluent's newer format; the registry must give GUIDs).
+func WriteGUID() Opt { return func(c *config) { c.guid = true } }
+
+func configOf(opts []Opt) config {
+	c := config{autoRegister: true}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// subject names the subject of topic for a schema whose record is named
+// record.
+func (c config) subject(topic, record string) (string, error) {
+	part := "-value"
+	if c.key {
+		part = "-key"
+	}
+	switch c.strategy {
+	case TopicName:
+		return topic + part, nil
+	case RecordName, TopicRecordName:
+		if record == "" {
+			return "", errors.New("registry: RecordName and TopicRecordName need a named record (an Avro record, a JSON schema with a title)")
+		}
+		if c.strategy == RecordName {
+			return record, nil
+		}
+		return topic + "-" + record, nil
+	}
+	return "", fmt.Errorf("registry: unknown subject strategy %d", c.strategy)
+}
