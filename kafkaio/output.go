@@ -96,11 +96,11 @@ func (o *output[O]) Reset(context.Context, connector.SinkInfo) error { return ni
 // Write implements connector.Sink: v goes into the first sink's
 // transaction of epoch, or waits in its epoch buffer.
 func (o *output[O]) Write(ctx context.Context, epoch uint64, v O) error {
-	key, val, err := encodeRecord(o.topic, o.key, o.values, v)
+	key, val, hs, err := encodeRecord(o.topic, o.key, o.values, v)
 	if err != nil {
 		return err
 	}
-	return o.first.writeRecord(ctx, epoch, producer.Record[[]byte, []byte]{Topic: o.topic, Key: key, Value: val})
+	return o.first.writeRecord(ctx, epoch, producer.Record[[]byte, []byte]{Topic: o.topic, Key: key, Value: val, Headers: hs})
 }
 
 // Commit implements connector.Sink; the job commits through the first
@@ -113,12 +113,22 @@ func (o *output[O]) Commit(context.Context, checkpoint.Ref, []checkpoint.Partiti
 func (o *output[O]) Recorded(context.Context) (*connector.Recorded, error) { return nil, nil }
 
 // encodeRecord encodes v's key and value for topic.
-func encodeRecord[T any](topic string, key func(T) ([]byte, error), values serde.Serde[T], v T) (k, val []byte, err error) {
+func encodeRecord[T any](topic string, key func(T) ([]byte, error), values serde.Serde[T], v T) (k, val []byte, hs []producer.Header, err error) {
 	if k, err = key(v); err != nil {
-		return nil, nil, sinkErrorf(topic, "encoding a key: %w", err)
+		return nil, nil, nil, sinkErrorf(topic, "encoding a key: %w", err)
+	}
+	if h, ok := values.(serde.HeaderSerde[T]); ok {
+		var sh []serde.Header
+		if val, sh, err = h.EncodeHeaders(nil, v); err != nil {
+			return nil, nil, nil, sinkErrorf(topic, "encoding a value: %w", err)
+		}
+		for _, x := range sh {
+			hs = append(hs, producer.Header{Key: x.Key, Value: x.Value})
+		}
+		return k, val, hs, nil
 	}
 	if val, err = values.Encode(nil, v); err != nil {
-		return nil, nil, sinkErrorf(topic, "encoding a value: %w", err)
+		return nil, nil, nil, sinkErrorf(topic, "encoding a value: %w", err)
 	}
-	return k, val, nil
+	return k, val, nil, nil
 }

@@ -68,3 +68,58 @@ func TestRegistryDeadLetters(t *testing.T) {
 	require.Contains(t, errs["{"], "magic byte 0x7b")
 	require.Contains(t, errs["{"], "offset 3")
 }
+
+// TestRegistryHeaders (kfake): schema ids in headers across kord's Kafka
+// edge. A sink with HeaderIDs writes each result's schema GUID in
+// __value_schema_id and the bare Avro as the value; a source reads
+// records written so by another client, taking the header.
+func TestRegistryHeaders(t *testing.T) {
+	c := kafkatest.Fake(t)
+	in, out := c.CreateTopic(t, 1, nil), c.CreateTopic(t, 1, nil)
+	sr, err := schemaregistry.NewClient(schemaregistry.NewConfig("mock://headers"))
+	require.NoError(t, err)
+	reg := registry.Of(sr, "mock://headers")
+	const evSchema = `{"type":"record","name":"Event","namespace":"kord.test","fields":[{"name":"uuid","type":"string"},{"name":"seq","type":"long"}]}`
+	const resSchema = `{"type":"record","name":"Result","namespace":"kord.test","fields":[{"name":"uuid","type":"string"},{"name":"seq","type":"long"},{"name":"count","type":"long"}]}`
+	// The input as another client writes it: header ids.
+	w, err := registry.Avro[event](reg, in, evSchema, registry.HeaderIDs())
+	require.NoError(t, err)
+	kc := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 5 {
+		v, hs, err := w.(serde.HeaderSerde[event]).EncodeHeaders(nil, event{UUID: "u", Seq: int64(i)})
+		require.NoError(t, err)
+		require.NoError(t, kc.ProduceSync(ctx, &kgo.Record{Topic: in, Key: []byte("u"), Value: v,
+			Headers: []kgo.RecordHeader{{Key: hs[0].Key, Value: hs[0].Value}}}).FirstErr())
+	}
+	events, err := registry.Avro[event](reg, in, evSchema)
+	require.NoError(t, err)
+	results, err := registry.Avro[result](reg, out, resSchema, registry.HeaderIDs())
+	require.NoError(t, err)
+
+	cl := client(c)
+	j := keyed.NewJob(strings.ReplaceAll(kafkatest.TopicName(t), "/", "."), keyed.Dir(t.TempDir()), keyed.CheckpointInterval(100*time.Millisecond))
+	s := keyed.FromSource(j, "events", 1, kafkaio.NewSource(cl, in, events, kafkaio.Bounded()))
+	o := keyed.Process(keyed.ByPartition(s), "count", 1, func() keyed.Operator[event, result] { return &counter{} })
+	keyed.ToSink(o, "results", connector.Sink[result](kafkaio.NewSink(cl, out, results, byUUID)))
+	require.NoError(t, j.Run(ctx), "every record read through its header")
+
+	recs := c.ReadAll(t, out, 5, true, time.Minute)
+	require.Len(t, recs, 5)
+	md, err := sr.GetLatestSchemaMetadata(out + "-value")
+	require.NoError(t, err)
+	reader, err := registry.Avro[result](reg, out, resSchema)
+	require.NoError(t, err)
+	for _, r := range recs {
+		require.Len(t, r.Headers, 1)
+		require.Equal(t, registry.ValueSchemaIDHeader, r.Headers[0].Key)
+		require.Equal(t, byte(1), r.Headers[0].Value[0])
+		_, err := reader.Decode(r.Value)
+		require.ErrorIs(t, err, registry.ErrFormat, "the value is bare")
+		v, err := reader.(serde.HeaderSerde[result]).DecodeHeaders([]serde.Header{{Key: r.Headers[0].Key, Value: r.Headers[0].Value}}, r.Value)
+		require.NoError(t, err)
+		require.Equal(t, v.Seq+1, v.Count)
+	}
+	require.NotEmpty(t, md.GUID)
+}

@@ -524,7 +524,7 @@ func (s *sink[T]) Forget(ctx context.Context, info connector.SinkInfo) error {
 // Write implements connector.Sink. It blocks while the epoch buffer is full,
 // until ctx is done.
 func (s *sink[T]) Write(ctx context.Context, epoch uint64, v T) error {
-	key, val, err := encodeRecord(s.topic, s.key, s.values, v)
+	key, val, hs, err := encodeRecord(s.topic, s.key, s.values, v)
 	if err != nil {
 		return err
 	}
@@ -536,7 +536,7 @@ func (s *sink[T]) Write(ctx context.Context, epoch uint64, v T) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.write(ctx, epoch, producer.Record[[]byte, []byte]{Topic: topic, Key: key, Value: val})
+	return s.write(ctx, epoch, producer.Record[[]byte, []byte]{Topic: topic, Key: key, Value: val, Headers: hs})
 }
 
 // write sends rec into the open transaction if its epoch belongs there,

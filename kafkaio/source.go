@@ -35,6 +35,8 @@ type source[T any] struct {
 	ends    map[int32]int64 // Bounded: the end of each partition, resolved once
 	endsErr error
 
+	hdr serde.HeaderSerde[T] // values, when they read headers
+
 	// live are the readers open now, whose lag Collect reports.
 	mu   sync.Mutex
 	live map[*reader[T]]struct{}
@@ -57,7 +59,9 @@ var (
 // dead letters, or fails the job). Options: StartFrom, Bounded, Set (its
 // consumers' settings), Logger.
 func NewSource[T any](c *Client, topic string, values serde.Serde[T], opts ...Opt) connector.Source[T] {
-	return &source[T]{c: c, topic: topic, values: values, cfg: apply(toSource, opts)}
+	k := &source[T]{c: c, topic: topic, values: values, cfg: apply(toSource, opts)}
+	k.hdr, _ = values.(serde.HeaderSerde[T])
+	return k
 }
 
 // Validate implements keyed's check of a source before the job runs.
@@ -74,6 +78,20 @@ func (k *source[T]) Validate() error {
 	}
 	errs = append(errs, k.cfg.misplaced(fmt.Sprintf("source of topic %q", k.topic)))
 	return errors.Join(errs...)
+}
+
+// decode decodes rec's value, with its headers when the values' serde
+// reads them (serde.HeaderSerde).
+func (k *source[T]) decode(rec *consumer.Record) (T, error) {
+	h := k.hdr
+	if h == nil {
+		return k.values.Decode(rec.Value)
+	}
+	hs := make([]serde.Header, len(rec.Headers))
+	for i, x := range rec.Headers {
+		hs[i] = serde.Header{Key: x.Key, Value: x.Value}
+	}
+	return h.DecodeHeaders(hs, rec.Value)
 }
 
 func (k *source[T]) consumer() (*consumer.Source, error) {
@@ -264,7 +282,7 @@ func (r *reader[T]) Poll(ctx context.Context, max int, wait time.Duration) ([]co
 			out = append(out, any(hr).(connector.SourceRecord[T]))
 			continue
 		}
-		v, err := r.k.values.Decode(rec.Value)
+		v, err := r.k.decode(rec)
 		if err != nil {
 			out = append(out, connector.SourceRecord[T]{Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Bad: &connector.BadRecord{
 				Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Key: rec.Key, Value: rec.Value, Timestamp: rec.Timestamp,

@@ -63,6 +63,26 @@ type Serde[T any] interface {
 	Fingerprint() string
 }
 
+// Header is a record header as a Serde sees it.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// HeaderSerde is a Serde whose values may name their schema in a header
+// of their record rather than in their bytes (Schema Registry's
+// __value_schema_id, serde/registry's HeaderIDs). A Kafka source reads
+// with DecodeHeaders, and a sink writes with EncodeHeaders, when its
+// Serde is one.
+type HeaderSerde[T any] interface {
+	Serde[T]
+	// DecodeHeaders reads b, the record's value, with its headers.
+	DecodeHeaders(headers []Header, b []byte) (T, error)
+	// EncodeHeaders appends v to dst, and returns the headers the record
+	// must carry as well.
+	EncodeHeaders(dst []byte, v T) ([]byte, []Header, error)
+}
+
 // ErrNull is the error a Serde other than Bytes returns for a null (nil)
 // input to Decode.
 var ErrNull = errors.New("serde: null")

@@ -137,6 +137,7 @@ type config struct {
 	latest       bool
 	version      int
 	guid         bool
+	headers      bool
 }
 
 // Key makes the serde the key's: subject <topic>-key under TopicName.
@@ -162,6 +163,29 @@ func UseVersion(v int) Opt { return func(c *config) { c.version = v } }
 // WriteGUID writes magic byte 1 and the schema's GUID instead of magic 0
 // and its id (Confluent's newer format; the registry must give GUIDs).
 func WriteGUID() Opt { return func(c *config) { c.guid = true } }
+
+// HeaderIDs names the schema in the record's header instead of the value's
+// first bytes (Confluent's HeaderSchemaIDSerializer): __value_schema_id
+// (__key_schema_id with Key) holds magic byte 1 and the schema's GUID, and
+// the value is the bare Avro or JSON. A kord sink writes so; through plain
+// Encode, which has no headers, the serde writes the prefix instead. Reads
+// take a header when the record has one, else the prefix (Confluent's
+// DualSchemaIDDeserializer), whatever this option.
+func HeaderIDs() Opt { return func(c *config) { c.headers, c.guid = true, true } }
+
+// The headers that name a record's schemas (Confluent's serde.go,
+// KeySchemaIDHeader and ValueSchemaIDHeader).
+const (
+	KeySchemaIDHeader   = "__key_schema_id"
+	ValueSchemaIDHeader = "__value_schema_id"
+)
+
+func (c config) header() string {
+	if c.key {
+		return KeySchemaIDHeader
+	}
+	return ValueSchemaIDHeader
+}
 
 func configOf(opts []Opt) config {
 	c := config{autoRegister: true}

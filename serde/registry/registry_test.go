@@ -245,3 +245,57 @@ func TestNew(t *testing.T) {
 	require.ErrorContains(t, err, "http://127.0.0.1:1")
 	require.ErrorContains(t, err, "subject users-value")
 }
+
+// TestHeaderIDs: with HeaderIDs the schema's GUID goes into
+// __value_schema_id (magic 1), the value is the bare Avro, and a reader
+// takes the header; a reader given no header reads the prefix (Dual), and
+// the bare value without its header is refused; a malformed header is
+// refused, naming it; plain Encode still writes a prefix; the key's header
+// is __key_schema_id.
+func TestHeaderIDs(t *testing.T) {
+	c := mock(t)
+	s, err := registry.Avro[user1](c, "users", userV1, registry.HeaderIDs())
+	require.NoError(t, err)
+	hs := s.(serde.HeaderSerde[user1])
+	b, headers, err := hs.EncodeHeaders(nil, user1{Name: "gus", Age: 5})
+	require.NoError(t, err)
+	require.Len(t, headers, 1)
+	require.Equal(t, registry.ValueSchemaIDHeader, headers[0].Key)
+	md, err := c.Registry().GetLatestSchemaMetadata("users-value")
+	require.NoError(t, err)
+	g, err := uuid.Parse(md.GUID)
+	require.NoError(t, err)
+	require.Equal(t, append([]byte{1}, g[:]...), headers[0].Value)
+	plain, err := serde.Avro[user1](userV1)
+	require.NoError(t, err)
+	body, err := plain.Encode(nil, user1{Name: "gus", Age: 5})
+	require.NoError(t, err)
+	require.Equal(t, body, b, "the value is bare")
+
+	r, err := registry.Avro[user1](c, "users", userV1)
+	require.NoError(t, err)
+	rh := r.(serde.HeaderSerde[user1])
+	v, err := rh.DecodeHeaders(headers, b)
+	require.NoError(t, err)
+	require.Equal(t, user1{Name: "gus", Age: 5}, v)
+	_, err = rh.DecodeHeaders(nil, b)
+	require.ErrorIs(t, err, registry.ErrFormat, "a bare value without its header")
+	_, err = rh.DecodeHeaders([]serde.Header{{Key: registry.ValueSchemaIDHeader, Value: []byte{9, 9}}}, b)
+	require.ErrorContains(t, err, "header __value_schema_id (0909) names no schema")
+	// An id in the header (magic 0) reads too.
+	_, err = rh.DecodeHeaders([]serde.Header{{Key: registry.ValueSchemaIDHeader, Value: binary.BigEndian.AppendUint32([]byte{0}, uint32(md.ID))}}, b)
+	require.NoError(t, err)
+	// Without a header, the prefix.
+	pb, err := s.Encode(nil, user1{Name: "hal", Age: 6})
+	require.NoError(t, err)
+	require.Equal(t, byte(1), pb[0], "plain Encode writes the GUID prefix")
+	v, err = rh.DecodeHeaders(nil, pb)
+	require.NoError(t, err)
+	require.Equal(t, "hal", v.Name)
+
+	k, err := registry.Avro[string](c, "users", `"string"`, registry.Key(), registry.HeaderIDs())
+	require.NoError(t, err)
+	_, kh, err := k.(serde.HeaderSerde[string]).EncodeHeaders(nil, "u1")
+	require.NoError(t, err)
+	require.Equal(t, registry.KeySchemaIDHeader, kh[0].Key)
+}

@@ -177,6 +177,66 @@ func (s *regSerde[T]) resolveWriter() error {
 	return nil
 }
 
+var _ serde.HeaderSerde[int] = (*regSerde[int])(nil)
+
+// EncodeHeaders implements serde.HeaderSerde: with HeaderIDs, the bare
+// value and the header naming its schema; else Encode's.
+func (s *regSerde[T]) EncodeHeaders(dst []byte, v T) ([]byte, []serde.Header, error) {
+	if !s.cfg.headers {
+		out, err := s.Encode(dst, v)
+		return out, nil, err
+	}
+	s.mu.Lock()
+	if s.prefix == nil {
+		if err := s.resolveWriter(); err != nil {
+			s.mu.Unlock()
+			return dst, nil, err
+		}
+	}
+	prefix, writer := s.prefix, s.writer
+	s.mu.Unlock()
+	out, err := writer.Encode(dst, v)
+	if err != nil {
+		return dst, nil, err
+	}
+	return out, []serde.Header{{Key: s.cfg.header(), Value: prefix}}, nil
+}
+
+// DecodeHeaders implements serde.HeaderSerde: the schema named by the
+// record's header when it has one (the value is then bare), else by the
+// value's prefix. A header that names no schema is an error naming it.
+func (s *regSerde[T]) DecodeHeaders(headers []serde.Header, b []byte) (T, error) {
+	var zero T
+	var h []byte
+	for _, x := range headers {
+		if x.Key == s.cfg.header() && len(x.Value) > 0 {
+			h = x.Value // the last one, as Java's lastHeader
+		}
+	}
+	if h == nil {
+		return s.Decode(b)
+	}
+	var id int
+	g := uuid.Nil
+	switch {
+	case h[0] == 0 && len(h) == 5:
+		id = int(binary.BigEndian.Uint32(h[1:5]))
+	case h[0] == 1 && len(h) == 17:
+		g, _ = uuid.FromBytes(h[1:17])
+	default:
+		return zero, fmt.Errorf("%w: subject %s: header %s (%x) names no schema (want magic byte 0 and an id, or 1 and a GUID)", ErrFormat, s.subject, s.cfg.header(), h)
+	}
+	dec, err := s.decoder(id, g)
+	if err != nil {
+		return zero, err
+	}
+	v, err := dec(b)
+	if err != nil {
+		return zero, fmt.Errorf("registry: subject %s: the schema header %s names: %w", s.subject, s.cfg.header(), err)
+	}
+	return v, nil
+}
+
 // Decode implements serde.Serde: the schema the value was written under,
 // by its id or GUID, and the value read from it.
 func (s *regSerde[T]) Decode(b []byte) (T, error) {
