@@ -27,6 +27,11 @@
 # KORD_DUCKDB_PYTHON when set, otherwise the one scripts/duckdb.sh installs
 # from PyPI into a cache (once; a failed install fails the run), and
 # KORD_REQUIRE_DUCKDB=1 is always set.
+# Likewise the schema registry and the Java serdes that serde/registry's
+# round trips run against (scripts/schema-registry.sh: Apicurio Registry and
+# its Kafka serdes, from Maven): the registry named by KORD_SCHEMA_REGISTRY
+# and the classpath named by KORD_REGISTRY_JAVA when set, otherwise a
+# registry started here and stopped afterwards; KORD_REQUIRE_REGISTRY=1.
 # Likewise the browser the status page's test drives (kordhttp): the
 # Chromium named by KORD_CHROMIUM when set, otherwise Debian's, which
 # scripts/chromium.sh installs (once); KORD_REQUIRE_BROWSER=1 is always set.
@@ -72,6 +77,17 @@ if [ -z "${KORD_CHROMIUM:-}" ]; then
 fi
 export KORD_CHROMIUM KORD_REQUIRE_BROWSER=1
 echo "test.sh: headless Chromium $KORD_CHROMIUM" >&2
+if [ -z "${KORD_SCHEMA_REGISTRY:-}" ]; then
+	KORD_REGISTRY_DIR="${KORD_REGISTRY_DIR:-$(mktemp -d /tmp/kord-registry-test.XXXXXX)}"
+	export KORD_REGISTRY_DIR
+	stops+=('scripts/schema-registry.sh stop >&2 || true')
+	KORD_SCHEMA_REGISTRY="$(scripts/schema-registry.sh start)"
+fi
+if [ -z "${KORD_REGISTRY_JAVA:-}" ]; then
+	KORD_REGISTRY_JAVA="$(scripts/schema-registry.sh java)"
+fi
+export KORD_SCHEMA_REGISTRY KORD_REGISTRY_JAVA KORD_REQUIRE_REGISTRY=1
+echo "test.sh: schema registry at $KORD_SCHEMA_REGISTRY, Java serdes on $KORD_REGISTRY_JAVA" >&2
 if [ -z "${KORD_HIVE_METASTORE:-}" ]; then
 	KORD_HIVE_DIR="${KORD_HIVE_DIR:-$(mktemp -d /tmp/kord-hive-test.XXXXXX)}"
 	export KORD_HIVE_DIR
