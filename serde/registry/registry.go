@@ -29,8 +29,11 @@
 // Java on the other side: Apicurio Registry's Confluent API and Apicurio's
 // Java Kafka serdes (scripts/schema-registry.sh), for Avro and JSON.
 // Apicurio gives no GUIDs, so magic 1 and header ids are proven on the mock
-// only. Not built: JSON Schema validation in kord (the Java side validates
-// what kord writes), and Protobuf.
+// only. Protobuf (generated messages, their .proto text registered; the
+// message indexes after the id) is proven on the mock only. Not built: JSON
+// Schema validation in kord (Confluent's Java serializer does not validate
+// by default either; the Java side of the tests validates what kord
+// writes), and Protobuf schemas with references (imports).
 package registry
 
 import (

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
@@ -77,9 +78,13 @@ func containsDot(s string) bool {
 
 // format is what one schema type's serde does with its values.
 type format[T any] struct {
-	kind   string // the registry's schemaType: AVRO, JSON
+	kind   string // the registry's schemaType: AVRO, JSON, PROTOBUF
 	schema string
 	reader serde.Serde[T]
+	// indexes are a Protobuf message's path in its file, written after
+	// the schema id (in the header, with HeaderIDs) and checked on read;
+	// nil for the other formats.
+	indexes []int
 	// writerOf is the serde that writes under another schema (UseLatest,
 	// UseVersion); resolve the decoder of values written under writer.
 	writerOf func(schema string) (serde.Serde[T], error)
@@ -173,6 +178,9 @@ func (s *regSerde[T]) resolveWriter() error {
 	} else {
 		s.prefix = binary.BigEndian.AppendUint32([]byte{0}, uint32(md.ID))
 	}
+	if s.f.indexes != nil {
+		s.prefix = appendIndexes(s.prefix, s.f.indexes)
+	}
 	s.writer = writer
 	return nil
 }
@@ -218,12 +226,22 @@ func (s *regSerde[T]) DecodeHeaders(headers []serde.Header, b []byte) (T, error)
 	}
 	var id int
 	g := uuid.Nil
+	n := 0
 	switch {
-	case h[0] == 0 && len(h) == 5:
-		id = int(binary.BigEndian.Uint32(h[1:5]))
-	case h[0] == 1 && len(h) == 17:
+	case h[0] == 0 && len(h) >= 5:
+		id, n = int(binary.BigEndian.Uint32(h[1:5])), 5
+	case h[0] == 1 && len(h) >= 17:
 		g, _ = uuid.FromBytes(h[1:17])
-	default:
+		n = 17
+	}
+	if n > 0 {
+		k, err := s.indexes(h[n:], id, g)
+		if err != nil {
+			return zero, err
+		}
+		n += k
+	}
+	if n == 0 || n != len(h) {
 		return zero, fmt.Errorf("%w: subject %s: header %s (%x) names no schema (want magic byte 0 and an id, or 1 and a GUID)", ErrFormat, s.subject, s.cfg.header(), h)
 	}
 	dec, err := s.decoder(id, g)
@@ -254,7 +272,11 @@ func (s *regSerde[T]) Decode(b []byte) (T, error) {
 		if err != nil {
 			return zero, err
 		}
-		v, err := dec(b[5:])
+		k, err := s.indexes(b[5:], id, uuid.Nil)
+		if err != nil {
+			return zero, err
+		}
+		v, err := dec(b[5+k:])
 		if err != nil {
 			return zero, fmt.Errorf("registry: subject %s: schema id %d: %w", s.subject, id, err)
 		}
@@ -268,13 +290,38 @@ func (s *regSerde[T]) Decode(b []byte) (T, error) {
 		if err != nil {
 			return zero, err
 		}
-		v, err := dec(b[17:])
+		k, err := s.indexes(b[17:], 0, g)
+		if err != nil {
+			return zero, err
+		}
+		v, err := dec(b[17+k:])
 		if err != nil {
 			return zero, fmt.Errorf("registry: subject %s: schema GUID %s: %w", s.subject, g, err)
 		}
 		return v, nil
 	}
 	return zero, fmt.Errorf("%w: subject %s: magic byte 0x%02x (want 0, a schema id, or 1, a GUID)", ErrFormat, s.subject, b[0])
+}
+
+// indexes reads a Protobuf value's message indexes from the start of b
+// and checks they are the serde's message's: how many bytes they took (0
+// for the other formats, which have none).
+func (s *regSerde[T]) indexes(b []byte, id int, g uuid.UUID) (int, error) {
+	if s.f.indexes == nil {
+		return 0, nil
+	}
+	what := fmt.Sprintf("schema id %d", id)
+	if id == 0 {
+		what = "schema GUID " + g.String()
+	}
+	idx, k, err := readIndexes(b)
+	if err != nil {
+		return 0, fmt.Errorf("%w: subject %s: %s: %v", ErrFormat, s.subject, what, err)
+	}
+	if !slices.Equal(idx, s.f.indexes) {
+		return 0, fmt.Errorf("registry: subject %s: %s: the value is the message at indexes %v of its schema, not this serde's %s (%v)", s.subject, what, idx, s.f.reader.Fingerprint(), s.f.indexes)
+	}
+	return k, nil
 }
 
 // decoder returns the decoder of values written under schema id (or
