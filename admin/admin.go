@@ -8,20 +8,21 @@
 // # Bounded, classified failures
 //
 // Every call that reaches for the cluster succeeds or fails within the
-// client's request timeout (RequestTimeout, 10 s by default), and its
+// client's request timeout ([RequestTimeout], 10 s by default), and its
 // error says why, in the same classes as the producer's and the
 // consumer's (the same values):
 //
-//   - ErrAuth: the cluster refused the client: SASL credentials (the error
+//   - [ErrAuth]: the cluster refused the client: SASL credentials (the error
 //     names the mechanism and the user, never the secret), or a TLS
 //     handshake (the error names the broker certificate's subject and why
 //     it does not verify: expired, another host, an unknown authority).
 //     Within about a second, not at the timeout.
-//   - ErrUnreachable: no broker answered: connection refused, host not
+//   - [ErrUnreachable]: no broker answered: connection refused, host not
 //     found, connect timed out. The error names the bootstrap servers.
-//   - ErrDenied: the cluster's authorizer refused the request; the error
+//   - [ErrDenied]: the cluster's authorizer refused the request; the error
 //     names the resource.
-//   - ErrUnknownTopic, ErrUnknownGroup: the topic or group does not exist.
+//   - [ErrUnknownTopic], [ErrUnknownGroup]: the topic or group does not
+//     exist.
 //
 // librdkafka reports a refusal only as a client-level error event and a
 // log line, and its admin calls wait out their whole timeout (about 70 s
@@ -31,7 +32,7 @@
 //
 // # Log
 //
-// librdkafka's log lines go to the client's Logger (log/slog) at their
+// librdkafka's log lines go to the client's [Logger] (log/slog) at their
 // syslog level, never to stderr: an admin client made with
 // kafka.NewAdminClient without go.logs.channel.enable prints them raw.
 package admin

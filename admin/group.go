@@ -126,7 +126,7 @@ func (c *Client) GroupOffsets(ctx context.Context, group string, partitions []To
 // coordinator refuses a commit that names no member of a group that has
 // some (UNKNOWN_MEMBER_ID, on Kafka 4.4.0 and kfake). A transactional
 // producer commits inside its transaction instead
-// (producer.SendOffsetsToTransaction).
+// (producer.Producer.SendOffsetsToTransaction).
 func (c *Client) CommitGroupOffsets(ctx context.Context, group string, offsets []Committed) error {
 	tps := make([]kafka.TopicPartition, len(offsets))
 	for i, o := range offsets {

@@ -1,6 +1,6 @@
 // Package cluster says how to reach one Kafka cluster: its bootstrap
 // servers and the librdkafka settings every client of it needs (security,
-// client.id, ...). A Config is made and checked once, by New, and handed
+// client.id, ...). A [Config] is made and checked once, by [New], and handed
 // on as it is: producer.Cluster, consumer.Cluster, admin.Cluster and
 // kafkaio's Client take it, so that a program's producer, consumers, admin
 // requests and jobs reach the same cluster the same way without copying
@@ -9,7 +9,7 @@
 // New checks what can be checked without a connection: each file a
 // setting names can be read, the linked librdkafka has the features the
 // settings ask for (GSSAPI, say), and a Java client.properties file maps
-// onto librdkafka's settings (Properties). Each client still refuses, by
+// onto librdkafka's settings ([Properties]). Each client still refuses, by
 // its own rules, a setting it derives or owns (see the producer and
 // consumer packages).
 package cluster

@@ -1,13 +1,13 @@
 // Package consumer is kord's checkpointing Kafka source, in the manner of
-// Flink's Kafka consumer: partitions are assigned (a Source never joins a
-// group; a Member does, below),
+// Flink's Kafka consumer: partitions are assigned (a [Source] never joins a
+// group; a [Member] does, below),
 // each assigned partition's position is a concrete offset kept by kord and
 // recorded in checkpoints, and offsets reach Kafka only inside the
 // transaction that commits a checkpoint (see package kafkaio). The
 // consumer never commits offsets itself: auto-commit and the offset store
 // are forced off.
 //
-// Start with New, Resolve (where to begin), Assign and Poll; Ends and
+// Start with [New], Resolve (where to begin), Assign and Poll; Ends and
 // Reached tell when a partition's end is read (see Example). A kord job
 // reads Kafka through kafkaio.NewSource, which builds on this package. The
 // work of an admin (a group's committed offsets, committing them from
@@ -17,32 +17,33 @@
 // # Failures
 //
 // Every call that reaches for the cluster (metadata, watermarks, offsets,
-// a FromGroup start's read of the group's offsets) succeeds or fails
-// within RequestTimeout (10 s by default), with an
+// a [FromGroup] start's read of the group's offsets) succeeds or fails
+// within [RequestTimeout] (10 s by default), with an
 // error that names its cause in the classes the producer and package
-// admin share: ErrAuth (credentials or TLS refused, within about a
-// second), ErrUnreachable, ErrDenied, ErrUnknownTopic (DESIGN.md,
-// "Errors"). librdkafka's log goes to Logger, never raw to stderr.
+// admin share: [ErrAuth] (credentials or TLS refused, within about a
+// second), [ErrUnreachable], [ErrDenied], [ErrUnknownTopic] (DESIGN.md,
+// "Errors"). librdkafka's log goes to [Logger], never raw to stderr.
 //
 // # Group membership
 //
-// Join makes a Member of a consumer group, for a job on several processes
+// [Join] makes a Member of a consumer group, for a job on several processes
 // (keyed.Instance): Kafka assigns it partitions (the classic protocol
-// with cooperative-sticky, or KIP-848's with Protocol), it holds them
-// paused and tells its owner through Hooks, releasing a revoked partition
+// with cooperative-sticky, or KIP-848's with [Protocol]), it holds them
+// paused and tells its owner through [Hooks], releasing a revoked partition
 // only when the owner's Revoked hook returns (after its commit). Its group
 // metadata goes with the owner's transactional offset commits
-// (producer.SendOffsetsToTransactionFor), so the group coordinator refuses
-// a member of an older generation (KIP-447). InstanceID makes it static.
+// (producer.Producer.SendOffsetsToTransactionFor), so the group
+// coordinator refuses a member of an older generation (KIP-447).
+// [InstanceID] makes it static.
 //
 // # Where a job starts
 //
-// With no checkpoint, Source.Resolve turns a Start into a concrete offset
+// With no checkpoint, [Source.Resolve] turns a Start into a concrete offset
 // for every partition of a topic, which the caller records as checkpoint
-// 0: Earliest, Latest, AtTime(t), AtOffsets(map).Otherwise(start) and
+// 0: [Earliest], [Latest], AtTime(t), AtOffsets(map).Otherwise(start) and
 // FromGroup(group), the last two with OrReset(ResetEarliest|ResetLatest)
 // for offsets that are missing or no longer in the log (Kafka's
-// auto.offset.reset; the default, ResetNone, fails). After that, a
+// auto.offset.reset; the default, [ResetNone], fails). After that, a
 // restart starts from the checkpoint and never resolves again.
 //
 // # Memory
@@ -83,7 +84,7 @@
 // worst case is about 23 MB (librdkafka's defaults: about 83 MB); with
 // 1 KiB values (about 1,070-byte records), about 11 MB (librdkafka's
 // defaults: about 106 MB). For tiny records the fetch sizes dominate:
-// lower max.partition.fetch.bytes and fetch.max.bytes with Set. Raise Q
+// lower max.partition.fetch.bytes and fetch.max.bytes with [Set]. Raise Q
 // and N for throughput over high-latency links: each broker returns at
 // most F to a Source per round trip. On one host, 1,000,000 150-byte
 // records over 12 partitions read as fast with kord's defaults as with

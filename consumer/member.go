@@ -64,8 +64,8 @@ type Hooks struct {
 // owner through Hooks which ones it has; the owner reads them with its own
 // Sources from the offsets it committed, and commits them in its
 // transactions with the Member's group metadata (KIP-447:
-// producer.SendOffsetsToTransactionFor), so a member of an older generation
-// is fenced. Make one with Join; Close ends it.
+// producer.Producer.SendOffsetsToTransactionFor), so a member of an older
+// generation is fenced. Make one with Join; Close ends it.
 type Member struct {
 	group string
 	c     *kafka.Consumer
@@ -222,7 +222,8 @@ func (m *Member) Err() error {
 // KafkaGroupMetadata returns the member's group metadata now (group,
 // generation, member id, instance id), which a transactional offset commit
 // carries so that the broker fences a member of an older generation
-// (KIP-447). producer.SendOffsetsToTransactionFor takes it from here.
+// (KIP-447). producer.Producer.SendOffsetsToTransactionFor takes it from
+// here.
 func (m *Member) KafkaGroupMetadata() (*kafka.ConsumerGroupMetadata, error) {
 	gm, err := m.c.GetConsumerGroupMetadata()
 	if err != nil {

@@ -1,5 +1,5 @@
 // Package filesink lands a job's records in files, exactly once: JSON
-// lines, Avro object container files or Parquet, in a directory or an
+// lines, [Avro] object container files or [Parquet], in a directory or an
 // object store's bucket, made visible when the checkpoint that carries
 // them commits.
 //
@@ -7,7 +7,7 @@
 // with kord's one commit decision:
 //
 //   - In progress. A record goes into a part file of its bucket (a
-//     directory chosen by the Bucket option) written under a staging name
+//     directory chosen by the [Bucket] option) written under a staging name
 //     that no reader's glob matches: a leading dot and the suffix
 //     ".inprogress" (".part-<job>-<run>-<n>.parquet.inprogress").
 //   - At the barrier of checkpoint n, every open part file is closed

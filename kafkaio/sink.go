@@ -655,7 +655,7 @@ func (s *sink[T]) produce(ctx context.Context, rec producer.Record[[]byte, []byt
 }
 
 // abortIfRequired aborts on this producer when err requires it (see
-// producer.AbortIfRequired), bounded by ctx and 30 s.
+// producer.Producer.AbortIfRequired), bounded by ctx and 30 s.
 func (s *sink[T]) abortIfRequired(ctx context.Context, err error) error {
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

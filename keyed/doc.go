@@ -2,20 +2,19 @@
 // per-key state, and a sink, checkpointed exactly once (or at least once)
 // and restored after any crash.
 //
-// Start with NewJob (named, configured by options), FromSource, one of
-// KeyBy, KeyByString or ByPartition, then Process (an Operator with any
-// keyed state), ProcessFunc (no state) or ProcessValue (one value per key),
-// ToSink, and Run. A stage's output is a Stream like a source's: key it
-// again into a further stage, chain MapValues, Filter and FlatMapValues
-// into the task that makes it, feed it to several stages, Union streams.
-// Each stage takes a parallelism, its number of tasks: 0
-// is the default, the partition count of its source topics at most
-// runtime.NumCPU(), resolved each time the job runs. A source or a sink
-// is anything implementing package connector's Source or Sink: Kafka's
-// are in package kafkaio; the in-memory ones here (MemorySource,
-// MemorySink) need no Kafka; package kordtest runs a job against an
-// in-process cluster in tests. Example and kafkaio's Example show
-// complete jobs.
+// Start with [NewJob] (named, configured by options), [FromSource], one of
+// [KeyBy], [KeyByString] or [ByPartition], then [Process] (an [Operator]
+// with any keyed state), [ProcessFunc] (no state) or [ProcessValue] (one
+// value per key), [ToSink], and Run. A stage's output is a [Stream] like a
+// source's: key it again into a further stage, chain [MapValues], Filter
+// and [FlatMapValues] into the task that makes it, feed it to several
+// stages, [Union] streams. Each stage takes a parallelism, its number of
+// tasks: 0 is the default, the partition count of its source topics at most
+// runtime.NumCPU(), resolved each time the job runs. A source or a sink is
+// anything implementing package connector's Source or Sink: Kafka's are in
+// package kafkaio; the in-memory ones here ([MemorySource], [MemorySink])
+// need no Kafka; package kordtest runs a job against an in-process cluster
+// in tests. Example and kafkaio's Example show complete jobs.
 //
 // The rest of this doc is how keyed state works.
 //
@@ -37,11 +36,12 @@
 //
 // # State
 //
-// A Backend holds every keyed state of one operator instance for its
-// key-group range. An Operator declares its states on it in Open (Value,
-// List, Map); the runtime sets the current key before it calls the
-// operator, and ValueState, ListState and MapState then read and write the
-// current key's state. A Backend is used by one goroutine, the operator's.
+// A [Backend] holds every keyed state of one operator instance for its
+// key-group range. An Operator declares its states on it in Open ([Value],
+// [List], [Map]); the runtime sets the current key before it calls the
+// operator, and [ValueState], [ListState] and [MapState] then read and
+// write the current key's state. A Backend is used by one goroutine, the
+// operator's.
 //
 // # Snapshots
 //
@@ -68,12 +68,12 @@
 // # Schemas
 //
 // The checkpoint records each state's kind and its codecs' fingerprints,
-// and a restore checks them. A state whose codec is a serde.Resolver (the
+// and a restore checks them. A state whose codec is a [serde.Resolver] (the
 // Avro serdes) records its writer schema too, and may change it across a
 // restore as Avro's schema resolution allows: fields added with a
 // default, fields removed, types promoted (int to long, float to double,
 // string to bytes...), enum symbols removed where the enum has a default.
 // The restore reads the old values into the new shape, or refuses, before
-// reading any, with a *MismatchError naming the state and the field. Any
+// reading any, with a [*MismatchError] naming the state and the field. Any
 // other change of fingerprint is refused.
 package keyed

@@ -7,7 +7,7 @@
 //
 // Paths: / (a status page: each job's stages, tasks, last checkpoints and
 // lag), /metrics, /healthz (200 while the process serves), /readyz (200
-// while every job runs and has committed a checkpoint within ReadyWithin,
+// while every job runs and has committed a checkpoint within [ReadyWithin],
 // 503 otherwise, naming the job and why).
 package kordhttp
 

@@ -1,7 +1,7 @@
 // Package kordotel exports what running jobs are doing through
-// OpenTelemetry: Producer hands a reader of the OpenTelemetry SDK the
+// OpenTelemetry: [Producer] hands a reader of the OpenTelemetry SDK the
 // samples of kord's collectors (keyed.Job, and anything else that is a
-// metrics.Collector) at each collection, as kordhttp serves them to
+// [metrics.Collector]) at each collection, as kordhttp serves them to
 // Prometheus. kord's core imports no metrics SDK; this package is the
 // edge where one is met.
 //

@@ -3,9 +3,9 @@
 // and jobs use like any other, and a way to read a topic back to its end as
 // a read_committed consumer sees it. It is what Kafka Streams'
 // TopologyTestDriver is to a Streams application, with the real protocol
-// in between: start a Cluster, create topics, produce input with kord's
-// producer, run the job (a kafkaio.Bounded source makes Run return at the
-// end of the input), and check what ReadCommitted returns.
+// in between: start a [Cluster], create topics, produce input with kord's
+// producer, run the job (a [kafkaio.Bounded] source makes Run return at the
+// end of the input), and check what [ReadCommitted] returns.
 //
 // kfake completes transactions at once, so tests of the windows between a
 // transaction's commit request and its markers mean something only on a

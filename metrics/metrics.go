@@ -1,7 +1,7 @@
 // Package metrics is how kord reports what a running job does. Its parts
 // keep plain counters and gauges (atomics a task adds to once per batch,
 // never an allocation per record), and an exporter reads them when it is
-// scraped, through Collector. kord's core imports no metrics SDK: the
+// scraped, through [Collector]. kord's core imports no metrics SDK: the
 // exporters sit at the edge like connectors (kordhttp serves Prometheus'
 // text format through client_golang).
 //

@@ -15,10 +15,10 @@
 // ("consistent_random") that places keys elsewhere; kord's producer never lets
 // librdkafka choose a partition.
 //
-// The other clients' keyed rules are Rules: SaramaHash (sarama's default,
-// goka's, librdkafka's fnv1a), SaramaReferenceHash, Consistent and
-// ConsistentRandom (librdkafka's), proven against sarama's own partitioners
-// and librdkafka's; ByRule places a producer's records by one of them.
+// The other clients' keyed rules are Rules: [SaramaHash] (sarama's default,
+// goka's, librdkafka's fnv1a), [SaramaReferenceHash], [Consistent] and
+// [ConsistentRandom] (librdkafka's), proven against sarama's own partitioners
+// and librdkafka's; [ByRule] places a producer's records by one of them.
 //
 // Adding partitions to a topic moves keys, exactly as it does in Java: the
 // rule depends on the partition count.

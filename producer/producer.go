@@ -4,31 +4,33 @@
 //
 // # Placement
 //
-// Every record's partition is chosen by a partitioner.Partitioner from live
-// topic metadata (partition count; available = has a leader, ascending ids)
-// and set explicitly on the message, so librdkafka's own partitioner (CRC32 by
-// default) never decides. Metadata is fetched when a topic is first used,
-// refreshed every MetadataMaxAge, and at once after a delivery error that
-// says a partition or topic is unknown (see MetadataMaxAge). Adding partitions to a topic moves keys, as it does in
+// Every record's partition is chosen by a [partitioner.Partitioner] from
+// live topic metadata (partition count; available = has a leader, ascending
+// ids) and set explicitly on the message, so librdkafka's own partitioner
+// (CRC32 by default) never decides. Metadata is fetched when a topic is
+// first used, refreshed every [MetadataMaxAge], and at once after a
+// delivery error that says a partition or topic is unknown (see
+// MetadataMaxAge). Adding partitions to a topic moves keys, as it does in
 // Java.
 //
 // # Order
 //
 // The producer is idempotent (enable.idempotence=true, acks=all) and runs
-// librdkafka with enable.gapless.guarantee=true: if a failure could leave a gap
-// in a partition's sequence (a batch failed while later ones of the same
-// partition could still succeed), librdkafka raises a fatal error and fails
-// every queued record instead of writing past the gap. On top of that, in
-// ordered mode (the default) the first failed delivery stops this producer:
-// records still queued in librdkafka are purged (they fail, through their
-// callbacks or Flush), and later Produce calls return ErrFailed wrapping it.
-// One window remains, as librdkafka documents: a record that fails by
-// message.timeout.ms is not covered by the gapless guarantee, so records
-// already in flight behind it may still be written. Set message.timeout.ms
-// to 0 (never time out) where no gap is acceptable. So a key's records are
-// written in Produce order, with no record written after one of its
-// predecessors failed. Records of one key must be produced from one
-// goroutine (or otherwise in a fixed order) for that order to mean anything.
+// librdkafka with enable.gapless.guarantee=true: if a failure could leave a
+// gap in a partition's sequence (a batch failed while later ones of the
+// same partition could still succeed), librdkafka raises a fatal error and
+// fails every queued record instead of writing past the gap. On top of
+// that, in ordered mode (the default) the first failed delivery stops this
+// producer: records still queued in librdkafka are purged (they fail,
+// through their callbacks or Flush), and later Produce calls return
+// [ErrFailed] wrapping it. One window remains, as librdkafka documents: a
+// record that fails by message.timeout.ms is not covered by the gapless
+// guarantee, so records already in flight behind it may still be written.
+// [Set] message.timeout.ms to 0 (never time out) where no gap is
+// acceptable. So a key's records are written in Produce order, with no
+// record written after one of its predecessors failed. Records of one key
+// must be produced from one goroutine (or otherwise in a fixed order) for
+// that order to mean anything.
 //
 // # Delivery results
 //
@@ -39,12 +41,12 @@
 // # Failures to reach the cluster
 //
 // A metadata request (a topic's first use) succeeds or fails within
-// MetadataTimeout (10 s by default), with an error that names its cause in
-// the classes the consumer and package admin share: ErrAuth (credentials
-// or TLS refused, within about a second), ErrUnreachable, ErrDenied,
-// ErrUnknownTopic. InitTransactions is bounded by its context's deadline
+// [MetadataTimeout] (10 s by default), with an error that names its cause in
+// the classes the consumer and package admin share: [ErrAuth] (credentials
+// or TLS refused, within about a second), [ErrUnreachable], [ErrDenied],
+// [ErrUnknownTopic]. InitTransactions is bounded by its context's deadline
 // alone, and its timeout is classified the same way (DESIGN.md,
-// "Errors"). librdkafka's log goes to Logger, never raw to stderr.
+// "Errors"). librdkafka's log goes to [Logger], never raw to stderr.
 package producer
 
 import (

@@ -1,16 +1,16 @@
-// Package serde describes records: one shape, Serde, turns a typed value
+// Package serde describes records: one shape, [Serde], turns a typed value
 // into bytes and back for every part of kord that needs it. The producer
 // writes keys and values with it, kafkaio's sources and sinks read and
 // write records with it, keyed state keeps its values in snapshots with it,
 // and file sinks write rows with it. A Schema Registry format is a Serde
 // like any other.
 //
-// The package holds the plain formats: Bytes, String, Int64, JSON and Avro
-// (binary, without a registry's framing). The Avro serdes are Resolvers
-// too: they read values written under an older schema by Avro's schema
-// resolution, which lets keyed state's schema evolve across a restore. Write your own by implementing
-// the three methods, or by embedding one of these and overriding Decode to
-// check what it decoded:
+// The package holds the plain formats: [Bytes], [String], [Int64], [JSON]
+// and [Avro] (binary, without a registry's framing). The Avro serdes are
+// Resolvers too: they read values written under an older schema by Avro's
+// schema resolution, which lets keyed state's schema evolve across a
+// restore. Write your own by implementing the three methods, or by
+// embedding one of these and overriding Decode to check what it decoded:
 //
 //	type accessSerde struct{ serde.Serde[Access] }
 //

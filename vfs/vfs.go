@@ -1,10 +1,10 @@
 // Package vfs is the small file system interface kord's checkpoint
-// directory goes through (FS), with the operating system's file system
-// (Default) and an in-memory one that records what is durable, so that a
-// test can simulate a crash (NewMem, MemFS.CrashClone). Package
+// directory goes through ([FS]), with the operating system's file system
+// ([Default]) and an in-memory one that records what is durable, so that a
+// test can simulate a crash ([NewMem], [MemFS.CrashClone]). Package
 // vfs/errorfs wraps an FS to inject errors.
 //
-// Durability follows POSIX: file data is durable after File.Sync, and a
+// Durability follows POSIX: file data is durable after [File.Sync], and a
 // create, rename or remove is durable only after SyncDir of the directory
 // that holds the name.
 package vfs

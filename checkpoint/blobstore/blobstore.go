@@ -1,5 +1,5 @@
 // Package blobstore keeps checkpoints in object storage through
-// gocloud.dev/blob: checkpoint.Objects over a bucket, for the processes of
+// gocloud.dev/blob: [checkpoint.Objects] over a bucket, for the processes of
 // one job to share. kord's module holds only the blob core and its file and
 // memory drivers; a program that keeps its checkpoints in S3, GCS or Azure
 // imports the driver itself (gocloud.dev/blob/s3blob, gcsblob, azureblob)

@@ -1,5 +1,5 @@
 // Package hive registers a file sink's partitions in a Hive Metastore: a
-// filesink.CommitPolicy that creates the table if it is absent (EXTERNAL,
+// [filesink.CommitPolicy] that creates the table if it is absent (EXTERNAL,
 // its columns from the record's struct, its partition keys from the sink's
 // PartitionBy) and adds each committed partition, idempotently, over the
 // Metastore's Thrift API.
@@ -7,7 +7,7 @@
 // The policy runs in the file sink's committer, off the checkpoint's
 // commit: a Metastore that is down holds no Kafka commit back; the
 // partitions wait, in every checkpoint, and are added when it answers
-// again (filesink.CommitPartitions).
+// again ([filesink.CommitPartitions]).
 package hive
 
 import (

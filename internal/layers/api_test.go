@@ -13,7 +13,8 @@ import (
 var updateAPI = flag.Bool("update-api", false, "rewrite api/*.txt from the code")
 
 // publicPackages lists kord's public packages: everything a user can
-// import (nothing internal, no program).
+// import (nothing internal, no program, not the docs' snippets under
+// docs/).
 func publicPackages(t *testing.T) []string {
 	t.Helper()
 	out, err := exec.Command("go", "list", mod+"/...").CombinedOutput()
@@ -23,7 +24,7 @@ func publicPackages(t *testing.T) []string {
 	var pkgs []string
 	for _, p := range strings.Fields(string(out)) {
 		rel := strings.TrimPrefix(strings.TrimPrefix(p, mod), "/")
-		if rel == "" || strings.Contains("/"+rel+"/", "/internal/") || strings.HasPrefix(rel, "examples/") || strings.HasPrefix(rel, "bench/") || strings.HasPrefix(rel, "cmd/") {
+		if rel == "" || strings.Contains("/"+rel+"/", "/internal/") || strings.HasPrefix(rel, "examples/") || strings.HasPrefix(rel, "bench/") || strings.HasPrefix(rel, "cmd/") || strings.HasPrefix(rel, "docs/") {
 			continue
 		}
 		pkgs = append(pkgs, rel)

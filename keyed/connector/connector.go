@@ -118,9 +118,9 @@ type FinalState interface {
 	SnapshotFinal(id uint64) ([][]byte, error)
 }
 
-// NewPartitionStarter is implemented by sources whose partitions can
-// grow (kafkaio.Source): StartNew returns the first offsets of partitions that
-// appeared after the job started (the log start, whatever Start would
+// NewPartitionStarter is implemented by sources whose partitions can grow
+// (kafkaio.NewSource's): StartNew returns the first offsets of partitions
+// that appeared after the job started (the log start, whatever Start would
 // choose for a fresh start). Sources without it use Start.
 type NewPartitionStarter interface {
 	StartNew(ctx context.Context, partitions []int32) ([]Position, error)

@@ -1,8 +1,8 @@
 // Package connector is what a source or a sink of a kord job implements,
 // and the records and descriptions it exchanges with the engine: a
-// partitioned, replayable Source and its Reader, a transactional Sink, and
-// the optional interfaces either may add (dead letters, provenance,
-// operator state, several processes).
+// partitioned, replayable [Source] and its [Reader], a transactional
+// [Sink], and the optional interfaces either may add (dead letters,
+// provenance, operator state, several processes).
 //
 // The engine (package keyed) takes a Source with keyed.FromSource and a
 // Sink with keyed.ToSink. kafkaio implements them for Kafka, and

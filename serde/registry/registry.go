@@ -6,9 +6,9 @@
 //	magic 1:  0x01, the schema's GUID (16 bytes), the value
 //
 // (Confluent's serializers, AbstractKafkaSchemaSerDe; confluent-kafka-go's
-// schemaregistry/serde, serde.go). Avro values are Avro binary, read and
+// schemaregistry/serde, serde.go). [Avro] values are Avro binary, read and
 // written by package serde's Avro serdes, so a value written under another
-// schema of its subject is read by Avro's schema resolution; JSON values
+// schema of its subject is read by Avro's schema resolution; [JSON] values
 // are JSON text.
 //
 // The registry is reached through confluent-kafka-go's schemaregistry
@@ -23,13 +23,13 @@
 // registry.
 //
 // Schema ids travel in the value's first bytes, or in the record's headers
-// (HeaderIDs; a kord source and sink hand serde.HeaderSerde the headers).
+// ([HeaderIDs]; a kord source and sink hand [serde.HeaderSerde] the headers).
 //
 // Proven on confluent-kafka-go's mock registry, and against a real one with
 // Java on the other side: Apicurio Registry's Confluent API and Apicurio's
 // Java Kafka serdes (scripts/schema-registry.sh), for Avro and JSON.
 // Apicurio gives no GUIDs, so magic 1 and header ids are proven on the mock
-// only. Protobuf (generated messages, their .proto text registered; the
+// only. [Protobuf] (generated messages, their .proto text registered; the
 // message indexes after the id) is proven on the mock only. Not built: JSON
 // Schema validation in kord (Confluent's Java serializer does not validate
 // by default either; the Java side of the tests validates what kord

@@ -1,6 +1,6 @@
-// Package errorfs wraps a vfs.FS to fail chosen operations, so that a
+// Package errorfs wraps a [vfs.FS] to fail chosen operations, so that a
 // test can show what the code above does when a create, write, sync,
-// rename or any other operation fails (New).
+// rename or any other operation fails ([New]).
 package errorfs
 
 import (
