@@ -72,6 +72,8 @@ type Job struct {
 	outputs []sinkNode // further sinks, each writing inside sink's commit
 	hops    []hopNode  // on several processes, the edges keyed by a field
 	errs    []error
+	// eventTime names the stages that need watermarks (windows).
+	eventTime map[string]bool
 
 	statsMu     sync.Mutex
 	bindMu      sync.Mutex // hops' connectors (bindHops) against Collect

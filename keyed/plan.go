@@ -30,6 +30,8 @@ type sourceNode interface {
 	timeErr() error
 	isAuxiliary() bool
 	isHop() bool
+	// sendsWatermarks: Watermarks was called on the source's stream.
+	sendsWatermarks() bool
 	partitions(ctx context.Context) ([]int32, error)
 	start(ctx context.Context, missing []int32, useNew bool) ([]connector.Position, error)
 	// feeds reports whether the source's records go anywhere, whether to
@@ -102,6 +104,8 @@ func (s *sourceOf[T]) sourceName() string { return s.name }
 
 func (s *sourceOf[T]) isAuxiliary() bool { return s.auxiliary }
 func (s *sourceOf[T]) isHop() bool       { return s.hop }
+
+func (s *sourceOf[T]) sendsWatermarks() bool { return s.watermarks }
 
 func (s *sourceOf[T]) timeErr() error {
 	if s.auxiliary && (s.watermarks || s.idleness > 0) {
@@ -270,6 +274,9 @@ func (j *Job) validateGraph() []error {
 		if err := o.validate(j.cfg); err != nil {
 			errs = append(errs, err)
 		}
+		if j.eventTime[o.stageName()] {
+			errs = append(errs, noWatermarks(o)...)
+		}
 		if !o.hasOutputs() {
 			errs = append(errs, fmt.Errorf("keyed: stage %q: its output goes nowhere: send it to the sink (ToSink) or key it into a further stage (KeyBy)", o.stageName()))
 		}
@@ -283,6 +290,38 @@ func (j *Job) validateGraph() []error {
 				}
 			}
 		}
+	}
+	return errs
+}
+
+// noWatermarks refuses an event-time stage (a window) fed by a source
+// that sends no watermarks: its watermark, the oldest of its inputs',
+// would never advance, and its windows never fire, not even at the end of
+// a bounded input (Flink runs such a job and outputs nothing). Auxiliary
+// inputs take no part in event time; a hop carries the upstream
+// process's watermarks.
+func noWatermarks(o opNode) []error {
+	var errs []error
+	seen := map[stageNode]bool{}
+	var walk func(n stageNode)
+	walk = func(n stageNode) {
+		if seen[n] {
+			return
+		}
+		seen[n] = true
+		switch x := n.(type) {
+		case sourceNode:
+			if !x.sendsWatermarks() && !x.isAuxiliary() && !x.isHop() {
+				errs = append(errs, fmt.Errorf("keyed: stage %q works in event time and source %q sends no watermarks, so its windows would never fire: call Watermarks(lateness) on the source's stream (FromSource(...).Watermarks)", o.stageName(), x.sourceName()))
+			}
+		case opNode:
+			for _, in := range x.inputStages() {
+				walk(in)
+			}
+		}
+	}
+	for _, in := range o.inputStages() {
+		walk(in)
 	}
 	return errs
 }

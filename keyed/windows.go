@@ -134,6 +134,10 @@ func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallel
 	if agg.Init == nil || agg.Add == nil || result == nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: the aggregator's Init and Add and the result function are required", name))
 	}
+	if j.eventTime == nil {
+		j.eventTime = map[string]bool{}
+	}
+	j.eventTime[name] = true
 	if w.session() {
 		if agg.Merge == nil {
 			j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: session windows merge: the aggregator's Merge is required", name))

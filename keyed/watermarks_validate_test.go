@@ -1,0 +1,50 @@
+package keyed_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/kordproject/kord/keyed"
+	"github.com/kordproject/kord/keyed/connector"
+	"github.com/kordproject/kord/serde"
+	"github.com/kordproject/kord/vfs"
+)
+
+// TestWindowWithoutWatermarks: a window stage fed by a source without
+// Watermarks would never fire, not even at the end of a bounded input;
+// Validate refuses it, naming the stage and the source, also through a
+// first stage and a re-key.
+func TestWindowWithoutWatermarks(t *testing.T) {
+	count := func(k *keyed.KeyedStream[string, string]) {
+		out := keyed.WindowAggregate(k, "windows", 1, keyed.Tumbling(time.Second), serde.Int64(),
+			keyed.Aggregator[string, int64]{Init: func() int64 { return 0 }, Add: func(n int64, _ string) int64 { return n + 1 }},
+			func(key string, _ keyed.Window, n int64) int64 { return n }, nil)
+		keyed.ToSink(out, "results", connector.Sink[int64](keyed.NewMemorySink[int64]()))
+	}
+	job := func(name string) (*keyed.Job, *keyed.Stream[string]) {
+		j := keyed.NewJob(name, keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"))
+		return j, keyed.FromSource(j, "clicks", 1, connector.Source[string](keyed.NewMemorySource[string]("clicks", 1, true)))
+	}
+	byValue := func(s *keyed.Stream[string]) *keyed.KeyedStream[string, string] {
+		return keyed.KeyByString("value", func(v string) string { return v }, s)
+	}
+
+	j, s := job("no-watermarks")
+	count(byValue(s))
+	require.ErrorContains(t, j.Validate(), `stage "windows" works in event time and source "clicks" sends no watermarks`)
+
+	j, s = job("two-stages")
+	first := keyed.ProcessValue(byValue(s), "first", 1, serde.Int64(),
+		func(key string, v string, _ *keyed.ValueState[int64], out *keyed.Collector[string]) error {
+			out.Emit(v)
+			return nil
+		})
+	count(byValue(keyed.MapValues(first, func(v string) string { return v })))
+	require.ErrorContains(t, j.Validate(), `source "clicks" sends no watermarks`)
+
+	j, s = job("with-watermarks")
+	count(byValue(s.Watermarks(0)))
+	require.NoError(t, j.Validate())
+}
