@@ -504,6 +504,9 @@ func (f *funcOp[K, T, O]) Process(key []byte, v T, out *Collector[O]) error {
 func ProcessValue[K, T, S, O any](k *KeyedStream[K, T], name string, parallelism int, codec serde.Serde[S],
 	fn func(key K, v T, state *ValueState[S], out *Collector[O]) error) *Stream[O] {
 	keyOf := k.keyOf
+	if codec == nil || fn == nil {
+		k.j.errs = append(k.j.errs, fmt.Errorf("keyed: operator %q: ProcessValue needs a codec for its state and a function", name))
+	}
 	return Process(k, name, parallelism, func() Operator[T, O] {
 		return &valueOp[K, T, S, O]{codec: codec, keyOf: keyOf, fn: fn}
 	})

@@ -48,3 +48,19 @@ func TestWindowWithoutWatermarks(t *testing.T) {
 	count(byValue(s.Watermarks(0)))
 	require.NoError(t, j.Validate())
 }
+
+// TestNilCodec: a state codec left nil is a declaration error, not a
+// panic inside Run.
+func TestNilCodec(t *testing.T) {
+	j := keyed.NewJob("nil-codec", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"))
+	s := keyed.FromSource(j, "clicks", 1, connector.Source[string](keyed.NewMemorySource[string]("clicks", 1, true))).Watermarks(0)
+	k := keyed.KeyByString("value", func(v string) string { return v }, s)
+	a := keyed.ProcessValue(k, "count", 1, nil,
+		func(key string, v string, _ *keyed.ValueState[int64], out *keyed.Collector[string]) error { return nil })
+	b := keyed.WindowApply(k, "windows", 1, keyed.Tumbling(time.Second), nil,
+		func(key string, _ keyed.Window, vs []string) string { return key }, nil)
+	keyed.ToSink(keyed.Union(a, b), "results", connector.Sink[string](keyed.NewMemorySink[string]()))
+	err := j.Validate()
+	require.ErrorContains(t, err, `operator "count": ProcessValue needs a codec`)
+	require.ErrorContains(t, err, `operator "windows": a window's state needs a codec`)
+}

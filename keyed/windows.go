@@ -131,6 +131,9 @@ func WindowAggregate[K, T, A, O any](k *KeyedStream[K, T], name string, parallel
 	if err := w.validate(); err != nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: %w", name, err))
 	}
+	if codec == nil {
+		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: a window's state needs a codec", name))
+	}
 	if agg.Init == nil || agg.Add == nil || result == nil {
 		j.errs = append(j.errs, fmt.Errorf("keyed: operator %q: the aggregator's Init and Add and the result function are required", name))
 	}
@@ -168,6 +171,9 @@ func WindowApply[K, T, O any](k *KeyedStream[K, T], name string, parallelism int
 		// snapshot's copy of the state sees (as ListState.Add).
 		Add:   func(acc []T, v T) []T { return append(acc, v) },
 		Merge: func(a, b []T) []T { return append(a, b...) },
+	}
+	if codec == nil {
+		k.j.errs = append(k.j.errs, fmt.Errorf("keyed: operator %q: a window's state needs a codec", name))
 	}
 	var result func(K, Window, []T) O
 	if fn != nil {
