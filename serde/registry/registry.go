@@ -37,9 +37,13 @@
 package registry
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
+	"slices"
 	"strings"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
@@ -60,8 +64,11 @@ type Client struct {
 // schema.registry.ssl.keystore.location (a PEM file of the client's
 // certificate and key; keystore.type PEM), and
 // schema.registry.ssl.endpoint.identification.algorithm ("" turns host
-// name checks off). Other schema.registry.ssl.* settings, and a JKS or
-// PKCS12 store, are refused, naming the setting.
+// name checks off). A JKS or PKCS12 store is refused, and a store without
+// a type is read only if it is PEM (Java's default type is JKS). Every
+// other setting is refused, naming it: a Java serializer's own
+// (auto.register.schemas, the subject strategies, use.latest.version)
+// with the serde's Opt that says the same.
 func New(props map[string]string) (*Client, error) {
 	url := props["schema.registry.url"]
 	if url == "" {
@@ -84,15 +91,30 @@ func New(props map[string]string) (*Client, error) {
 	default:
 		return nil, fmt.Errorf("registry: basic.auth.credentials.source=%s is not supported (USER_INFO or URL)", src)
 	}
-	for k, v := range props {
+	for _, k := range slices.Sorted(maps.Keys(props)) {
+		v := props[k]
 		rest, ok := strings.CutPrefix(k, "schema.registry.ssl.")
 		if !ok {
+			switch k {
+			case "schema.registry.url", "basic.auth.credentials.source", "basic.auth.user.info", "schema.registry.basic.auth.user.info":
+			default:
+				if opt, ok := serdeSettings[k]; ok {
+					return nil, fmt.Errorf("registry: %s is a serde's setting here, not the client's: %s", k, opt)
+				}
+				return nil, fmt.Errorf("registry: %s is not supported (the client takes schema.registry.url, basic.auth.* and schema.registry.ssl.*)", k)
+			}
 			continue
 		}
 		switch rest {
 		case "truststore.location":
+			if err := pemFile(k, v, props["schema.registry.ssl.truststore.type"]); err != nil {
+				return nil, err
+			}
 			cfg.SslCaLocation = v
 		case "keystore.location":
+			if err := pemFile(k, v, props["schema.registry.ssl.keystore.type"]); err != nil {
+				return nil, err
+			}
 			cfg.SslCertificateLocation, cfg.SslKeyLocation = v, v // one PEM file: its certificate and its key
 		case "truststore.type", "keystore.type":
 			if !strings.EqualFold(v, "PEM") {
@@ -114,6 +136,36 @@ func New(props map[string]string) (*Client, error) {
 		return nil, fmt.Errorf("registry: %s: %w", url, err)
 	}
 	return &Client{sr: sr, where: url}, nil
+}
+
+// serdeSettings are the Java serializers' settings that are a serde's
+// options here, with the option that says the same.
+var serdeSettings = map[string]string{
+	"auto.register.schemas":       "registry.AutoRegister",
+	"use.latest.version":          "registry.UseLatest",
+	"use.schema.id":               "not supported: kord writes under the serde's schema, the latest or a version (registry.UseVersion)",
+	"key.subject.name.strategy":   "registry.SubjectStrategy with registry.Key",
+	"value.subject.name.strategy": "registry.SubjectStrategy",
+	"normalize.schemas":           "not supported: the schema is registered as given",
+	"latest.compatibility.strict": "not supported",
+	"json.fail.invalid.schema":    "not supported: kord does not validate JSON values against their schema",
+}
+
+// pemFile checks that a store named by setting k is a PEM file: Java's
+// default store type is JKS, which kord does not read, so a store without
+// a type is read only if it is PEM.
+func pemFile(k, path, typ string) error {
+	if typ != "" {
+		return nil // checked as the type's own setting
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("registry: %s: %w", k, err)
+	}
+	if !bytes.Contains(b, []byte("-----BEGIN ")) {
+		return fmt.Errorf("registry: %s=%s is not a PEM file (Java's default store type is JKS, which kord does not read): convert it (keytool -exportcert -rfc, or openssl pkcs12) and set its type to PEM", k, path)
+	}
+	return nil
 }
 
 // Of wraps a client of confluent-kafka-go's schemaregistry package: the

@@ -2,6 +2,8 @@ package registry_test
 
 import (
 	"encoding/binary"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/schemaregistry"
@@ -238,6 +240,17 @@ func TestNew(t *testing.T) {
 	require.ErrorContains(t, err, "schema.registry.ssl.truststore.type=JKS")
 	_, err = registry.New(map[string]string{"schema.registry.url": "http://x", "schema.registry.ssl.cipher.suites": "x"})
 	require.ErrorContains(t, err, "schema.registry.ssl.cipher.suites is not supported")
+	// A Java serializer's setting is a serde's option here; anything else
+	// unknown is refused too, not dropped.
+	_, err = registry.New(map[string]string{"schema.registry.url": "http://x", "auto.register.schemas": "false"})
+	require.ErrorContains(t, err, "auto.register.schemas is a serde's setting here, not the client's: registry.AutoRegister")
+	_, err = registry.New(map[string]string{"schema.registry.url": "http://x", "schema.registry.urls": "http://y"})
+	require.ErrorContains(t, err, "schema.registry.urls is not supported")
+	// A store without a type is Java's JKS unless it is PEM.
+	jks := filepath.Join(t.TempDir(), "trust.jks")
+	require.NoError(t, os.WriteFile(jks, []byte{0xfe, 0xed, 0xfe, 0xed, 0, 0, 0, 2}, 0o600))
+	_, err = registry.New(map[string]string{"schema.registry.url": "https://x", "schema.registry.ssl.truststore.location": jks})
+	require.ErrorContains(t, err, "schema.registry.ssl.truststore.location="+jks+" is not a PEM file (Java's default store type is JKS")
 	// Unreachable: the error names the registry and the subject.
 	s, err := registry.Avro[user1](c, "users", userV1)
 	require.NoError(t, err)
