@@ -61,6 +61,8 @@ var rules = []struct {
 		"the HTTP exporter knows jobs and the metrics interface, not Kafka, and not the other exporter"},
 	{"kordotel", append([]string{mod + "/keyed", mod + "/checkpoint", mod + "/kafkaio", "github.com/prometheus"}, kafkaClients...),
 		"the OpenTelemetry exporter reads metrics.Collectors only"},
+	{"internal/rdkbatch", []string{"github.com/twmb/franz-go"},
+		"the batch read path calls the librdkafka confluent-kafka-go links, and no other client"},
 	{"internal/layout", []string{mod + "/"},
 		"the file-name grammar is at the bottom: checkpoint and everything over it parse names with it"},
 }
@@ -248,6 +250,7 @@ var only = []struct {
 }{
 	{"vfs", nil, "vfs is the file systems under checkpoint: it imports nothing of kord"},
 	{"vfs/errorfs", []string{mod + "/vfs"}, "errorfs wraps a vfs.FS: it imports nothing of kord but vfs"},
+	{"internal/rdkbatch", nil, "the batch read path is a thin cgo layer over confluent-kafka-go's consumer: it imports nothing of kord (consumer may import it)"},
 }
 
 // TestOnly: the packages that may import only the few of kord they list.
