@@ -67,13 +67,14 @@ type Hooks struct {
 // producer.Producer.SendOffsetsToTransactionFor), so a member of an older
 // generation is fenced. Make one with Join; Close ends it.
 type Member struct {
-	group string
-	c     *kafka.Consumer
-	log   *slog.Logger
-	conn  *kafkaconf.Conn
-	hooks Hooks
-	ctx   context.Context // the hooks' context, cancelled by Close
-	stop  context.CancelFunc
+	group   string
+	session string // session.timeout.ms, for errors
+	c       *kafka.Consumer
+	log     *slog.Logger
+	conn    *kafkaconf.Conn
+	hooks   Hooks
+	ctx     context.Context // the hooks' context, cancelled by Close
+	stop    context.CancelFunc
 
 	mu       sync.Mutex
 	assigned map[TopicPartition]bool
@@ -179,7 +180,11 @@ func Join(ctx context.Context, topics []string, hooks Hooks, opts ...Opt) (*Memb
 	}
 	kafkaconf.HandleOpened()
 	hctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	m := &Member{group: c.group, c: kc, log: c.log, conn: kafkaconf.NewConn(settings), hooks: hooks, ctx: hctx, stop: stop,
+	session := settings["session.timeout.ms"]
+	if session == "" {
+		session = "45000" // librdkafka's default
+	}
+	m := &Member{group: c.group, session: session, c: kc, log: c.log, conn: kafkaconf.NewConn(settings), hooks: hooks, ctx: hctx, stop: stop,
 		assigned: map[TopicPartition]bool{}, runDone: make(chan struct{}), logStop: make(chan struct{})}
 	m.wg.Add(1)
 	go m.logs()
@@ -311,6 +316,13 @@ func (m *Member) clientError(e kafka.Error) {
 	}
 	if e.IsFatal() {
 		m.fail(fmt.Errorf("consumer: member of group %q: fatal: %w", m.group, e))
+		return
+	}
+	if e.Code() == kafka.ErrInvalidSessionTimeout {
+		// librdkafka retries the JoinGroup for ever; the setting can never
+		// be taken (Kafka's GroupCoordinator refuses a session timeout
+		// outside group.min.session.timeout.ms..group.max.session.timeout.ms).
+		m.fail(fmt.Errorf("consumer: member of group %q: session.timeout.ms=%s is outside the brokers' bounds (group.min.session.timeout.ms and group.max.session.timeout.ms, 6 s and 30 min by default): %w", m.group, m.session, e))
 		return
 	}
 	m.log.Warn("kord member: client error", "group", m.group, "err", e)

@@ -313,3 +313,30 @@ func TestMemberFencedInstance(t *testing.T) {
 		require.Empty(t, failed, "Failed called twice")
 	})
 }
+
+// TestMemberSessionTimeoutRefused: a session timeout outside the broker's
+// bounds (group.max.session.timeout.ms, 30 min by default; the test
+// broker's minimum is lowered) is a setting that can never work: the
+// member fails at once, naming it, instead of retrying its JoinGroup for
+// ever.
+func TestMemberSessionTimeoutRefused(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		topic := c.CreateTopic(t, 1, nil)
+		group := "kord.test." + kafkatest.TopicName(t)
+		var log syncbuf.Buffer
+		failed := make(chan error, 2)
+		hooks := consumer.Hooks{Failed: func(err error) { failed <- err }}
+		m, err := consumer.Join(context.Background(), []string{topic}, hooks, consumer.Brokers(c.Brokers), consumer.Group(group),
+			consumer.Set("session.timeout.ms", "3600000"), consumer.Set("max.poll.interval.ms", "3600000"), consumer.Logger(slog.New(slog.NewTextHandler(&log, nil))))
+		require.NoError(t, err)
+		defer m.Close()
+		select {
+		case err := <-failed:
+			require.ErrorContains(t, err, "session.timeout.ms=3600000 is outside the brokers' bounds")
+			require.ErrorContains(t, err, group)
+			require.ErrorIs(t, m.Err(), err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no failure in 30s:\n%s", &log)
+		}
+	})
+}
