@@ -1,7 +1,6 @@
 package doccheck
 
 import (
-	"crypto/sha256"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -16,8 +15,6 @@ var update = flag.Bool("update", false, "TestSnippets: rewrite every ```go block
 
 const updateCmd = "go test ./internal/doccheck/ -run TestSnippets -update"
 
-// oldREADME is the SHA-256 of the README that issue 36 replaces.
-const oldREADME = "0e958fb21732af9fda39796febb6ab0cb036f0620676640f22624849de1d144c"
 
 var (
 	markerRE = regexp.MustCompile(`^\s*<!--\s*snippet:\s*(.*?)\s*-->\s*$`)
@@ -215,14 +212,6 @@ func firstDifference(doc, src string) string {
 func TestSnippets(t *testing.T) {
 	r := repoRoot(t)
 	for _, f := range markdownFiles(t, false) {
-		// TODO(issue 36): remove once the new README lands. The old
-		// README's Go blocks are hand-written, with no markers; this
-		// spares that README only, byte for byte: any other README.md is
-		// checked in full.
-		if f.rel == "README.md" && fmt.Sprintf("%x", sha256.Sum256([]byte(strings.Join(f.lines, "\n")))) == oldREADME {
-			t.Logf("README.md is still the README that issue 36 replaces: its ```go blocks are not checked")
-			continue
-		}
 		blocks, stray := goBlocks(f.lines)
 		for _, i := range stray {
 			t.Errorf("%s:%d: snippet marker %q is not followed by a ```go block (the marker must be the last non-blank line before the block's opening fence)", f.rel, i+1, strings.TrimSpace(f.lines[i]))
