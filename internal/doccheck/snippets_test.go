@@ -15,7 +15,6 @@ var update = flag.Bool("update", false, "TestSnippets: rewrite every ```go block
 
 const updateCmd = "go test ./internal/doccheck/ -run TestSnippets -update"
 
-
 var (
 	markerRE = regexp.MustCompile(`^\s*<!--\s*snippet:\s*(.*?)\s*-->\s*$`)
 	regionRE = regexp.MustCompile(`^// snippet:(\S+)$`)
