@@ -43,7 +43,7 @@
 // processes"). Its stages are keyed by partition, or by a field through a
 // hop: the records cross between the processes through the topic
 // kord.<job>.<stage>.repartition, written in the job's transactions and
-// read back by the job ([connector.Hops]; DESIGN.md, "The hop").
+// read back by the job ([connector.Hops]; DESIGN.md, "Keying by a field: the hop").
 //
 // # Time
 //

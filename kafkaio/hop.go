@@ -19,7 +19,7 @@ import (
 	"github.com/kordproject/kord/producer"
 )
 
-// The hop (DESIGN.md, "The hop"): on a job of several processes, a stream
+// The hop (DESIGN.md, "Keying by a field: the hop"): on a job of several processes, a stream
 // keyed by a field crosses between processes through a topic of the
 // job's, kord.<job>.<stage>.repartition, where stage is the stage it
 // feeds. The job's sink writes it in its transactions (as an Output), and

@@ -320,8 +320,7 @@ func (rs *restarts) after(ctx, wctx context.Context, err error, progressed bool,
 	}
 	if errors.Is(err, ErrOutcomeUnknown) {
 		// A new sink incarnation and what its system recorded settle
-		// the outcome (DESIGN.md, "new producer on any indefinite
-		// outcome"). Also when stopping: the new run restores and
+		// the outcome (DESIGN.md, "Unknown outcomes"). Also when stopping: the new run restores and
 		// commits a final checkpoint, so that the stop leaves nothing
 		// open and the failed checkpoint's output is not lost to it.
 		rs.recoveries++

@@ -13,7 +13,7 @@ import (
 	"github.com/kordproject/kord/serde"
 )
 
-// The hop (DESIGN.md, "The hop"). Processes of one job have no channels
+// The hop (DESIGN.md, "Keying by a field: the hop"). Processes of one job have no channels
 // between them, so on a job of several processes (Instance) a stream keyed
 // by a field (KeyBy) reaches its stage through a topic of the job's: the
 // stage's hop. Process turns such an edge into a sink that writes the

@@ -380,7 +380,7 @@ type SinkValidator interface {
 // partition and read_committed, as a source of the same job, so the
 // records of checkpoint n are read once n has committed, and the reading
 // side's offsets go into a later checkpoint with the rest (DESIGN.md,
-// "The hop"). kafkaio's sink is one.
+// "Keying by a field: the hop"). kafkaio's sink is one.
 type Hops interface {
 	// Hop returns the sink that writes the hop into stage of job (in this
 	// sink's transactions: a Participant) and the source that reads it.
