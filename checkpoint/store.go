@@ -101,7 +101,10 @@ func OpenStore(fsys vfs.FS, dir string) (*Store, error) {
 // and Put is atomic between processes: of two puts of one name exactly one
 // succeeds, the other failing with fs.ErrExist. A crashed writer's temp
 // files stay (no process can tell them from another's write in progress);
-// their names start with ".tmp.".
+// their names start with ".tmp.". It is also how a tool reads the
+// checkpoints of a job that runs (the kord command does): OpenStore takes
+// the directory's lock and removes temp files, which a running job's
+// writes in progress are.
 func OpenSharedStore(fsys vfs.FS, dir string) (*Store, error) {
 	dir = filepath.Clean(dir)
 	if err := fsys.MkdirAll(dir); err != nil {

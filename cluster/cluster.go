@@ -54,7 +54,7 @@ func Set(key, value string) Opt { return func(b *builder) { b.settings[key] = va
 // Properties applies a Java client.properties file, the one a Java or
 // Flink client of the same cluster uses: each Java property is mapped to
 // its librdkafka equivalent (security.protocol, sasl.mechanism,
-// sasl.jaas.config, ssl.truststore.*, ssl.keystore.*, ...; the README's
+// sasl.jaas.config, ssl.truststore.*, ssl.keystore.*, ...; docs/security.md's
 // table), and a property with no equivalent makes New fail, naming it and
 // what to use instead. Its bootstrap.servers serves when Brokers is not
 // given; options after it override what it sets.

@@ -15,7 +15,8 @@
 // (transactional.id "kord.<job>"): records of the checkpoint in flight go
 // into the open transaction; records after its barrier wait in a bounded
 // epoch buffer. Commit sends the checkpoint's source offsets to the commit
-// group "kord.<job>.commit" with the commit record kord1;run=R;ckpt=n as
+// group "kord.<job>.commit" with the commit record
+// kord1;run=R;ckpt=n;job=J (and ;inst=I on a job of several processes) as
 // offset metadata, commits, begins the next transaction and drains the
 // buffer into it. Recorded reads that record back, with stable offsets, so
 // recovery restores exactly the checkpoint Kafka committed.

@@ -141,7 +141,7 @@ func Brokers(addrs ...string) Opt {
 // Flink client of the same cluster uses, to every client: each Java
 // property is mapped to its librdkafka equivalent (security.protocol,
 // sasl.mechanism, sasl.jaas.config, ssl.truststore.*, ssl.keystore.*,
-// ...; the README's table). A property with no equivalent makes NewClient
+// ...; docs/security.md's table). A property with no equivalent makes NewClient
 // fail, naming it and what to use instead. Its bootstrap.servers serves
 // when Brokers is not given; options after it override what it sets.
 // Configures a Client.
@@ -203,6 +203,8 @@ func StartFrom(s consumer.Start) Opt {
 // looks (Flink KafkaSource.setBounded(OffsetsInitializer.latest())): each
 // partition's last stable offset, resolved once. When every partition is
 // read up to it the job commits a final checkpoint and Run returns nil.
+// A job of several processes with a stage keyed by a field does not end
+// so: the hop topic between its processes has no end (stop it instead).
 // Default: unbounded, the source waits for more. Configures a source.
 func Bounded() Opt {
 	return func(o *options) {
@@ -259,8 +261,9 @@ func PartitionMetrics() Opt {
 
 // Key makes each record's key key(v), encoded by keys: Key(func(r Result)
 // string { return r.User }, serde.String()). Without it every record's key
-// is null, and Kafka's sticky partitioning spreads the records. Configures
-// a sink.
+// is null, and the records go round robin over the partitions (the
+// producer's null-key rule, [partitioner.NewLegacy]'s): one key's results
+// are then in no one partition, nor in order. Configures a sink.
 func Key[T, K any](key func(v T) K, keys serde.Serde[K]) Opt {
 	return func(o *options) {
 		if !o.is("Key", toSink|toOutput) {

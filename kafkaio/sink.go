@@ -98,9 +98,10 @@ var (
 
 // NewSink returns a sink writing topic through c, each result's value
 // encoded by values (serde.JSON, serde.Avro, a serde of the user's), its key
-// by the Key option (null without it). Options: Key, DeadLetterTopic,
-// SideOutput, EpochBuffer, InitTimeout, Instance, SessionTimeout, Set (its
-// producer's settings), Logger.
+// by the Key option (null without it). Options: [Key], [DeadLetterTopic],
+// [SideOutput], [Placement], [PartitionMetrics], [EpochBuffer],
+// [InitTimeout], [SessionTimeout], [Set] (its producer's settings),
+// [Logger].
 func NewSink[T any](c *Client, topic string, values serde.Serde[T], opts ...Opt) connector.Sink[T] {
 	return newSink(c, topic, values, apply(toSink, opts))
 }

@@ -56,8 +56,9 @@ var (
 // record's value with values (serde.JSON, serde.Avro, a serde of the
 // user's). A null value is decoded as values decides: serde.Bytes gives
 // nil, the other serdes of package serde refuse it (the record goes to the
-// dead letters, or fails the job). Options: StartFrom, Bounded, Set (its
-// consumers' settings), Logger.
+// dead letters, or fails the job). Options: [StartFrom], [Bounded],
+// [CheckPlacement], [PartitionMetrics], [Set] (its consumers' settings),
+// [Logger].
 func NewSource[T any](c *Client, topic string, values serde.Serde[T], opts ...Opt) connector.Source[T] {
 	k := &source[T]{c: c, topic: topic, values: values, cfg: apply(toSource, opts)}
 	k.hdr, _ = values.(serde.HeaderSerde[T])

@@ -21,8 +21,8 @@ var (
 	// commit that timed out may or may not have landed). The run ends, and
 	// a new one starts at once from what the sink's system recorded as
 	// committed, with a new sink incarnation (Reset): RestartStrategy does
-	// not count it, but more than MaxRecoveries in a row without a
-	// committed checkpoint end the job.
+	// not count it, but more than ten in a row without a committed
+	// checkpoint end the job.
 	ErrOutcomeUnknown = errors.New("keyed: outcome unknown")
 	// ErrStopTimeout means a graceful stop did not commit its final
 	// checkpoint within StopTimeout.

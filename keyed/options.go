@@ -144,8 +144,10 @@ func CheckpointStorage(s checkpoint.Storage) Opt { return func(c *config) { c.St
 // job's commit group, and Kafka assigns them), and each run covers the
 // partitions this process holds, restores each from the checkpoint its
 // own record names, and ends with a final checkpoint when they change.
-// The job keys by partition (ByPartition), so state follows its
-// partition; every process uses one checkpoint storage they all share (Dir
+// A stage keyed by partition (ByPartition) keeps its state with its
+// partition; one keyed by a field reads its records from the job's hop
+// topic by partition, so its state follows the hop's partitions. Every
+// process uses one checkpoint storage they all share (Dir
 // on a shared volume, or CheckpointStorage). Default: the job runs whole
 // in this process (Kafka Streams: one application.id on several
 // instances; Flink: a job's parallel subtasks on several TaskManagers).

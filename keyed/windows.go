@@ -205,8 +205,9 @@ func (l listCodec[T]) Resolve(writer string) (string, func([]byte) ([]T, error),
 	return "list(" + fp + ")", listCodec[T]{c: c}.Decode, nil
 }
 
-// LateRecords returns how many times a window operator (WindowAggregate)
-// found a record late since the job was declared, whether or not it went
+// LateRecords returns how many times a window operator (WindowAggregate,
+// WindowApply) or a join (IntervalJoin, TableJoin) found a record late
+// since the job was declared, whether or not it went
 // on as side output. It is a count of this process's work, replays after a
 // restart included, not of the committed output.
 func (j *Job) LateRecords() int64 { return j.lateRecords.Load() }

@@ -120,7 +120,7 @@ func checkFeatures(settings map[string]string, have []string) error {
 		if f == "sasl_gssapi" {
 			return fmt.Errorf("%w: sasl.mechanism GSSAPI (Kerberos): %s. "+
 				"confluent-kafka-go's bundled librdkafka has no GSSAPI on Linux: "+
-				"build with `go build -tags dynamic` against a system librdkafka %s or later built with SASL/GSSAPI (libsasl2; pkg-config --modversion rdkafka shows the version a build links); see the README's Secured clusters",
+				"build with `go build -tags dynamic` against a system librdkafka %s or later built with SASL/GSSAPI (libsasl2; pkg-config --modversion rdkafka shows the version a build links); see docs/security.md, \"Kerberos (GSSAPI)\"",
 				ErrUnsupported, lib, minLibrdkafka)
 		}
 		return fmt.Errorf("%w: security.protocol %s, sasl.mechanism %s: %s", ErrUnsupported, proto, mech, lib)

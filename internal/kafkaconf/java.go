@@ -143,7 +143,7 @@ func LoadJavaInto(path string, settings map[string]string) error {
 }
 
 // FromJava maps Java client properties to librdkafka settings: each Java
-// name to its librdkafka equivalent (the README's table), keystores and
+// name to its librdkafka equivalent (docs/security.md's table), keystores and
 // truststores to what librdkafka reads, sasl.jaas.config to librdkafka's
 // SASL settings. A property with no equivalent is refused with an error
 // that names it (file, line) and says what to use instead; every setting
@@ -200,7 +200,7 @@ func FromJava(props []Property, name string) (map[string]string, error) {
 		if err := check(k, v); err != nil {
 			from := m.from[k]
 			if errors.Is(err, errUnknown) {
-				return nil, m.errf(from, "no librdkafka equivalent (librdkafka has no setting %s); see the README's table of Java properties", k)
+				return nil, m.errf(from, "no librdkafka equivalent (librdkafka has no setting %s); see docs/security.md, \"Java properties and what kord does with them\"", k)
 			}
 			return nil, m.errf(from, "librdkafka's %s: %v", k, err)
 		}
