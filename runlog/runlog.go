@@ -44,7 +44,7 @@ func (b *Book) Summary() string {
 	if b.warns+b.errs == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%s: the Kafka clients logged %d errors and %d warnings (-v shows them); the last: %s", b.prefix, b.errs, b.warns, b.last[len(b.last)-1])
+	return fmt.Sprintf("%s: the Kafka clients logged %d errors and %d warnings; the last: %s", b.prefix, b.errs, b.warns, b.last[len(b.last)-1])
 }
 
 // Lines returns the kept lines at warning or above, oldest first.

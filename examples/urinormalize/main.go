@@ -135,7 +135,7 @@ func cli(args []string) int {
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "urinormalize:", err)
 		if sum := o.book.Summary(); sum != "" && !o.verbose {
-			fmt.Fprintln(os.Stderr, sum)
+			fmt.Fprintln(os.Stderr, sum+" (-v shows them)")
 		}
 		return 1
 	}

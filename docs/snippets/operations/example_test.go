@@ -198,5 +198,5 @@ func Example_runlog() {
 	// snippet:end
 
 	// Output:
-	// click-counts: the Kafka clients logged 0 errors and 2 warnings (-v shows them); the last: librdkafka: Connect to ipv4#127.0.0.1:9092 failed: Connection refused
+	// click-counts: the Kafka clients logged 0 errors and 2 warnings; the last: librdkafka: Connect to ipv4#127.0.0.1:9092 failed: Connection refused
 }
