@@ -97,7 +97,7 @@ func (c *cli) inspectCmd() *cobra.Command {
 			fmt.Fprintf(w, "checkpoint %s, created %s, %d key groups\n", refText(ref), when(m.Created), m.MaxParallelism)
 			fmt.Fprintf(w, "offsets: %s\n", offsetsText(m.Offsets))
 			tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "STAGE\tSTATE\tTYPE\tKEY GROUPS\tENTRIES\tFILES\tBYTES")
+			fmt.Fprintln(tw, "STAGE\tSTATE\tTYPE\tKEY GROUP IDS\tENTRIES\tFILES\tBYTES")
 			for _, st := range states {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", st.Stage, st.State, orDash(st.Type), groupsText(st.KeyGroups), st.Entries, st.Files, st.Bytes)
 			}

@@ -195,12 +195,17 @@ func deleteCheckpoints(ctx context.Context, s checkpoint.Storage) (int, error) {
 func (c *cli) partitionCmd() *cobra.Command {
 	var partitions int
 	var hexKeys bool
+	var ruleName string
 	cmd := &cobra.Command{
 		Use:   "partition [KEY...]",
-		Short: "Print the partition Java's producer gives each key (murmur2), for a partition count; keys from the arguments or stdin, one a line",
+		Short: "Print the partition a client's rule gives each key (Java's murmur2 by default; --rule for sarama's or librdkafka's), for a partition count; keys from the arguments or stdin, one a line",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if partitions < 1 {
 				return usagef("--partitions must be at least 1")
+			}
+			rule, ok := partitioner.RuleNamed(ruleName)
+			if !ok {
+				return usagef("--rule %q: want one of %s", ruleName, strings.Join(partitioner.RuleNames(), ", "))
 			}
 			keys := args
 			if len(keys) == 0 {
@@ -226,7 +231,7 @@ func (c *cli) partitionCmd() *cobra.Command {
 						return usagef("key %q (line %d): not hex: %v", k, i+1, err)
 					}
 				}
-				rows[i] = row{k, partitioner.KeyPartition(b, partitions)}
+				rows[i] = row{k, rule.Partition(b, partitions)}
 			}
 			return c.emit(rows, func(w io.Writer) {
 				for _, r := range rows {
@@ -237,5 +242,6 @@ func (c *cli) partitionCmd() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&partitions, "partitions", 0, "the topic's partition count")
 	cmd.Flags().BoolVar(&hexKeys, "hex", false, "the keys are hex (for keys that are not text)")
+	cmd.Flags().StringVar(&ruleName, "rule", "murmur2", "the placement rule: "+strings.Join(partitioner.RuleNames(), ", ")+" (partitioner.RuleNamed)")
 	return cmd
 }

@@ -306,6 +306,27 @@ func TestPartition(t *testing.T) {
 	code, _, errOut = kord(t, "zz\n", "partition", "--partitions", "3", "--hex")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, `key "zz" (line 1): not hex`)
+	// Another client's rule (its vectors are partitioner's tests'): the
+	// keys whose partitions differ from murmur2's show it is applied.
+	sarama, ok := partitioner.RuleNamed("sarama")
+	require.True(t, ok)
+	var args, wantRule []string
+	differ := 0
+	for i := 0; i < 20; i++ {
+		k := fmt.Sprintf("user-%d", i)
+		p := sarama.Partition([]byte(k), 12)
+		if p != partitioner.KeyPartition([]byte(k), 12) {
+			differ++
+		}
+		args, wantRule = append(args, k), append(wantRule, fmt.Sprintf("%s\t%d\n", k, p))
+	}
+	require.Greater(t, differ, 0)
+	code, out, errOut = kord(t, "", append([]string{"partition", "--partitions", "12", "--rule", "sarama"}, args...)...)
+	require.Equal(t, 0, code, errOut)
+	require.Equal(t, strings.Join(wantRule, ""), out)
+	code, _, errOut = kord(t, "", "partition", "--partitions", "12", "--rule", "crc", "k")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `--rule "crc": want one of consistent, consistent_random`)
 }
 
 // TestHelp: kord alone says what each subcommand is for.
