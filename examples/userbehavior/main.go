@@ -153,7 +153,7 @@ func parseFlags(args []string) (options, error) {
 	flag.StringVar(&o.topic, "input", "", "input topic (default: a fresh user-behavior.<time> topic)")
 	flag.StringVar(&o.output, "output", "", "output topic (default: <input>.counts)")
 	flag.StringVar(&o.phase, "phase", "all", "all, produce, process or verify")
-	flag.BoolVar(&o.pages, "pages", false, "two keyed stages: the per-user counts, then re-keyed by page (normalized by a chained MapValues) into per-page counts, each result carrying its number within its page; one process only")
+	flag.BoolVar(&o.pages, "pages", false, "two keyed stages: the per-user counts, then re-keyed by page (normalized by a chained MapValues) into per-page counts, each result carrying its number within its page")
 	flag.StringVar(&o.http, "http", "", "serve the job's status page (/), metrics (/metrics), liveness (/healthz) and readiness (/readyz) on this address, :8080 say (kordhttp)")
 	flag.StringVar(&o.lake, "lake", "", "also land the results as files in this directory, exactly once, bucketed by action (action=<a>/part-*); verified against the Kafka output; shared by every process of -processes")
 	flag.DurationVar(&o.lakeCompact, "lake-compact", 0, "with -lake: one file per action and this interval (filesink.CompactEvery) instead of one per checkpoint")
