@@ -279,7 +279,7 @@ var _ metrics.Collector = (*Job)(nil)
 // made, whatever runs and restarts it went through.
 func (j *Job) Collect(emit func(metrics.Sample)) {
 	s := &j.stats
-	job := metrics.Label{Name: "job", Value: j.name}
+	job := metrics.Label{Name: "kord_job", Value: j.name}
 	one := func(name, help string, kind metrics.Kind, v float64) {
 		emit(metrics.Sample{Name: name, Help: help, Kind: kind, Labels: []metrics.Label{job}, Value: v})
 	}

@@ -117,12 +117,12 @@ func startCountJob(t *testing.T, c *kafkatest.Cluster, n int) countJob {
 	done := make(chan error, 1)
 	go func() { done <- j.Run(ctx) }()
 	t.Cleanup(func() { stop(); require.NoError(t, <-done) })
-	sourceLag := fmt.Sprintf(`kord_source_lag_records{job=%q,stage="events",topic=%q}`, name, in)
+	sourceLag := fmt.Sprintf(`kord_source_lag_records{kord_job=%q,stage="events",topic=%q}`, name, in)
 	caughtUp := func(want int) func() bool {
 		return func() bool {
 			m := scrape(t, srv.URL)
 			v, ok := m.get(sourceLag)
-			results, _ := m.get(fmt.Sprintf(`kord_stage_records_in_total{job=%q,kind="sink",stage="results"}`, name))
+			results, _ := m.get(fmt.Sprintf(`kord_stage_records_in_total{kind="sink",kord_job=%q,stage="results"}`, name))
 			return ok && v == 0 && results == float64(want)
 		}
 	}

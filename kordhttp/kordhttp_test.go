@@ -61,12 +61,12 @@ func TestHandler(t *testing.T) {
 	go func() { done <- j.Run(ctx) }()
 	require.Eventually(t, func() bool {
 		_, body := get(t, srv.URL+"/metrics")
-		return strings.Contains(body, fmt.Sprintf(`kord_stage_records_in_total{job="counts",kind="sink",stage="results"} %d`, n))
+		return strings.Contains(body, fmt.Sprintf(`kord_stage_records_in_total{kind="sink",kord_job="counts",stage="results"} %d`, n))
 	}, 30*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { code, _ := get(t, srv.URL+"/readyz"); return code == http.StatusOK }, 10*time.Second, 10*time.Millisecond)
 	_, body = get(t, srv.URL+"/metrics")
-	require.Contains(t, body, fmt.Sprintf(`kord_stage_records_in_total{job="counts",kind="source",stage="events"} %d`, n))
-	require.Contains(t, body, "kord_job_running{job=\"counts\"} 1")
+	require.Contains(t, body, fmt.Sprintf(`kord_stage_records_in_total{kind="source",kord_job="counts",stage="events"} %d`, n))
+	require.Contains(t, body, "kord_job_running{kord_job=\"counts\"} 1")
 	require.Contains(t, body, "# TYPE kord_checkpoints_completed_total counter")
 	require.Contains(t, body, "go_goroutines")
 

@@ -52,10 +52,10 @@ func TestExactLag(t *testing.T) {
 		srv := httptest.NewServer(kordhttp.Handler([]*keyed.Job{j}))
 		defer srv.Close()
 
-		sourceLag := fmt.Sprintf(`kord_source_lag_records{job=%q,stage="events",topic=%q}`, name, in)
-		commitLag := fmt.Sprintf(`kord_commit_lag_records{job=%q,stage="results",topic=%q}`, name, in)
-		lastID := fmt.Sprintf(`kord_checkpoint_last_id{job=%q}`, name)
-		completed := fmt.Sprintf(`kord_checkpoints_completed_total{job=%q}`, name)
+		sourceLag := fmt.Sprintf(`kord_source_lag_records{kord_job=%q,stage="events",topic=%q}`, name, in)
+		commitLag := fmt.Sprintf(`kord_commit_lag_records{kord_job=%q,stage="results",topic=%q}`, name, in)
+		lastID := fmt.Sprintf(`kord_checkpoint_last_id{kord_job=%q}`, name)
+		completed := fmt.Sprintf(`kord_checkpoints_completed_total{kord_job=%q}`, name)
 		run := func() (stop func()) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
@@ -89,9 +89,9 @@ func TestExactLag(t *testing.T) {
 		// the commit group records, committed while it ran.
 		id, _ := m.get(lastID)
 		require.Equal(t, recordedCheckpoint(t, kc, kafkaio.CommitGroup(name), in, parts), uint64(id))
-		at, _ := m.get(fmt.Sprintf(`kord_checkpoint_last_committed_timestamp_seconds{job=%q}`, name))
+		at, _ := m.get(fmt.Sprintf(`kord_checkpoint_last_committed_timestamp_seconds{kord_job=%q}`, name))
 		require.WithinRange(t, time.Unix(0, int64(at*1e9)), began, stopped)
-		size, _ := m.get(fmt.Sprintf(`kord_checkpoint_last_size_bytes{job=%q}`, name))
+		size, _ := m.get(fmt.Sprintf(`kord_checkpoint_last_size_bytes{kord_job=%q}`, name))
 		require.Positive(t, size)
 		done, _ := m.get(completed)
 		require.GreaterOrEqual(t, done, id, "checkpoints 1 to the last one committed")

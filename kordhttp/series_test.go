@@ -76,8 +76,8 @@ func TestSeriesBounded(t *testing.T) {
 	var last scraped
 	require.Eventually(t, func() bool {
 		last = scrape(t, srv.URL)
-		rec, _ := last.sum("kord_job_recoveries_total", `job="bounded"`)
-		res, _ := last.sum("kord_job_restarts_total", `job="bounded"`)
+		rec, _ := last.sum("kord_job_recoveries_total", `kord_job="bounded"`)
+		res, _ := last.sum("kord_job_restarts_total", `kord_job="bounded"`)
 		return rec >= 5 && res >= 2 && len(sink.Committed()) == n
 	}, time.Minute, 10*time.Millisecond)
 	require.Equal(t, first, last.kordSeries(), "the same series after recoveries and restarts")

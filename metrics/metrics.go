@@ -6,7 +6,8 @@
 // text format through client_golang).
 //
 // Names follow Prometheus' conventions (kord_ prefix, base units, _total
-// on counters). Labels are bounded: the job, a stage's name and kind,
+// on counters). Labels are bounded: the job (kord_job: Prometheus keeps
+// job and instance for its own target labels), a stage's name and kind,
 // never a run id, a client name or a transactional id, which change with
 // every recovery.
 package metrics

@@ -117,10 +117,10 @@ func Example_metrics() {
 	// snippet:end
 
 	// Output:
-	// kord_commit_lag_records{job="click-counts",stage="counts",topic="clicks"} 0
-	// kord_stage_records_in_total{job="click-counts",kind="operator",stage="count"} 6
-	// kord_stage_records_in_total{job="click-counts",kind="sink",stage="counts"} 6
-	// kord_stage_records_in_total{job="click-counts",kind="source",stage="clicks"} 6
+	// kord_commit_lag_records{kord_job="click-counts",stage="counts",topic="clicks"} 0
+	// kord_stage_records_in_total{kind="operator",kord_job="click-counts",stage="count"} 6
+	// kord_stage_records_in_total{kind="sink",kord_job="click-counts",stage="counts"} 6
+	// kord_stage_records_in_total{kind="source",kord_job="click-counts",stage="clicks"} 6
 	// /kord/healthz: 200 ok
 	// /kord/readyz: 503 job click-counts is not running
 	// otel kord_stage_records_in{stage=clicks} 6
