@@ -14,6 +14,11 @@
 //     every bare kordpkg.Name they mention.
 //   - TestLinks: relative Markdown links lead to files that exist, and
 //     their #anchors to headings that exist.
+//   - TestCommands: every `go test` command in README.md, DESIGN.md,
+//     docs/ and bench/ (RESULTS.md, the READMEs) runs something: its
+//     packages exist in the module it runs in and have tests, and its
+//     -run, -bench and -fuzz patterns match a function of them in a test
+//     file its -tags build.
 //   - TestGuides: the guides under docs/ cover every public package, and
 //     each ends with a "## Next" section that links onwards.
 package doccheck
