@@ -162,8 +162,9 @@ func Properties(path string) Opt {
 // Set passes a librdkafka property by librdkafka's name. On a Client it
 // reaches every client (security settings, client.id, ...); on a source,
 // its consumers only; on a sink, its producer only. The settings kord
-// derives or owns are refused where they are used: see the producer and
-// consumer packages, and the Sink section of the package doc.
+// derives or owns are refused where they are used, naming them: see the
+// producer and consumer packages, and the package doc's "The commit
+// protocol" (the sink's transactional settings).
 func Set(key, value string) Opt {
 	return func(o *options) {
 		if o.is("Set", toClient|toSource|toSink) {

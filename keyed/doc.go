@@ -14,7 +14,10 @@
 // anything implementing package connector's Source or Sink: Kafka's are in
 // package kafkaio; the in-memory ones here ([MemorySource], [MemorySink])
 // need no Kafka; package kordtest runs a job against an in-process cluster
-// in tests. Example and kafkaio's Example show complete jobs.
+// in tests. Example and kafkaio's Example show complete jobs (go doc does
+// not print examples: they are in keyed/example_test.go and
+// kafkaio/example_test.go, and the guides under docs/ in the repository
+// go through jobs step by step).
 //
 // The rest of this doc is how keyed state works.
 //
