@@ -321,7 +321,11 @@ func (pk *pkg) index(f *ast.File) {
 
 // recvType is the name of a method's receiver type: T of T, *T, T[K] or
 // *T[K, V].
-func recvType(e ast.Expr) string {
+func recvType(e ast.Expr) string { return typeName(e) }
+
+// typeName is the name of the type e names, past pointers, parentheses
+// and type arguments: T of T, *T, (T), T[K], *pkg.T[K, V].
+func typeName(e ast.Expr) string {
 	for {
 		switch x := e.(type) {
 		case *ast.StarExpr:
@@ -332,6 +336,8 @@ func recvType(e ast.Expr) string {
 			e = x.X
 		case *ast.IndexListExpr:
 			e = x.X
+		case *ast.SelectorExpr:
+			return x.Sel.Name
 		case *ast.Ident:
 			return x.Name
 		default:
@@ -491,24 +497,7 @@ func (l *loader) named(pk *pkg, f *ast.File, e ast.Expr) (*pkg, string) {
 }
 
 // embeddedName is the field name of an embedded field of type e.
-func embeddedName(e ast.Expr) string {
-	for {
-		switch x := e.(type) {
-		case *ast.StarExpr:
-			e = x.X
-		case *ast.IndexExpr:
-			e = x.X
-		case *ast.IndexListExpr:
-			e = x.X
-		case *ast.SelectorExpr:
-			return x.Sel.Name
-		case *ast.Ident:
-			return x.Name
-		default:
-			return ""
-		}
-	}
-}
+func embeddedName(e ast.Expr) string { return typeName(e) }
 
 // resolve checks name (and member, when not "") in pk: "" when they
 // resolve, or why not. exported requires both to be exported.
