@@ -349,10 +349,7 @@ launch() {
     # setsid + nohup + no inherited fds: the server outlives this script
     # and never holds a caller's pipe (or our lock) open.
     (
-        for fd in "/proc/$BASHPID/fd/"*; do
-            fd=${fd##*/}
-            ((fd > 2)) && eval "exec $fd>&-"
-        done
+        close_fds
         cd "$STATE"
         # shellcheck disable=SC2086
         exec setsid nohup "$JAVA" $HEAP_OPTS -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \

@@ -225,10 +225,7 @@ EOF
 launch() {
     local n=$1
     (
-        for fd in "/proc/$BASHPID/fd/"*; do
-            fd=${fd##*/}
-            ((fd > 2)) && eval "exec $fd>&-"
-        done
+        close_fds
         # shellcheck disable=SC2086
         exec setsid nohup "$JAVA" $HEAP_OPTS -XX:+UseSerialGC -Djava.awt.headless=true \
             -Dlog4j2.configurationFile="$CONF_DIR/log4j2.properties" -Dkord.log.level="$LOG_LEVEL" \

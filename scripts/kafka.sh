@@ -562,10 +562,7 @@ launch() {
     # `start` sees EOF as soon as it returns.
     # GC flags are the ones kafka-server-start.sh uses.
     (
-        for fd in "/proc/$BASHPID/fd/"*; do
-            fd=${fd##*/}
-            ((fd > 2)) && eval "exec $fd>&-"
-        done
+        close_fds
         # shellcheck disable=SC2086
         exec setsid nohup "$JAVA" $HEAP_OPTS \
             -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \

@@ -177,10 +177,7 @@ start() {
         url=http://127.0.0.1:$port
         log "starting Apicurio Registry $VERSION on $url, log: $LOG"
         (
-            for fd in "/proc/$BASHPID/fd/"*; do
-                fd=${fd##*/}
-                ((fd > 2)) && eval "exec $fd>&-"
-            done
+            close_fds
             cd "$STATE"
             exec setsid nohup "$JAVA" -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
                 -Djava.net.preferIPv4Stack=true \

@@ -52,3 +52,15 @@ kill_pid() {
     done
     die "could not kill the $DAEMON (pid $pid)"
 }
+
+# close_fds closes every file descriptor above 2 of the current (sub)shell:
+# a daemon started after it (setsid nohup ... &) outlives the script and
+# never holds a caller's pipe, or a lock, open.
+close_fds() {
+    local fd
+    for fd in "/proc/$BASHPID/fd/"*; do
+        fd=${fd##*/}
+        ((fd > 2)) && eval "exec $fd>&-"
+    done
+    return 0
+}
