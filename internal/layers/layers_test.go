@@ -63,6 +63,8 @@ var rules = []struct {
 		"the OpenTelemetry exporter reads metrics.Collectors only"},
 	{"internal/rdkbatch", []string{"github.com/twmb/franz-go"},
 		"the batch read path calls the librdkafka confluent-kafka-go links, and no other client"},
+	{"internal/rdkproduce", []string{"github.com/twmb/franz-go"},
+		"the batch produce path calls the librdkafka confluent-kafka-go links, and no other client"},
 	{"internal/layout", []string{mod + "/"},
 		"the file-name grammar is at the bottom: checkpoint and everything over it parse names with it"},
 }
@@ -251,6 +253,7 @@ var only = []struct {
 	{"vfs", nil, "vfs is the file systems under checkpoint: it imports nothing of kord"},
 	{"vfs/errorfs", []string{mod + "/vfs"}, "errorfs wraps a vfs.FS: it imports nothing of kord but vfs"},
 	{"internal/rdkbatch", nil, "the batch read path is a thin cgo layer over confluent-kafka-go's consumer: it imports nothing of kord (consumer may import it)"},
+	{"internal/rdkproduce", nil, "the batch produce path is a thin cgo layer over confluent-kafka-go's producer: it imports nothing of kord (producer may import it)"},
 }
 
 // TestOnly: the packages that may import only the few of kord they list.
