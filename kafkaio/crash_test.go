@@ -8,6 +8,7 @@ package kafkaio_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -97,6 +98,7 @@ func childMain() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
+	fmt.Fprintln(os.Stdout, "ready") // SIGTERM is a graceful stop from here on (terminate)
 	// An instance whose hold file exists stops before it sends a commit's
 	// offsets, its transaction open with the checkpoint's output in it,
 	// says "holding", and goes on when the file is removed ("released"): for a SIGKILL
@@ -134,6 +136,20 @@ func childMain() int {
 	}
 	fmt.Fprintln(os.Stdout, "stopped")
 	return 0
+}
+
+// terminate sends child SIGTERM, a graceful stop, once childMain said it
+// is "ready" for one: before its handler is installed, SIGTERM kills the
+// child (which a fast reader of the output, finding every result there
+// already, once met). An error if it never said so within a minute, or
+// has ended.
+func terminate(c *crashtest.Child) error {
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(c.Stdout.String(), "ready\n"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return errors.New("the child did not say it was ready for SIGTERM within a minute")
+		}
+	}
+	return c.Cmd.Process.Signal(syscall.SIGTERM)
 }
 
 // start starts the job in a child process on dir, with failpoints armed
@@ -176,7 +192,7 @@ func (f *fixture) finish(dir string) {
 	c := f.start("", dir, 2)
 	recs := f.c.ReadAll(t, f.out, f.expected(), true, 2*time.Minute)
 	require.Equal(t, f.expected(), len(recs), "stderr:\n%s", c.Stderr)
-	require.NoError(t, c.Cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, terminate(c))
 	select {
 	case err := <-c.Done:
 		require.NoError(t, err, "graceful stop\nstderr:\n%s", c.Stderr)

@@ -127,6 +127,10 @@ type fixture struct {
 	adminOnce sync.Once
 	adminCl   *kgo.Client // admin requests (ends, diagnose, abortHanging): one per fixture
 
+	// prodLog keeps the input producers' log (kord's and librdkafka's
+	// lines at info and above), for a test whose input stalled.
+	prodLog syncbuf.Buffer
+
 	mu      sync.Mutex
 	want    map[string]int64 // events produced per key
 	n       int              // events produced
@@ -169,7 +173,8 @@ func (f *fixture) produce(ctx context.Context, n, rate int) error {
 
 // producePlanned is produce for n events already counted in planned.
 func (f *fixture) producePlanned(ctx context.Context, n, rate int) error {
-	p, err := producer.New(serde.String(), serde.JSON[event](), producer.Brokers(f.c.Brokers))
+	p, err := producer.New(serde.String(), serde.JSON[event](), producer.Brokers(f.c.Brokers),
+		producer.Logger(slog.New(slog.NewTextHandler(&f.prodLog, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 	if err != nil {
 		return err
 	}

@@ -290,7 +290,7 @@ func TestBrokerRestart(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	b.Start(t)
 	recs := f.c.ReadAll(t, f.out, f.expected(), true, 3*time.Minute)
-	require.NoError(t, <-prodErr)
+	require.NoError(t, <-prodErr, "the input producer's log:\n%s", &f.prodLog)
 	if len(recs) != f.expected() {
 		// Tell a job that stalled from a reader that did: Kafka's own
 		// offsets say whether the job consumed and committed everything.

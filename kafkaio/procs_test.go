@@ -96,7 +96,7 @@ func (ps *procs) waitCommits(n int, what string, ids ...string) {
 func (ps *procs) stop(id string) {
 	ps.t.Helper()
 	c := ps.running[id]
-	require.NoError(ps.t, c.Cmd.Process.Signal(syscall.SIGTERM), "%s ended before it was stopped; its stdout:\n%s\nits stderr:\n%s", id, c.Stdout, c.Stderr)
+	require.NoError(ps.t, terminate(c), "%s ended before it was stopped; its stdout:\n%s\nits stderr:\n%s", id, c.Stdout, c.Stderr)
 	ps.exited(id)
 }
 
@@ -107,7 +107,7 @@ func (ps *procs) stopAll() {
 	ids := ps.ids()
 	for _, id := range ids {
 		c := ps.running[id]
-		require.NoError(ps.t, c.Cmd.Process.Signal(syscall.SIGTERM), "%s ended before it was stopped; its stdout:\n%s\nits stderr:\n%s", id, c.Stdout, c.Stderr)
+		require.NoError(ps.t, terminate(c), "%s ended before it was stopped; its stdout:\n%s\nits stderr:\n%s", id, c.Stdout, c.Stderr)
 	}
 	for _, id := range ids {
 		ps.exited(id)

@@ -112,7 +112,7 @@ func TestZombieIsFenced(t *testing.T) {
 		require.NoError(t, <-prodErr)
 		recs := f.c.ReadAll(t, f.out, f.total(), true, 90*time.Second)
 		require.Equal(t, f.total(), len(recs), "survivor stderr:\n%s", survivor.Stderr)
-		require.NoError(t, survivor.Cmd.Process.Signal(syscall.SIGTERM))
+		require.NoError(t, terminate(survivor))
 		require.NoError(t, <-survivor.Done, "survivor stderr:\n%s", survivor.Stderr)
 		f.verify()
 	})
