@@ -71,8 +71,11 @@ type ack struct {
 	refs    []checkpoint.OperatorRef
 	err     error
 	// wm is an operator task's watermark at its snapshot (noTime if none);
-	// opTask says the ack is an operator task's.
+	// final the latest event time it made final (opTask.final), which
+	// differs from wm once its inputs ended (wm is then EndOfTime); opTask
+	// says the ack is an operator task's.
 	wm     int64
+	final  int64
 	opTask bool
 }
 
@@ -964,6 +967,7 @@ type collected struct {
 	files   []checkpoint.FileRef
 	refs    []checkpoint.OperatorRef
 	wm      int64        // the oldest operator task watermark so far
+	final   int64        // the latest time an operator task made final
 	acked   map[int]bool // the tasks that acked
 }
 
@@ -979,6 +983,7 @@ func (c *coordinator) collect(a ack) {
 	p.acked[a.task] = true
 	if a.opTask {
 		p.wm = min(p.wm, a.wm)
+		p.final = max(p.final, a.final)
 	}
 }
 
@@ -1030,7 +1035,7 @@ func (c *coordinator) apply(effs []lifecycle.Effect) (done bool, err error) {
 
 // trigger starts checkpoint e.ID: each source task gets its trigger.
 func (c *coordinator) trigger(e lifecycle.Effect) error {
-	c.pending = map[uint64]*collected{e.ID: {started: time.Now(), wm: channel.EndOfTime, acked: map[int]bool{}}}
+	c.pending = map[uint64]*collected{e.ID: {started: time.Now(), wm: channel.EndOfTime, final: channel.NoTime, acked: map[int]bool{}}}
 	c.cause = nil
 	if e.Final {
 		c.r.finalID.Store(e.ID) // before any barrier of it: the sinks' snapshots see it
@@ -1077,6 +1082,15 @@ func (c *coordinator) writeMetadata(e lifecycle.Effect) error {
 	m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: c.maxP, Offsets: p.offsets, Files: p.files, Operators: dedupRefs(append(p.refs, r.opRefs...)), Sources: r.sources}
 	if p.wm != channel.NoTime && p.wm != channel.EndOfTime {
 		wm := p.wm
+		m.Watermark = &wm
+	} else if p.wm == channel.EndOfTime && p.final != channel.NoTime {
+		// Every input ended, and the end fired every window and timer:
+		// what they made final stays final in a later run on more input
+		// (the checkpoint records the latest time made final, not the
+		// end, which would make every later record late, nor nothing,
+		// which would open the fired windows again and fire them twice,
+		// with part of their records).
+		wm := p.final
 		m.Watermark = &wm
 	}
 	c.writing = e.ID

@@ -557,9 +557,14 @@ type opTask[T, O any] struct {
 	// restoredWm is the restored checkpoint's watermark (noTime if none):
 	// the task's starts there.
 	restoredWm int64
-	timers     *timers     // a TimerOperator's; nil otherwise
-	st         *stageStats // the stage's figures
-	ts         *taskStats  // the task's
+	// final is the latest event time the task has made final: its
+	// watermark, and once every input ended (EndOfTime) the watermark
+	// before that or the latest event-time timer the end fired, whichever
+	// is later (what a checkpoint after the end records; see ack.final).
+	final  int64
+	timers *timers     // a TimerOperator's; nil otherwise
+	st     *stageStats // the stage's figures
+	ts     *taskStats  // the task's
 }
 
 // counted adds what the task emitted since it last counted to its stage's
@@ -579,6 +584,9 @@ func (t *opTask[T, O]) fireTimers(kind TimerKind, now int64) error {
 	top := t.op.(TimerOperator[T, O])
 	col := t.col
 	return t.timers.fire(kind, now, func(key []byte, at int64) error {
+		if kind == EventTime {
+			t.final = max(t.final, at)
+		}
 		col.key, col.ts = key, at
 		if err := top.OnTimer(key, Timer{Kind: kind, Time: time.UnixMilli(at)}, col); err != nil {
 			return fmt.Errorf("key %q: %v timer at %v: %w", key, kind, time.UnixMilli(at).UTC(), err)
@@ -686,6 +694,9 @@ func (t *opTask[T, O]) process(m channel.Message[T], inWm []int64, inIdle []bool
 	inWm[m.From], inIdle[m.From] = max(inWm[m.From], m.WM), m.Idle
 	if wm := max(col.wm, activeMin(inWm, inIdle)); wm > col.wm {
 		col.wm = wm
+		if wm != channel.EndOfTime {
+			t.final = max(t.final, wm)
+		}
 		if err := t.fireTimers(EventTime, wm); err != nil {
 			return err
 		}
@@ -712,13 +723,13 @@ func (t *opTask[T, O]) apply(ctx context.Context, effs []align.Effect) error {
 			}
 			snap := t.b.takeSnapshot()
 			refs := t.b.operatorRefs()
-			wm := t.col.wm
+			wm, final := t.col.wm, t.final
 			t.r.bg.Add(1)
 			go func(id uint64) {
 				defer t.r.bg.Done()
 				files, err := t.writeSnapshot(ctx, snap, id)
 				files = append(files, opFiles...)
-				t.r.ack(ack{task: t.task, id: id, files: files, refs: refs, err: cmp.Or(putErr, err), wm: wm, opTask: true})
+				t.r.ack(ack{task: t.task, id: id, files: files, refs: refs, err: cmp.Or(putErr, err), wm: wm, final: final, opTask: true})
 			}(e.ID)
 		case align.Error:
 			return e.Err()

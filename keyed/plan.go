@@ -752,7 +752,7 @@ func (o *opOf[T, O]) build(ctx, rctx context.Context, r *run, rs *restoreState, 
 		if tm != nil {
 			tm.rebuild()
 		}
-		ot := &opTask[T, O]{r: r, task: task, name: o.name, instance: d, in: o.in.in[d], al: al, cancels: cancels, op: op, b: b, emit: em, direct: direct, sides: sides, out: outs, restoredWm: rs.watermark(), timers: tm,
+		ot := &opTask[T, O]{r: r, task: task, name: o.name, instance: d, in: o.in.in[d], al: al, cancels: cancels, op: op, b: b, emit: em, direct: direct, sides: sides, out: outs, restoredWm: rs.watermark(), final: rs.watermark(), timers: tm,
 			st: r.j.stats.stage(o.name, "operator")}
 		ot.ts = r.stats.task(task, r.names[task], o.name, ot.st)
 		outs.countBlocked(&ot.st.blocked)

@@ -1,6 +1,8 @@
 package keyed_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -63,4 +65,41 @@ func TestNilCodec(t *testing.T) {
 	err := j.Validate()
 	require.ErrorContains(t, err, `operator "count": ProcessValue needs a codec`)
 	require.ErrorContains(t, err, `operator "windows": a window's state needs a codec`)
+}
+
+// TestWatermarkAfterBoundedRun: the end of a bounded input fires every
+// window; the checkpoint after it records the latest time those made
+// final, so that a later run on more input takes a record of a fired
+// window as late (counted, sent on as late) instead of opening the window
+// again and firing it twice, the second time with part of its records;
+// and a record past every fired window is on time. (Found by a newcomer's
+// trial, issue 36: the checkpoint recorded no watermark after the end.)
+func TestWatermarkAfterBoundedRun(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	src := keyed.NewMemorySource[string]("hits", 1, true)
+	sink := keyed.NewMemorySink[string]()
+	fsys := vfs.NewMem()
+	add := func(s int) { src.AppendAt(0, []byte("k"), "hit", t0.Add(time.Duration(s)*time.Second)) }
+	run := func() *keyed.Job {
+		j := keyed.NewJob("rerun", keyed.FS(fsys), keyed.Dir("/ckpt"))
+		s := keyed.FromSource(j, "hits", 1, connector.Source[string](src)).Watermarks(5 * time.Second)
+		out := keyed.WindowAggregate(keyed.ByPartition(s), "windows", 1, keyed.Tumbling(time.Minute), serde.Int64(),
+			keyed.Aggregator[string, int64]{Init: func() int64 { return 0 }, Add: func(n int64, _ string) int64 { return n + 1 }},
+			func(_ []byte, w keyed.Window, n int64) string { return fmt.Sprintf("%s %d", w.Start.Sub(t0), n) },
+			func(_ []byte, _ string) (string, bool) { return "late", true })
+		keyed.ToSink(out, "results", connector.Sink[string](sink))
+		require.NoError(t, j.Run(context.Background()))
+		return j
+	}
+	add(10)
+	add(70)
+	add(130) // the end fires [0s, 60s), [60s, 120s) and [120s, 180s)
+	run()
+	require.Equal(t, []string{"0s 1", "1m0s 1", "2m0s 1"}, sink.Committed())
+	add(20)  // its window fired in run 1
+	add(135) // so did this one's, at the end
+	add(200) // a new window
+	j := run()
+	require.Equal(t, []string{"0s 1", "1m0s 1", "2m0s 1", "late", "late", "3m0s 1"}, sink.Committed())
+	require.Equal(t, int64(2), j.LateRecords())
 }
