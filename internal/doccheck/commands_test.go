@@ -99,17 +99,7 @@ func commandFiles(t *testing.T) []mdFile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, rel := range rels {
-		b, err := os.ReadFile(filepath.Join(r, filepath.FromSlash(rel)))
-		if os.IsNotExist(err) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, mdFile{rel, strings.Split(string(b), "\n")})
-	}
-	return files
+	return append(files, readMarkdown(t, r, rels)...)
 }
 
 // goneKind tells a failure of something that is not there, which history

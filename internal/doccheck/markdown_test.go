@@ -30,6 +30,13 @@ func markdownFiles(t *testing.T, withDesign bool) []mdFile {
 		rels = append(rels, "DESIGN.md")
 	}
 	rels = append(rels, docsMarkdown(t, true)...)
+	return readMarkdown(t, r, rels)
+}
+
+// readMarkdown reads the markdown files rels (relative to the repository
+// root r), leaving out those that do not exist.
+func readMarkdown(t *testing.T, r string, rels []string) []mdFile {
+	t.Helper()
 	var files []mdFile
 	for _, rel := range rels {
 		b, err := os.ReadFile(filepath.Join(r, filepath.FromSlash(rel)))
