@@ -19,12 +19,14 @@ import (
 // the sources' provenance (Sources); older metadata reads as having none.
 // Version 4 added the writer schemas of keyed state (OperatorRef's
 // KeySchema and ValueSchema); older metadata reads as having none, which
-// a restore takes as "the fingerprint must match". The fields are optional
+// a restore takes as "the fingerprint must match". Version 5 added the
+// partitions' newest record times (Times); older metadata reads as having
+// none, which a restore takes as "no record seen yet". The fields are optional
 // and left out when empty, but the version changes all the same: a build
 // of format 3 decodes strictly (it refuses unknown fields), and the new
 // version has it say "upgrade kord" rather than call the metadata
 // corrupt.
-const FormatVersion = 4
+const FormatVersion = 5
 
 // Envelope of every small checksummed object (metadata, the committed
 // marker). The envelope itself never changes across versions:
@@ -136,6 +138,15 @@ type Metadata struct {
 	// had none. A restore starts every operator task from it, so the
 	// job's watermark never goes backwards.
 	Watermark *int64 `json:"watermark,omitempty"`
+	// Times is, for each partition of a source with watermarks that had
+	// a record before its offset, the newest record time read there (Unix
+	// milliseconds; on a hop's partition the least of its writers'
+	// marks): what the partition's watermark stood on. A restore starts
+	// each partition's watermark there, so a partition that gets no more
+	// records holds the watermark back no more than it did before the
+	// restore. Empty in metadata older than format 5 (and for a failover,
+	// whose offsets are not restored either).
+	Times []PartitionTime `json:"times,omitempty"`
 	// Sources records where the offsets came from: for each source topic
 	// whose connector knows it, the cluster and the topic's own identity
 	// (Kafka's cluster id and topic id, KIP-516). A restore refuses the
@@ -160,6 +171,14 @@ type PartitionOffset struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
 	Offset    int64  `json:"offset"`
+}
+
+// PartitionTime is the newest record time read from one source partition
+// before the checkpoint's offset (Unix milliseconds).
+type PartitionTime struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Time      int64  `json:"time"`
 }
 
 // FileRef names one state file of a checkpoint with its size and checksum.
@@ -210,6 +229,16 @@ func (m *Metadata) validate() error {
 			return fmt.Errorf("duplicate offset for %s[%d]", o.Topic, o.Partition)
 		}
 		seenTP[tp{o.Topic, o.Partition}] = true
+	}
+	seenTime := make(map[tp]bool, len(m.Times))
+	for _, pt := range m.Times {
+		if !seenTP[tp{pt.Topic, pt.Partition}] {
+			return fmt.Errorf("record time for %s[%d], which has no offset", pt.Topic, pt.Partition)
+		}
+		if seenTime[tp{pt.Topic, pt.Partition}] {
+			return fmt.Errorf("duplicate record time for %s[%d]", pt.Topic, pt.Partition)
+		}
+		seenTime[tp{pt.Topic, pt.Partition}] = true
 	}
 	seenSrc := make(map[string]bool, len(m.Sources))
 	for _, src := range m.Sources {

@@ -30,6 +30,7 @@ func testMetadata() *Metadata {
 			{Name: "count", Type: "keyed.ValueState[int64]", SchemaFingerprint: "abc"},
 			{Name: "op.m", Type: "keyed.map", SchemaFingerprint: "key=string;value=avro:0123456789abcdef", ValueSchema: `{"type":"record","name":"R","fields":[]}`},
 		},
+		Times:   []PartitionTime{{Topic: "events", Partition: 0, Time: 1_700_000_000_456}},
 		Sources: []SourceRef{{Topic: "events", Cluster: "cZ1", TopicID: "tA2"}},
 	}
 }
@@ -106,6 +107,8 @@ func TestEncodeMetadataInvalid(t *testing.T) {
 		{"source without topic", func(m *Metadata) { m.Sources[0].Topic = "" }},
 		{"source without ids", func(m *Metadata) { m.Sources[0] = SourceRef{Topic: "events"} }},
 		{"duplicate source", func(m *Metadata) { m.Sources = append(m.Sources, m.Sources[0]) }},
+		{"record time without offset", func(m *Metadata) { m.Times[0].Partition = 2 }},
+		{"duplicate record time", func(m *Metadata) { m.Times = append(m.Times, m.Times[0]) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := testMetadata()

@@ -263,6 +263,9 @@ func TestScaledHopWindows(t *testing.T) {
 		require.NoError(t, <-produced)
 		out := f.c.ReadAll(t, f.out, len(want), true, 2*time.Minute)
 		late := a.j.LateRecords()
+		// The survivor's stages and tasks, their watermarks among them:
+		// what a stall shows first.
+		overview, _ := json.MarshalIndent(b.j.Overview(), "", "  ")
 		b.end(t, &log)
 		late += b.j.LateRecords()
 		got := map[string]int64{}
@@ -274,7 +277,7 @@ func TestScaledHopWindows(t *testing.T) {
 			got[k] = w.Count
 		}
 		require.Zero(t, late, "late records")
-		require.Equal(t, len(want), len(out), "%s", &log)
+		require.Equal(t, len(want), len(out), "%s\nthe survivor's overview before its stop: %s", &log, overview)
 		require.Equal(t, want, got)
 	})
 }

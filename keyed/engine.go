@@ -1,6 +1,7 @@
 package keyed
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -31,11 +33,32 @@ type restoreState struct {
 	files     map[string][]byte
 	maxP      int
 	positions map[string]map[int32]int64 // topic -> partition -> offset
-	scaled    []scaledRestore            // one of several processes: the checkpoints the assigned partitions' records name
+	// times is, for the restored partitions that had records, the newest
+	// record time read before the offset (Metadata.Times): where each
+	// partition's watermark starts again.
+	times  map[string]map[int32]int64
+	scaled []scaledRestore // one of several processes: the checkpoints the assigned partitions' records name
 	// failover: the restored checkpoint was taken on another cluster or
 	// topic (Failover): its state is restored, its offsets are not, and
 	// every source starts from its start setting.
 	failover bool
+}
+
+// takeTimes takes m's record times of the partitions in take (topic ->
+// partitions; nil: every partition).
+func (rs *restoreState) takeTimes(m *checkpoint.Metadata, take map[string]map[int]bool) {
+	for _, pt := range m.Times {
+		if take != nil && !take[pt.Topic][int(pt.Partition)] {
+			continue
+		}
+		if rs.times == nil {
+			rs.times = map[string]map[int32]int64{}
+		}
+		if rs.times[pt.Topic] == nil {
+			rs.times[pt.Topic] = map[int32]int64{}
+		}
+		rs.times[pt.Topic][pt.Partition] = pt.Time
+	}
 }
 
 // watermark is the watermark the run starts its operator tasks from: the
@@ -67,6 +90,7 @@ type ack struct {
 	task    int
 	id      uint64
 	offsets []checkpoint.PartitionOffset
+	times   []checkpoint.PartitionTime // a source task's: its partitions' newest record times
 	files   []checkpoint.FileRef
 	refs    []checkpoint.OperatorRef
 	err     error
@@ -734,6 +758,7 @@ func (j *Job) restore(ctx context.Context, r *run) (*restoreState, error) {
 			}
 			rs.positions[o.Topic][o.Partition] = o.Offset
 		}
+		rs.takeTimes(m, nil)
 	}
 	if d.Fallback {
 		r.warn.Warn("keyed: restoring an older checkpoint; output after it will be repeated", "note", d.Note)
@@ -964,6 +989,7 @@ type coordinator struct {
 type collected struct {
 	started time.Time // triggered
 	offsets []checkpoint.PartitionOffset
+	times   []checkpoint.PartitionTime
 	files   []checkpoint.FileRef
 	refs    []checkpoint.OperatorRef
 	wm      int64        // the oldest operator task watermark so far
@@ -978,6 +1004,7 @@ func (c *coordinator) collect(a ack) {
 		return
 	}
 	p.offsets = append(p.offsets, a.offsets...)
+	p.times = append(p.times, a.times...)
 	p.files = append(p.files, a.files...)
 	p.refs = append(p.refs, a.refs...)
 	p.acked[a.task] = true
@@ -1079,7 +1106,10 @@ func (c *coordinator) writeMetadata(e lifecycle.Effect) error {
 		}
 		return p.offsets[a].Partition < p.offsets[b].Partition
 	})
-	m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: c.maxP, Offsets: p.offsets, Files: p.files, Operators: dedupRefs(append(p.refs, r.opRefs...)), Sources: r.sources}
+	slices.SortFunc(p.times, func(a, b checkpoint.PartitionTime) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	m := &checkpoint.Metadata{Run: r.runID, ID: e.ID, Created: time.Now(), MaxParallelism: c.maxP, Offsets: p.offsets, Times: p.times, Files: p.files, Operators: dedupRefs(append(p.refs, r.opRefs...)), Sources: r.sources}
 	if p.wm != channel.NoTime && p.wm != channel.EndOfTime {
 		wm := p.wm
 		m.Watermark = &wm

@@ -434,6 +434,7 @@ func (s *sourceTask[T]) caughtUp(ctx context.Context, done bool) (bool, error) {
 // reader's operator state.
 func (s *sourceTask[T]) barrier(ctx context.Context, t trigger, pos map[int32]int64) error {
 	offs := make([]checkpoint.PartitionOffset, 0, len(s.positions))
+	var times []checkpoint.PartitionTime // what the partitions' watermarks stand on
 	further, _ := s.reader.(connector.PositionReader)
 	for _, p := range s.positions {
 		if further != nil {
@@ -442,6 +443,9 @@ func (s *sourceTask[T]) barrier(ctx context.Context, t trigger, pos map[int32]in
 			}
 		}
 		offs = append(offs, checkpoint.PartitionOffset{Topic: s.topic, Partition: p.Partition, Offset: pos[p.Partition]})
+		if t, ok := s.newest[p.Partition]; ok {
+			times = append(times, checkpoint.PartitionTime{Topic: s.topic, Partition: p.Partition, Time: t})
+		}
 	}
 	files, putErr, err := s.r.writeOpState(ctx, s.reader, s.name, s.instance, t.id)
 	if err != nil {
@@ -450,7 +454,7 @@ func (s *sourceTask[T]) barrier(ctx context.Context, t trigger, pos map[int32]in
 	if err := s.out.Broadcast(t.id); err != nil {
 		return err
 	}
-	s.r.ack(ack{task: s.task, id: t.id, offsets: offs, files: files, err: putErr})
+	s.r.ack(ack{task: s.task, id: t.id, offsets: offs, times: times, files: files, err: putErr})
 	return nil
 }
 

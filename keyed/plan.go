@@ -673,6 +673,18 @@ func (s *sourceOf[T]) build(ctx, rctx context.Context, r *run, rs *restoreState,
 		if s.hop {
 			st.marks = map[int32]map[string]int64{}
 		}
+		if s.watermarks {
+			// Each partition's watermark starts where it stood at the
+			// restored checkpoint, not at "no record yet": a partition
+			// that gets no more records would otherwise hold the
+			// watermark back where it did not before the restore (a
+			// partition added since starts with none).
+			for _, p := range assign[t] {
+				if ts, ok := rs.times[s.src.Topic()][p.Partition]; ok {
+					st.newest[p.Partition] = ts
+				}
+			}
+		}
 		st.st = r.j.stats.stage(s.name, "source")
 		st.ts = r.stats.task(task, r.names[task], s.name, st.st)
 		outs.countBlocked(&st.st.blocked)

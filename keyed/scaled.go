@@ -114,6 +114,7 @@ func (j *Job) restoreAssigned(ctx context.Context, r *run) (*restoreState, error
 			return nil, Permanent(fmt.Errorf("keyed: checkpoint %s has %d key groups, checkpoint %s %d: the input's partition count changed",
 				ref, m.MaxParallelism, refs[0], rs.maxP))
 		}
+		rs.takeTimes(m, take)
 		rs.maxP = m.MaxParallelism
 		operators = append(operators, m.Operators...)
 		rs.scaled = append(rs.scaled, scaledRestore{meta: m, files: files, take: take})

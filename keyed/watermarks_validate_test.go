@@ -103,3 +103,51 @@ func TestWatermarkAfterBoundedRun(t *testing.T) {
 	require.Equal(t, []string{"0s 1", "1m0s 1", "2m0s 1", "late", "late", "3m0s 1"}, sink.Committed())
 	require.Equal(t, int64(2), j.LateRecords())
 }
+
+// TestWatermarkRestoredPerPartition: a restore starts each partition's
+// watermark where it stood at the checkpoint. Partition 1's one record is
+// far ahead and no more come; partition 0 goes on after the restore, and
+// its new record must fire the window it closes, as it would have without
+// the restore. Forgetting partition 1's time held the watermark back for
+// ever (TestScaledHopWindows met that on Kafka: after a handover, a source
+// task whose partitions had been read to their ends).
+func TestWatermarkRestoredPerPartition(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	src := keyed.NewMemorySource[string]("hits", 2, false)
+	sink := keyed.NewMemorySink[string]()
+	fsys := vfs.NewMem()
+	add := func(p int32, s int) { src.AppendAt(p, []byte("k"), "hit", t0.Add(time.Duration(s)*time.Second)) }
+	run := func(want int) {
+		j := keyed.NewJob("restored-times", keyed.FS(fsys), keyed.Dir("/ckpt"), keyed.CheckpointInterval(10*time.Millisecond))
+		s := keyed.FromSource(j, "hits", 1, connector.Source[string](src)).Watermarks(0)
+		out := keyed.WindowAggregate(keyed.ByPartition(s), "windows", 1, keyed.Tumbling(10*time.Second), serde.Int64(),
+			keyed.Aggregator[string, int64]{Init: func() int64 { return 0 }, Add: func(n int64, _ string) int64 { return n + 1 }},
+			func(_ []byte, w keyed.Window, n int64) string { return fmt.Sprintf("%s %d", w.Start.Sub(t0), n) }, nil)
+		keyed.ToSink(out, "results", connector.Sink[string](sink))
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- j.Run(ctx) }()
+		deadline := time.After(20 * time.Second)
+		for len(sink.Committed()) < want {
+			select {
+			case err := <-done:
+				t.Fatalf("the run ended with %d results of %d: %v", len(sink.Committed()), want, err)
+			case <-deadline:
+				cancel()
+				<-done
+				t.Fatalf("no result %d in 20 s (the watermark held back): %q", want, sink.Committed())
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		cancel()
+		require.NoError(t, <-done)
+	}
+	add(1, 100) // partition 1: one record, far ahead, and no more
+	add(0, 5)
+	add(0, 15) // closes [0s, 10s)
+	run(1)
+	add(0, 25) // closes [10s, 20s): partition 1 stood at 100 s
+	run(2)
+	require.Equal(t, []string{"0s 1", "10s 1"}, sink.Committed())
+}
