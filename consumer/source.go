@@ -17,6 +17,7 @@ import (
 	"github.com/kordproject/kord/admin"
 	"github.com/kordproject/kord/cluster"
 	"github.com/kordproject/kord/internal/kafkaconf"
+	"github.com/kordproject/kord/internal/rdkbatch"
 	"github.com/kordproject/kord/runlog"
 )
 
@@ -227,6 +228,17 @@ type Source struct {
 	slice   time.Duration
 	refused bool // logged
 
+	// rd reads the consumer's queue in batches (internal/rdkbatch: one
+	// cgo call takes up to readBatch events, the records' bytes copied
+	// into one Go allocation, of which their keys, values and header
+	// values are slices); nil on the per-record path (the kordnobatch
+	// tag), where PollAppend takes the records one Consumer.Poll at a
+	// time. Both deliver the same records, positions, ends and errors
+	// (readpath_test.go). batch is its last batch, reused (but not its
+	// bytes: the records outlive it).
+	rd    *rdkbatch.Reader
+	batch rdkbatch.Batch
+
 	// pos is each assigned partition's reading. Poll writes the values'
 	// atomics; mu guards the map's replacement (Assign) and closed
 	// against Lag, which reads them from another goroutine.
@@ -243,6 +255,11 @@ type Source struct {
 	endsMu sync.Mutex
 	ends   *admin.Client
 }
+
+// readBatch is the most events one batch read takes off the consumer's
+// queue (records, partition ends, an error): keyed's default BatchSize,
+// the records a reader asks PollAppend for at a time.
+const readBatch = 512
 
 // progress is one assigned partition's reading: the next offset to read,
 // where the consumer last reached the partition's end (-1: not yet), and
@@ -314,6 +331,15 @@ func New(opts ...Opt) (*Source, error) {
 	kafkaconf.HandleOpened()
 	iso, _ := cm["isolation.level"].(string)
 	s := &Source{cfg: c, c: kc, log: c.log, pos: map[TopicPartition]*progress{}, readCommitted: iso == "read_committed", conn: kafkaconf.NewConn(settings)}
+	if rdkbatch.Enabled {
+		if s.rd, err = rdkbatch.New(kc, readBatch); err != nil {
+			// Not a confluent-kafka-go or librdkafka it knows: the
+			// records come one Consumer.Poll at a time, as with the
+			// kordnobatch tag.
+			s.log.Warn("kord source: reading record by record", "err", err)
+			s.rd = nil
+		}
+	}
 	s.wg.Add(1)
 	go s.logs()
 	return s, nil
@@ -529,6 +555,9 @@ func (s *Source) PollAppend(ctx context.Context, dst []Record, max int, wait tim
 	if err := s.conn.Failed(); err != nil {
 		return dst, fmt.Errorf("consumer: %w", err)
 	}
+	if s.rd != nil {
+		return s.pollBatches(ctx, dst, max, wait)
+	}
 	out := dst
 	max += len(dst)
 	deadline := time.Now().Add(wait)
@@ -588,6 +617,120 @@ func (s *Source) PollAppend(ctx context.Context, dst []Record, max int, wait tim
 		}
 	}
 	return out, nil
+}
+
+// pollBatches is PollAppend on the batch path: it reads the consumer's
+// queue in batches of at most the records still wanted, so it takes off
+// the queue exactly the events the per-record loop above would have
+// taken, and treats each as that loop does, in the same order. Only the
+// first read waits (up to the deadline); a batch of partition ends or
+// dropped events alone does not end the wait.
+func (s *Source) pollBatches(ctx context.Context, dst []Record, max int, wait time.Duration) ([]Record, error) {
+	out := dst
+	max += len(dst)
+	deadline := time.Now().Add(wait)
+	b := &s.batch
+	for len(out) < max {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		// Whole milliseconds, as the per-record loop waits.
+		var timeout time.Duration
+		if left := time.Until(deadline); len(out) == len(dst) && left > 0 {
+			timeout = time.Duration(left.Milliseconds()) * time.Millisecond
+		}
+		if err := s.rd.ReadN(b, max-len(out), timeout); err != nil {
+			return out, fmt.Errorf("consumer: %w", err)
+		}
+		if b.Len() == 0 {
+			if b.Ignored > 0 {
+				continue // only events Poll's loop drops too: read on
+			}
+			return out, nil
+		}
+		out = s.records(out, b)
+		if b.Err == nil {
+			continue
+		}
+		if b.ErrOnMessage {
+			topic := b.ErrTopic
+			return out, s.fetchError(kafka.TopicPartition{Topic: &topic, Partition: b.ErrPartition, Offset: kafka.Offset(b.ErrOffset), Error: b.Err})
+		}
+		var e kafka.Error
+		if !errors.As(b.Err, &e) {
+			return out, fmt.Errorf("consumer: %w", b.Err)
+		}
+		if e.IsFatal() || e.Code() == kafka.ErrAutoOffsetReset {
+			return out, fmt.Errorf("consumer: %w", e)
+		}
+		if s.clientError(e); s.conn.Failed() != nil {
+			return out, fmt.Errorf("consumer: %w", s.conn.Failed())
+		}
+	}
+	return out, nil
+}
+
+// records appends b's records to out as PollAppend's per-record loop
+// appends Poll's, skipping those of partitions no longer assigned, and
+// takes in b's partition ends in their places among them. The records'
+// headers share one allocation.
+func (s *Source) records(out []Record, b *rdkbatch.Batch) []Record {
+	n := 0
+	for i := range b.Messages {
+		n += len(b.Messages[i].Headers)
+	}
+	var hs []Header
+	if n > 0 {
+		hs = make([]Header, n)
+	}
+	eofs := b.EOFs
+	served := false
+	for i := range b.Messages {
+		for len(eofs) > 0 && eofs[0].At <= i {
+			s.eof(eofs[0])
+			eofs = eofs[1:]
+		}
+		m := &b.Messages[i]
+		pr := s.pos[TopicPartition{m.Topic, m.Partition}]
+		if pr == nil {
+			continue // a partition no longer assigned
+		}
+		pr.next.Store(m.Offset + 1)
+		if m.TimestampType != kafka.TimestampNotAvailable {
+			pr.ts.Store(m.Timestamp.UnixNano())
+		}
+		served = true
+		var rh []Header
+		if n := len(m.Headers); n > 0 {
+			rh, hs = hs[:n:n], hs[n:]
+			for j, h := range m.Headers {
+				rh[j] = Header{Key: h.Key, Value: h.Value}
+			}
+		}
+		r := Record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Headers: rh, Timestamp: m.Timestamp, TimestampType: timestampType(m.TimestampType)}
+		if r.TimestampType == TimestampNone {
+			r.Timestamp = time.Time{}
+		}
+		out = append(out, r)
+	}
+	for _, e := range eofs {
+		s.eof(e)
+	}
+	if served {
+		s.conn.Served()
+	}
+	// The batch no longer holds the records' bytes: once the caller
+	// drops them, they go, whether or not Poll is called again.
+	clear(b.Messages)
+	b.Messages = b.Messages[:0]
+	return out
+}
+
+// eof takes in the consumer reaching a partition's end.
+func (s *Source) eof(e rdkbatch.EOF) {
+	if pr := s.pos[TopicPartition{e.Topic, e.Partition}]; pr != nil {
+		pr.eof.Store(e.Offset)
+	}
 }
 
 func (s *Source) fetchError(tp kafka.TopicPartition) error {
@@ -753,6 +896,9 @@ func (s *Source) Close() error {
 		s.ends.Close()
 	}
 	s.endsMu.Unlock()
+	if s.rd != nil {
+		s.rd.Close() // a PollAppend after Close fails: its reader is closed
+	}
 	err := s.c.Close()
 	kafkaconf.HandleClosed()
 	s.wg.Wait()

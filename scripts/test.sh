@@ -6,6 +6,8 @@
 #   in-process kfake cluster and on a real Apache Kafka broker, and the
 #   crash and fault tests (files built only with the tag) on tagged
 #   binaries;
+#   the per-record read path (the kordnobatch tag), which every other run
+#   leaves out: the consumer's tests and a few crash tests on it;
 #   the engine's 1,000 seeded failure runs and the window model tests' 300
 #   seeds each, and the pooled decoder's allocation count, without the race
 #   detector;
@@ -132,9 +134,10 @@ gotest() {
 # into several jobs by name, which the workers share with every other
 # package's. A third worker runs what waits more than it computes beside
 # them: the soak's short version (TestSoak: about three minutes of paced
-# input), then kafkaio's network and broker faults. Each job's
-# output is printed when it ends, whole; the status says whether any
-# failed.
+# input), then kafkaio's network and broker faults; then, as it would be
+# idle from there to the end (about 10 of 19 minutes), the per-record
+# read path's short job. Each job's output is printed when it ends,
+# whole; the status says whether any failed.
 mapfile -t tagged < <(scripts/failpoint-tests.sh)
 # tagged_tests PKG [ERE]: the tagged tests of PKG as "A|B|...", those whose
 # name matches ERE (every one when it is not given), or none left for
@@ -151,6 +154,12 @@ tagged_tests() {
 		fi
 	done
 }
+# The per-record read path: kafkaio's crash tests that read most through
+# the consumer (restores from every failure point, bounded reads to the
+# ends, partitions discovered and assigned while reading, a start from
+# the end), on the real broker only (their kfake halves run on the batch
+# path in the jobs below).
+nobatch_kafkaio='TestCrashAtEveryFailpoint|TestKafkaBounded|TestKafkaPartitionDiscovery|TestKafkaStartFromLatest'
 # kafkaio's tagged tests, in four jobs of about four to five minutes each.
 kio_scaled='^Test(Scaled|Cluster)'
 kio_faults='^Test(Net|BrokerRestart$|UnknownOutcomeRecovers$|CrashAtEveryFailpoint$)'
@@ -204,6 +213,15 @@ run_job() {
 			fi
 		done
 		return $status ;;
+	nobatch)
+		# Every other job reads in batches (internal/rdkbatch); this one
+		# builds consumer.Source's per-record path, the fallback, with
+		# the kordnobatch tag: the consumer's tests but the group
+		# Member's (it reads through no Source), and nobatch_kafkaio's.
+		go vet -tags kordnobatch ./internal/rdkbatch/ ./consumer/ || status=$?
+		gotest nobatch-consumer -race -count=1 -timeout 10m -tags kordnobatch -skip '^TestMember' "$@" ./consumer/ ./internal/rdkbatch/ || status=$?
+		gotest nobatch-kafkaio -race -count=1 -timeout 10m -tags 'kordfailpoints kordnobatch' -run "^(${nobatch_kafkaio})\$/^kafka\$" "$@" ./kafkaio/ || status=$?
+		return $status ;;
 	soak) KORD_SOAK=1 gotest soak -race -count=1 -timeout 10m -run '^TestSoak$' "$@" ./bench/soak/ ;;
 	*)
 		echo "test.sh: no job $job" >&2
@@ -241,11 +259,13 @@ finish_job() {
 }
 # The third worker: the soak, then kafkaio's network and broker faults,
 # both waiting more than computing (paced input; delays held by a proxy,
-# a broker restarting), beside the two.
+# a broker restarting), beside the two; then the per-record read path,
+# which ends long before the two do.
 (
 	rc=0
 	finish_job soak "$@" || rc=1
 	finish_job tagged-kafkaio-faults "$@" || rc=1
+	finish_job nobatch "$@" || rc=1
 	exit $rc
 ) &
 soak=$!

@@ -75,6 +75,7 @@ const char *rd_kafka_topic_name(const rd_kafka_topic_t *rkt);
 #define KORD_MSG 0
 #define KORD_EOF 1
 #define KORD_ERR 2
+#define KORD_MSG_ERR 3 // a message carrying an error: Poll's *kafka.Message with TopicPartition.Error
 
 typedef struct {
 	int32_t kind, err, partition, tstype, leader_epoch, fatal;
@@ -209,7 +210,7 @@ static size_t kord_rdk_poll(kord_rdk_batch *b, rd_kafka_queue_t *q, int timeout_
 				r->topic_len = strlen(r->topic);
 			}
 			if (m->err) { // not seen on this queue: consumer errors come as error events
-				r->kind = KORD_ERR;
+				r->kind = KORD_MSG_ERR;
 				r->err = m->err;
 				r->errstr = m->payload;
 				r->errstr_len = m->payload ? m->len : 0;
@@ -438,6 +439,14 @@ func (r *Reader) ReadN(b *Batch, max int, timeout time.Duration) error {
 			b.Messages = append(b.Messages, m)
 		case C.KORD_EOF:
 			b.EOFs = append(b.EOFs, EOF{Topic: r.topic(rec.topic, rec.topic_len), Partition: int32(rec.partition), Offset: int64(rec.offset), At: len(b.Messages)})
+		case C.KORD_MSG_ERR:
+			// As confluent-kafka-go builds a message's error
+			// (message.go, setupMessageFromC: the code alone).
+			b.Err = kafka.NewError(kafka.ErrorCode(rec.err), "", false)
+			b.ErrOnMessage = true
+			b.ErrTopic = r.topic(rec.topic, rec.topic_len)
+			b.ErrPartition = int32(rec.partition)
+			b.ErrOffset = int64(rec.offset)
 		default:
 			// As confluent-kafka-go builds it (event.go, eventPoll: the
 			// code, the event's string, and whether it is fatal).

@@ -116,6 +116,14 @@ type Batch struct {
 	ErrTopic     string
 	ErrPartition int32
 	ErrOffset    int64
+	// ErrOnMessage says Err came on a message, not as an error event:
+	// where Consumer.Poll returns a *kafka.Message whose
+	// TopicPartition.Error is set (to the code alone, which Err then
+	// holds as Poll does, without a string), naming its partition. Not
+	// seen on this queue, where librdkafka passes consumer errors as
+	// error events; kept so that a caller can treat it as it treats
+	// Poll's.
+	ErrOnMessage bool
 	// Ignored counts the events of other types taken off the queue and
 	// dropped (statistics, offset commit results, token refresh requests),
 	// as consumer.Source's Poll loop drops them.
@@ -134,7 +142,7 @@ func (b *Batch) reset() {
 	clear(b.Messages) // let the previous batch's bytes go
 	b.Messages = b.Messages[:0]
 	b.EOFs = b.EOFs[:0]
-	b.Err, b.ErrTopic, b.ErrPartition, b.ErrOffset = nil, "", 0, 0
+	b.Err, b.ErrTopic, b.ErrPartition, b.ErrOffset, b.ErrOnMessage = nil, "", 0, 0, false
 	b.Ignored = 0
 }
 
