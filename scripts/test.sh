@@ -218,8 +218,8 @@ run_job() {
 		# builds consumer.Source's per-record path, the fallback, with
 		# the kordnobatch tag: the consumer's tests but the group
 		# Member's (it reads through no Source), and nobatch_kafkaio's.
-		go vet -tags kordnobatch ./internal/rdkbatch/ ./consumer/ || status=$?
-		gotest nobatch-consumer -race -count=1 -timeout 10m -tags kordnobatch -skip '^TestMember' "$@" ./consumer/ ./internal/rdkbatch/ || status=$?
+		go vet -tags kordnobatch ./internal/rdkbatch/ ./internal/rdkproduce/ ./consumer/ || status=$?
+		gotest nobatch-consumer -race -count=1 -timeout 10m -tags kordnobatch -skip '^TestMember' "$@" ./consumer/ ./internal/rdkbatch/ ./internal/rdkproduce/ || status=$?
 		gotest nobatch-kafkaio -race -count=1 -timeout 10m -tags 'kordfailpoints kordnobatch' -run "^(${nobatch_kafkaio})\$/^kafka\$" "$@" ./kafkaio/ || status=$?
 		return $status ;;
 	soak) KORD_SOAK=1 gotest soak -race -count=1 -timeout 10m -run '^TestSoak$' "$@" ./bench/soak/ ;;
