@@ -57,20 +57,22 @@ type (
 //	KORD_KAFKA_BROKERS=... go test -run XXX -bench RecordPath -benchtime 3x ./kafkaio/
 //
 // The source reads its consumer's queue in batches (internal/rdkbatch)
-// unless built with the kordnobatch tag, which keeps it record by record
-// (one Consumer.Poll each): the two read paths are two binaries. The
-// benchmark names its path on a benchstat configuration line
-// ("readpath: batch" or "readpath: record"); run the two binaries in turn
-// and compare them by it:
+// and the sink queues each batch of records in one call
+// (producer.Producer.ProduceBatch through internal/rdkproduce) unless built with the
+// kordnobatch tag, which keeps both record by record (one Consumer.Poll
+// and one Producer.Produce each): the two paths are two binaries. The
+// benchmark names its path on a benchstat configuration line ("path:
+// batch" or "path: record"); run the two binaries in turn and compare
+// them by it:
 //
 //	go test -c -o /tmp/rp-batch ./kafkaio/
 //	go test -c -tags kordnobatch -o /tmp/rp-nobatch ./kafkaio/
 //	for i in $(seq 10); do for v in batch nobatch; do
 //		/tmp/rp-$v -test.run XXX -test.bench BenchmarkRecordPath -test.count 1 >>/tmp/rp-$v.txt
 //	done; done
-//	benchstat -col readpath /tmp/rp-batch.txt /tmp/rp-nobatch.txt
+//	benchstat -col path /tmp/rp-batch.txt /tmp/rp-nobatch.txt
 func BenchmarkRecordPath(b *testing.B) {
-	fmt.Printf("readpath: %s\n", map[bool]string{true: "batch", false: "record"}[rdkbatch.Enabled])
+	fmt.Printf("path: %s\n", map[bool]string{true: "batch", false: "record"}[rdkbatch.Enabled])
 	c := kafkatest.Broker(b)
 	const users = 10_000
 	events := envInt(b, "KORD_BENCH_EVENTS", 200_000)

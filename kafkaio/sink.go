@@ -42,6 +42,9 @@ type sink[T any] struct {
 	cfg    options
 	// outputs are the topics of the Outputs that write through this sink.
 	outputs []string
+	// recs is WriteBatch's batch of encoded records, reused; the sink
+	// task, its one caller, alone uses it.
+	recs []producer.Record[[]byte, []byte]
 
 	mu        sync.Mutex
 	room      chan struct{} // closed and replaced when Write may go on
@@ -525,19 +528,28 @@ func (s *sink[T]) Forget(ctx context.Context, info connector.SinkInfo) error {
 // Write implements connector.Sink. It blocks while the epoch buffer is full,
 // until ctx is done.
 func (s *sink[T]) Write(ctx context.Context, epoch uint64, v T) error {
-	key, val, hs, err := encodeRecord(s.topic, s.key, s.values, v)
+	rec, err := s.record(v, s.route())
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.write(ctx, epoch, rec)
+}
+
+// record is v encoded, to the sink's topic or the one route names.
+func (s *sink[T]) record(v T, route func(T) string) (producer.Record[[]byte, []byte], error) {
+	key, val, hs, err := encodeRecord(s.topic, s.key, s.values, v)
+	if err != nil {
+		return producer.Record[[]byte, []byte]{}, err
+	}
 	topic := s.topic
-	if route := s.route(); route != nil {
+	if route != nil {
 		if t := route(v); t != "" {
 			topic = t
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.write(ctx, epoch, producer.Record[[]byte, []byte]{Topic: topic, Key: key, Value: val, Headers: hs})
+	return producer.Record[[]byte, []byte]{Topic: topic, Key: key, Value: val, Headers: hs}, nil
 }
 
 // write sends rec into the open transaction if its epoch belongs there,
@@ -580,6 +592,89 @@ func (s *sink[T]) write(ctx context.Context, epoch uint64, rec producer.Record[[
 	}
 }
 
+// WriteBatch implements connector.BatchWriter: Write for each of vs in
+// turn, with the records queued in one call into librdkafka where the open
+// transaction takes them (producer.Producer.ProduceBatch). A value that does not
+// encode fails the batch after the values before it were written, as the
+// Writes would.
+func (s *sink[T]) WriteBatch(ctx context.Context, epoch uint64, vs []T) error {
+	recs := s.recs[:0] // the sink task's alone: it is the one caller
+	var encErr error
+	route := s.route()
+	for _, v := range vs {
+		rec, err := s.record(v, route)
+		if err != nil {
+			encErr = err
+			break
+		}
+		recs = append(recs, rec)
+	}
+	s.mu.Lock()
+	err := s.writeBatch(ctx, epoch, recs)
+	s.mu.Unlock()
+	clear(recs) // the records' bytes go
+	s.recs = recs[:0]
+	if err != nil {
+		return err
+	}
+	return encErr
+}
+
+var _ connector.BatchWriter[int] = (*sink[int])(nil)
+
+// writeBatch is write for each of recs in turn: those the open
+// transaction takes now go in one ProduceBatch; otherwise each goes
+// through write (the epoch buffer, or backpressure). Called with s.mu
+// held.
+func (s *sink[T]) writeBatch(ctx context.Context, epoch uint64, recs []producer.Record[[]byte, []byte]) error {
+	for len(recs) > 0 {
+		if s.err != nil {
+			return s.err
+		}
+		if s.p == nil {
+			return sinkErrorf(s.topic, "not reset")
+		}
+		if open := epoch <= s.committed+1; !s.exactlyOnce() || (open && !s.committing) {
+			return s.produceBatch(ctx, recs)
+		}
+		if err := s.write(ctx, epoch, recs[0]); err != nil {
+			return err
+		}
+		recs = recs[1:]
+	}
+	return nil
+}
+
+// produceBatch is produce for each of recs in turn, queued in one
+// ProduceBatch; a record it refuses is taken as produce takes it (a stand-in
+// for one too large, and the rest go on), and the first failure ends the
+// batch. Called with s.mu held.
+func (s *sink[T]) produceBatch(ctx context.Context, recs []producer.Record[[]byte, []byte]) error {
+	if s.exactlyOnce() {
+		// The failure point counts records, as produce's does (a build
+		// without failure points compiles this loop away).
+		for k := range recs {
+			if simulated(simProduceUnknown) {
+				// The records up to k go out, but the job is told
+				// their outcome is unknown.
+				_, err := s.p.ProduceBatch(ctx, recs[:k+1])
+				return s.failed(keyed.OutcomeUnknown(fmt.Errorf("produce to %s: simulated unknown outcome (produce returned %v)", recs[k].Topic, err)))
+			}
+		}
+	}
+	for len(recs) > 0 {
+		n, err := s.p.ProduceBatch(ctx, recs)
+		if err == nil {
+			return nil
+		}
+		if err := s.produced(ctx, recs[n], err); err != nil {
+			return err
+		}
+		recs = recs[n+1:]
+	}
+	return nil
+}
+
 // TakesDeadLetters implements connector.DeadLetterSink: with a DeadLetterTopic.
 func (s *sink[T]) TakesDeadLetters() bool { return s.cfg.deadLetters != "" }
 
@@ -618,7 +713,14 @@ func (s *sink[T]) produce(ctx context.Context, rec producer.Record[[]byte, []byt
 		err := s.p.Produce(ctx, rec, nil)
 		return s.failed(keyed.OutcomeUnknown(fmt.Errorf("produce to %s: simulated unknown outcome (produce returned %v)", rec.Topic, err)))
 	}
-	err := s.p.Produce(ctx, rec, nil)
+	return s.produced(ctx, rec, s.p.Produce(ctx, rec, nil))
+}
+
+// produced takes the outcome of queueing rec, err: nil, or a record too
+// large replaced by its stand-in, is success; any other failure, in
+// exactly-once mode, ends the producer's use (produce). Called with s.mu
+// held.
+func (s *sink[T]) produced(ctx context.Context, rec producer.Record[[]byte, []byte], err error) error {
 	if errors.Is(err, producer.ErrRecordTooLarge) {
 		if s.cfg.deadLetters == "" || rec.Topic == s.cfg.deadLetters {
 			err = sinkErrorf(s.topic, "output record for %s with key %q cannot be written, and there is no DeadLetterTopic for a stand-in: %w", rec.Topic, rec.Key, err)

@@ -775,6 +775,10 @@ type sinkTask[O any] struct {
 	// watermark so far (starting from the restored checkpoint's).
 	timed connector.Timed[O]
 	wm    int64
+	// batch: the sink as a connector.BatchWriter, nil if it is not one;
+	// vs the batch it is handed, reused.
+	batch connector.BatchWriter[O]
+	vs    []O
 	// elems: the sink as a hop's (elemSink), nil if it is none.
 	elems elemSink[O]
 	st    *stageStats // the stage's figures
@@ -852,6 +856,20 @@ func (t *sinkTask[O]) write(ctx context.Context, m channel.Message[O], inWm []in
 		if t.advance(m, inWm, inIdle) {
 			t.elems.advance(t.wm)
 		}
+		return nil
+	}
+	if t.timed == nil && t.batch != nil {
+		vs := t.vs[:0]
+		for i := range m.Elems {
+			vs = append(vs, m.Elems[i].V)
+		}
+		err := t.batch.WriteBatch(ctx, t.epoch, vs)
+		clear(vs) // the records go with their message
+		t.vs = vs
+		if err != nil {
+			return err
+		}
+		t.advance(m, inWm, inIdle) // for its figures only
 		return nil
 	}
 	if t.timed == nil {

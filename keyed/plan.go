@@ -787,6 +787,7 @@ func (s *sinkOf[O]) build(rctx context.Context, r *run, rs *restoreState, epoch 
 	}
 	kt := &sinkTask[O]{r: r, task: task, in: s.in.in, al: al, cancels: cancels, sink: s.sink, epoch: epoch, name: s.name, wm: rs.watermark()}
 	kt.timed, _ = s.sink.(connector.Timed[O])
+	kt.batch, _ = s.sink.(connector.BatchWriter[O])
 	kt.elems, _ = s.sink.(elemSink[O])
 	kt.st = r.j.stats.stage(s.name, "sink")
 	kt.ts = r.stats.task(task, r.names[task], s.name, kt.st)

@@ -151,3 +151,57 @@ func TestWatermarkRestoredPerPartition(t *testing.T) {
 	run(2)
 	require.Equal(t, []string{"0s 1", "10s 1"}, sink.Committed())
 }
+
+// batchSink is a MemorySink that is a connector.BatchWriter: it counts the
+// batches and the records that came through Write instead.
+type batchSink struct {
+	*keyed.MemorySink[string]
+	batches, records, writes int
+}
+
+func (s *batchSink) Write(ctx context.Context, epoch uint64, v string) error {
+	s.writes++
+	return s.MemorySink.Write(ctx, epoch, v)
+}
+
+func (s *batchSink) WriteBatch(ctx context.Context, epoch uint64, vs []string) error {
+	s.batches++
+	s.records += len(vs)
+	for _, v := range vs {
+		if err := s.MemorySink.Write(ctx, epoch, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestSinkBatchWriter: the sink task hands a connector.BatchWriter each
+// message's records in one WriteBatch, in their order, and calls its Write
+// for none of them.
+func TestSinkBatchWriter(t *testing.T) {
+	const n = 5000
+	src := keyed.NewMemorySource[string]("lines", 2, true)
+	for i := range n {
+		src.Append(int32(i%2), []byte("k"), fmt.Sprintf("%d %d", i%2, i))
+	}
+	sink := &batchSink{MemorySink: keyed.NewMemorySink[string]()}
+	j := keyed.NewJob("batches", keyed.FS(vfs.NewMem()), keyed.Dir("/ckpt"), keyed.BatchSize(64))
+	s := keyed.FromSource(j, "lines", 2, connector.Source[string](src))
+	keyed.ToSink(keyed.ProcessFunc(keyed.ByPartition(s), "same", 2, func(_ []byte, v string, out *keyed.Collector[string]) error { out.Emit(v); return nil }), "out", connector.Sink[string](sink))
+	require.NoError(t, j.Run(t.Context()))
+	got := sink.Committed()
+	require.Len(t, got, n)
+	require.Equal(t, n, sink.records)
+	require.Zero(t, sink.writes, "records written one by one")
+	require.Greater(t, sink.batches, 1)
+	require.Less(t, sink.batches, n/10, "batches of %d records", n)
+	next := map[string]int{"0": 0, "1": 1}
+	for _, line := range got {
+		var p string
+		var i int
+		_, err := fmt.Sscanf(line, "%s %d", &p, &i)
+		require.NoError(t, err)
+		require.Equal(t, next[p], i, "partition %s out of order", p)
+		next[p] = i + 2
+	}
+}

@@ -62,6 +62,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/kordproject/kord/internal/kafkaconf"
+	"github.com/kordproject/kord/internal/rdkproduce"
 	"github.com/kordproject/kord/runlog"
 	"github.com/kordproject/kord/serde"
 )
@@ -144,6 +145,31 @@ func (p *Producer[K, V]) Produce(ctx context.Context, r Record[K, V], done func(
 	return p.c.produce(ctx, r.Topic, r.Partition, key, val, r.Headers, r.Timestamp, done)
 }
 
+// ProduceBatch encodes recs, chooses their partitions and queues them in
+// order, as Produce would one after another, with one call into
+// librdkafka for the whole batch where it can (internal/rdkproduce: a
+// loop over the function Produce calls, so order, idempotence and
+// transactions are Produce's). It needs CommitReports: the records have
+// no callback. It blocks while librdkafka's queue is full, until ctx is
+// done, and returns how many records it queued: on an error, recs[n] is
+// the record that failed and none after it was queued (a caller that
+// handles that record's error, ErrRecordTooLarge say, goes on with
+// recs[n+1:]).
+func (p *Producer[K, V]) ProduceBatch(ctx context.Context, recs []Record[K, V]) (int, error) {
+	return p.c.produceBatch(ctx, len(recs), func(i int) (string, *int32, []byte, []byte, []Header, time.Time, error) {
+		r := &recs[i]
+		key, err := p.keys(r.Key)
+		if err != nil {
+			return "", nil, nil, nil, nil, time.Time{}, &Error{Op: "encode key", Topic: r.Topic, Partition: -1, Offset: -1, Err: err}
+		}
+		val, err := p.vals(r.Value)
+		if err != nil {
+			return "", nil, nil, nil, nil, time.Time{}, &Error{Op: "encode value", Topic: r.Topic, Partition: -1, Offset: -1, Err: err}
+		}
+		return r.Topic, r.Partition, key, val, r.Headers, r.Timestamp, nil
+	})
+}
+
 // ProduceSync produces r and waits for its delivery.
 func (p *Producer[K, V]) ProduceSync(ctx context.Context, r Record[K, V]) (Delivery, error) {
 	type result struct {
@@ -197,6 +223,13 @@ type client struct {
 	cfg cfg
 	kp  *kafka.Producer
 	log *slog.Logger
+	// w queues ProduceBatch's records in one call into librdkafka
+	// (internal/rdkproduce), without delivery reports only; nil when the
+	// batch path is not built in (kordnobatch) or not usable, and then
+	// ProduceBatch queues them one at a time. batches holds its
+	// []rdkproduce.Record buffers.
+	w       *rdkproduce.Writer
+	batches sync.Pool
 
 	// closeMu guards kp against use after Close: producers hold it shared
 	// while they call into librdkafka.
@@ -270,6 +303,15 @@ func newClient(opts []Opt) (*client, error) {
 	}
 	kafkaconf.HandleOpened()
 	c.kp = kp
+	c.batches.New = func() any { return new([]rdkproduce.Record) }
+	if c.cfg.noReports {
+		if c.w, err = rdkproduce.New(kp); err != nil {
+			if !errors.Is(err, rdkproduce.ErrUnsupported) || rdkproduce.Enabled {
+				c.log.Warn("kord producer: queueing batches record by record", "err", err)
+			}
+			c.w = nil
+		}
+	}
 	c.log.Info("kord producer started", "config", kafkaconf.Redacted(settings), "partitioner", fmt.Sprintf("%T", c.cfg.part))
 	c.wg.Add(3)
 	go c.events()
@@ -285,16 +327,8 @@ func (c *client) produce(ctx context.Context, topic string, to *int32, key, val 
 	if done != nil && c.cfg.noReports {
 		return fmt.Errorf("%w: a done callback needs delivery reports, which producer.CommitReports turns off", ErrConfig)
 	}
-	tm, err := c.topic(ctx, topic)
+	tm, part, err := c.target(ctx, topic, to, key)
 	if err != nil {
-		return err
-	}
-	var part int32
-	if to != nil {
-		if part = *to; part < 0 || int(part) >= tm.partitions {
-			return &Error{Op: "produce", Topic: tm.name, Partition: part, Offset: -1, Err: fmt.Errorf("partition %d of a topic of %d partitions", part, tm.partitions)}
-		}
-	} else if part, err = c.place(tm, key); err != nil {
 		return err
 	}
 	// Without a delivery report the message is only read by Produce:
@@ -337,6 +371,115 @@ func (c *client) produce(ctx context.Context, topic string, to *int32, key, val 
 	}
 }
 
+// target is the topic's metadata and the partition a record goes to: to,
+// when it is set and the topic has it, else the partitioner's choice.
+func (c *client) target(ctx context.Context, topic string, to *int32, key []byte) (*topicMeta, int32, error) {
+	tm, err := c.topic(ctx, topic)
+	if err != nil {
+		return nil, -1, err
+	}
+	if to != nil {
+		if part := *to; part < 0 || int(part) >= tm.partitions {
+			return nil, -1, &Error{Op: "produce", Topic: tm.name, Partition: part, Offset: -1, Err: fmt.Errorf("partition %d of a topic of %d partitions", part, tm.partitions)}
+		}
+		return tm, *to, nil
+	}
+	part, err := c.place(tm, key)
+	return tm, part, err
+}
+
+// batchRecord gives record i of a batch, encoded: its topic, partition
+// (nil: the partitioner's), key, value, headers and timestamp.
+type batchRecord func(i int) (topic string, to *int32, key, val []byte, hdrs []Header, ts time.Time, err error)
+
+// produceBatch queues n records, given by rec, in order: through
+// rdkproduce's one call per batch when there are no delivery reports and
+// the batch path is built in, else one enqueue each.
+func (c *client) produceBatch(ctx context.Context, n int, rec batchRecord) (int, error) {
+	if err := c.failure(); err != nil {
+		return 0, err
+	}
+	if !c.cfg.noReports || c.w == nil {
+		for i := range n {
+			topic, to, key, val, hdrs, ts, err := rec(i)
+			if err == nil {
+				err = c.produce(ctx, topic, to, key, val, hdrs, ts, nil)
+			}
+			if err != nil {
+				return i, err
+			}
+		}
+		return n, nil
+	}
+	b := c.batches.Get().(*[]rdkproduce.Record)
+	defer func() { clear(*b); c.batches.Put(b) }()
+	rs := (*b)[:0]
+	var failed error // the error of record len(rs), which stops the batch
+	for i := range n {
+		topic, to, key, val, hdrs, ts, err := rec(i)
+		var tm *topicMeta
+		var part int32
+		if err == nil {
+			tm, part, err = c.target(ctx, topic, to, key)
+		}
+		if err != nil {
+			failed = err
+			break
+		}
+		r := rdkproduce.Record{Topic: tm.name, Partition: part, Key: key, Value: val, Timestamp: ts}
+		if len(hdrs) > 0 {
+			r.Headers = make([]kafka.Header, len(hdrs))
+			for j, h := range hdrs {
+				r.Headers[j] = kafka.Header{Key: h.Key, Value: h.Value}
+			}
+		}
+		rs = append(rs, r)
+	}
+	*b = rs
+	done := 0
+	for done < len(rs) {
+		k, err := c.writeBatch(rs[done:])
+		done += k
+		if err == nil {
+			continue
+		}
+		var kerr kafka.Error
+		if !errors.As(err, &kerr) || kerr.Code() != kafka.ErrQueueFull {
+			return done, err
+		}
+		// librdkafka's queue is full: wait for deliveries to make room,
+		// then queue the rest, in order.
+		r := &rs[done]
+		if err := c.waitProgress(ctx, 10*time.Millisecond); err != nil {
+			return done, &Error{Op: "produce", Topic: r.Topic, Partition: r.Partition, Offset: -1, Err: fmt.Errorf("queue full: %w", err)}
+		}
+		if err := c.failure(); err != nil {
+			return done, err
+		}
+	}
+	return done, failed
+}
+
+// writeBatch hands rs to librdkafka under the close guard, in one call,
+// and returns how many it queued and the error of the next, as enqueue
+// returns it (kafka.ErrQueueFull as it is).
+func (c *client) writeBatch(rs []rdkproduce.Record) (int, error) {
+	c.closeMu.RLock()
+	defer c.closeMu.RUnlock()
+	if c.closed {
+		return 0, ErrClosed
+	}
+	n, err := c.w.Write(rs)
+	if err == nil {
+		return n, nil
+	}
+	if errors.Is(err, rdkproduce.ErrClosed) {
+		return n, ErrClosed
+	}
+	r := &rs[n]
+	return n, c.enqueueError(r.Topic, r.Partition, len(r.Key)+len(r.Value), err)
+}
+
 // enqueue hands m to librdkafka under the close guard.
 func (c *client) enqueue(m *kafka.Message) error {
 	c.closeMu.RLock()
@@ -357,12 +500,20 @@ func (c *client) enqueue(m *kafka.Message) error {
 	if counted {
 		c.inflight.Add(-1)
 	}
+	return c.enqueueError(*m.TopicPartition.Topic, m.TopicPartition.Partition, len(m.Key)+len(m.Value), err)
+}
+
+// enqueueError is librdkafka's refusal of a record of size bytes (key and
+// value) to topic's partition, as Produce returns it: kafka.ErrQueueFull
+// as it is (the caller waits and tries again), a too large record as
+// ErrRecordTooLarge, a fatal error with its cause.
+func (c *client) enqueueError(topic string, partition int32, size int, err error) error {
 	var kerr kafka.Error
 	if errors.As(err, &kerr) && kerr.Code() == kafka.ErrQueueFull {
 		return err
 	}
 	if errors.As(err, &kerr) && kerr.Code() == kafka.ErrMsgSizeTooLarge {
-		err = fmt.Errorf("%w (%d bytes of key and value): %w", ErrRecordTooLarge, len(m.Key)+len(m.Value), err)
+		err = fmt.Errorf("%w (%d bytes of key and value): %w", ErrRecordTooLarge, size, err)
 	}
 	if errors.As(err, &kerr) && kerr.Code() == kafka.ErrFatal {
 		// librdkafka refuses every record once the producer has a fatal
@@ -374,7 +525,7 @@ func (c *client) enqueue(m *kafka.Message) error {
 			err = fmt.Errorf("%w: %w", fatal, err)
 		}
 	}
-	return &Error{Op: "produce", Topic: *m.TopicPartition.Topic, Partition: m.TopicPartition.Partition, Offset: -1, Err: err}
+	return &Error{Op: "produce", Topic: topic, Partition: partition, Offset: -1, Err: err}
 }
 
 func (c *client) partition(ctx context.Context, topic string, key []byte) (int32, error) {
@@ -634,6 +785,9 @@ func (c *client) close() error {
 		ferr = errors.Join(ferr, perr)
 	}
 	close(c.stop)
+	if c.w != nil {
+		c.w.Close() // its topic handles, before the producer's
+	}
 	c.kp.Close() // closes the events and logs channels after librdkafka's poller stops
 	kafkaconf.HandleClosed()
 	c.wg.Wait()

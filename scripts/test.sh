@@ -6,8 +6,9 @@
 #   in-process kfake cluster and on a real Apache Kafka broker, and the
 #   crash and fault tests (files built only with the tag) on tagged
 #   binaries;
-#   the per-record read path (the kordnobatch tag), which every other run
-#   leaves out: the consumer's tests and a few crash tests on it;
+#   the per-record read and write paths (the kordnobatch tag), which every
+#   other run leaves out: the consumer's and producer's tests and a few
+#   crash tests on them;
 #   the engine's 1,000 seeded failure runs and the window model tests' 300
 #   seeds each, and the pooled decoder's allocation count, without the race
 #   detector;
@@ -136,7 +137,7 @@ gotest() {
 # them: the soak's short version (TestSoak: about three minutes of paced
 # input), then kafkaio's network and broker faults; then, as it would be
 # idle from there to the end (about 10 of 19 minutes), the per-record
-# read path's short job. Each job's output is printed when it ends,
+# paths' short job. Each job's output is printed when it ends,
 # whole; the status says whether any failed.
 mapfile -t tagged < <(scripts/failpoint-tests.sh)
 # tagged_tests PKG [ERE]: the tagged tests of PKG as "A|B|...", those whose
@@ -154,11 +155,11 @@ tagged_tests() {
 		fi
 	done
 }
-# The per-record read path: kafkaio's crash tests that read most through
+# The per-record paths: kafkaio's crash tests that read most through
 # the consumer (restores from every failure point, bounded reads to the
 # ends, partitions discovered and assigned while reading, a start from
 # the end), on the real broker only (their kfake halves run on the batch
-# path in the jobs below).
+# paths in the jobs below).
 nobatch_kafkaio='TestCrashAtEveryFailpoint|TestKafkaBounded|TestKafkaPartitionDiscovery|TestKafkaStartFromLatest'
 # kafkaio's tagged tests, in four jobs of about four to five minutes each.
 kio_scaled='^Test(Scaled|Cluster)'
@@ -214,12 +215,13 @@ run_job() {
 		done
 		return $status ;;
 	nobatch)
-		# Every other job reads in batches (internal/rdkbatch); this one
-		# builds consumer.Source's per-record path, the fallback, with
-		# the kordnobatch tag: the consumer's tests but the group
-		# Member's (it reads through no Source), and nobatch_kafkaio's.
-		go vet -tags kordnobatch ./internal/rdkbatch/ ./internal/rdkproduce/ ./consumer/ || status=$?
-		gotest nobatch-consumer -race -count=1 -timeout 10m -tags kordnobatch -skip '^TestMember' "$@" ./consumer/ ./internal/rdkbatch/ ./internal/rdkproduce/ || status=$?
+		# Every other job reads and writes in batches (internal/rdkbatch,
+		# internal/rdkproduce); this one builds the per-record paths, the
+		# fallbacks, with the kordnobatch tag: the consumer's tests but
+		# the group Member's (it reads through no Source), the
+		# producer's, and nobatch_kafkaio's.
+		go vet -tags kordnobatch ./internal/rdkbatch/ ./internal/rdkproduce/ ./consumer/ ./producer/ || status=$?
+		gotest nobatch-consumer -race -count=1 -timeout 10m -tags kordnobatch -skip '^TestMember' "$@" ./consumer/ ./producer/ ./internal/rdkbatch/ ./internal/rdkproduce/ || status=$?
 		gotest nobatch-kafkaio -race -count=1 -timeout 10m -tags 'kordfailpoints kordnobatch' -run "^(${nobatch_kafkaio})\$/^kafka\$" "$@" ./kafkaio/ || status=$?
 		return $status ;;
 	soak) KORD_SOAK=1 gotest soak -race -count=1 -timeout 10m -run '^TestSoak$' "$@" ./bench/soak/ ;;
@@ -259,7 +261,7 @@ finish_job() {
 }
 # The third worker: the soak, then kafkaio's network and broker faults,
 # both waiting more than computing (paced input; delays held by a proxy,
-# a broker restarting), beside the two; then the per-record read path,
+# a broker restarting), beside the two; then the per-record paths' job,
 # which ends long before the two do.
 (
 	rc=0

@@ -259,6 +259,17 @@ type Timed[T any] interface {
 	Advance(wm int64)
 }
 
+// BatchWriter is a sink that takes a batch of records in one call: the
+// engine's sink task calls WriteBatch, with the records of one message
+// from upstream in their order, instead of Write for each (kafkaio's sink
+// queues them in one call into librdkafka). WriteBatch must do what
+// Write would do for each record in turn, and may keep none of vs, which
+// the engine reuses. A sink that is also Timed is written through
+// WriteAt.
+type BatchWriter[T any] interface {
+	WriteBatch(ctx context.Context, epoch uint64, vs []T) error
+}
+
 // NoTime is a record's time when it has none, and the watermark before
 // there is one (Timed).
 const NoTime int64 = math.MinInt64
