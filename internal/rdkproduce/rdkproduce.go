@@ -6,7 +6,8 @@
 // functions and constants of librdkafka's API it needs (rdkafka.h, v2.11.1)
 // and includes no librdkafka header.
 //
-// This is a feasibility spike (issue 37): nothing in kord uses it yet.
+// producer.Producer.ProduceBatch uses it on a producer without delivery
+// reports (the exactly-once sink's).
 //
 // # Why not rd_kafka_produce_batch
 //
