@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -88,7 +89,9 @@ func TestStatusPage(t *testing.T) {
 	rows := regexp.MustCompile(`(?m)^\s*(\d+)\s+\d\d:\d\d:\d\d\.\d{3}`).FindAllStringSubmatch(checkpoints, -1)
 	require.NotEmpty(t, rows, checkpoints)
 	require.LessOrEqual(t, len(rows), 10)
-	require.GreaterOrEqual(t, rows[0][1], fmt.Sprint(3))
+	newest, err := strconv.Atoi(rows[0][1])
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, newest, 3, "the newest checkpoint's id (a number, not a string: 10 sorts before 3)")
 	// Lag: the input, read by the source on all its partitions, nothing
 	// behind.
 	require.Regexp(t, regexp.QuoteMeta(in)+`\s+events\s+3\s+0\s`, lag)
