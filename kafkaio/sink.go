@@ -651,8 +651,9 @@ func (s *sink[T]) writeBatch(ctx context.Context, epoch uint64, recs []producer.
 // batch. Called with s.mu held.
 func (s *sink[T]) produceBatch(ctx context.Context, recs []producer.Record[[]byte, []byte]) error {
 	if s.exactlyOnce() {
-		// The failure point counts records, as produce's does (a build
-		// without failure points compiles this loop away).
+		// The failure point counts records, as produce's does (in a
+		// build without failure points simulated is false: a pass over
+		// the batch that does nothing).
 		for k := range recs {
 			if simulated(simProduceUnknown) {
 				// The records up to k go out, but the job is told

@@ -149,8 +149,9 @@ func (p *Producer[K, V]) Produce(ctx context.Context, r Record[K, V], done func(
 // order, as Produce would one after another, with one call into
 // librdkafka for the whole batch where it can (internal/rdkproduce: a
 // loop over the function Produce calls, so order, idempotence and
-// transactions are Produce's). It needs CommitReports: the records have
-// no callback. It blocks while librdkafka's queue is full, until ctx is
+// transactions are Produce's) on a producer without delivery reports
+// (CommitReports); with reports, or under the kordnobatch tag, it calls
+// Produce for each, without a callback. It blocks while librdkafka's queue is full, until ctx is
 // done, and returns how many records it queued: on an error, recs[n] is
 // the record that failed and none after it was queued (a caller that
 // handles that record's error, ErrRecordTooLarge say, goes on with
