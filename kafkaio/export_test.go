@@ -3,9 +3,9 @@ package kafkaio
 import "time"
 
 // SetEpochBufferHook makes every Sink call fn with its epoch buffer's
-// length after each record it buffers (nil: no hook). For tests; not safe
-// to call while a sink is in use.
-func SetEpochBufferHook(fn func(n int)) { testHookBuffered = fn }
+// length and bytes (EpochBufferBytes's count) after each record it buffers
+// (nil: no hook). For tests; not safe to call while a sink is in use.
+func SetEpochBufferHook(fn func(n, bytes int)) { testHookBuffered = fn }
 
 // BreakRetrySameProducer makes every Sink retry a failed commit on the same
 // producer and go on with it: the protocol broken on purpose, to show the

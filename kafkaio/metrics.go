@@ -108,13 +108,15 @@ func (k *source[T]) Collect(emit func(metrics.Sample)) {
 // is logged).
 func (s *sink[T]) Collect(emit func(metrics.Sample)) {
 	s.mu.Lock()
-	info, buffered := s.info, len(s.buffer)
+	info, buffered, bufBytes := s.info, len(s.buffer), s.bufBytes
 	s.mu.Unlock()
 	one := func(name, help string, kind metrics.Kind, v float64) {
 		emit(metrics.Sample{Name: name, Help: help, Kind: kind, Value: v})
 	}
 	one("kord_sink_epoch_buffer_records", "Records waiting in the sink's epoch buffer for the commit of the checkpoint before theirs.", metrics.Gauge, float64(buffered))
 	one("kord_sink_epoch_buffer_capacity", "The epoch buffer's bound (EpochBuffer): Write blocks when it is full.", metrics.Gauge, float64(s.epochBuffer()))
+	one("kord_sink_epoch_buffer_bytes", "Bytes (keys, values, headers) of the records waiting in the sink's epoch buffer.", metrics.Gauge, float64(bufBytes))
+	one("kord_sink_epoch_buffer_capacity_bytes", "The epoch buffer's bound in bytes (EpochBufferBytes): Write blocks when it is full.", metrics.Gauge, float64(s.epochBufferBytes()))
 	one("kord_sink_too_large_total", "Output records too large for the broker, whose stand-ins went to the dead-letter topic.", metrics.Counter, float64(s.tooLarge.Load()))
 	one("kord_producer_fenced_total", "Times the sink's producer was found fenced by a newer producer of its transactional id.", metrics.Counter, float64(s.fenced.Load()))
 	one("kord_instances_fenced_total", "Departed processes of the job whose transactional ids this process fenced.", metrics.Counter, float64(s.fencedOthers.Load()))

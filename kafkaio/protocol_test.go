@@ -352,8 +352,22 @@ func readMeta(t *testing.T, dir, run string, id uint64) *checkpoint.Metadata {
 // snapshots slowed to 200 ms while input keeps arriving, the buffer fills
 // during each checkpoint and the sink stops taking output (its Write
 // blocks, and the job's channels back up to the sources): it holds exactly
-// 7, never more. The output stays exactly-once.
+// 7, never more. The output stays exactly-once. The same with a bound of
+// 1,000 bytes (EpochBufferBytes; a result record is 90 to 130 bytes): the
+// buffer fills to within one record of it, never past it.
 func TestEpochBufferBackpressure(t *testing.T) {
+	t.Run("records", func(t *testing.T) {
+		epochBufferBackpressure(t, kafkaio.EpochBuffer(7), func(n, _ int) bool { return n == 7 }, func(n, _ int) bool { return n > 7 })
+	})
+	t.Run("bytes", func(t *testing.T) {
+		epochBufferBackpressure(t, kafkaio.EpochBufferBytes(1000), func(_, b int) bool { return b > 1000-200 }, func(_, b int) bool { return b > 1000 })
+	})
+}
+
+// epochBufferBackpressure runs TestEpochBufferBackpressure with bound, and
+// fails unless the buffer was full (full's verdict on its length and
+// bytes) at some record and never over (over's).
+func epochBufferBackpressure(t *testing.T, bound kafkaio.Opt, full, over func(n, bytes int) bool) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		f := newFixture(t, c, 6, 50)
 		// The input comes while the job runs, from its first commit on: a
@@ -373,13 +387,16 @@ func TestEpochBufferBackpressure(t *testing.T) {
 			return nil
 		})
 		var mu sync.Mutex
-		peak, full := 0, 0
-		kafkaio.SetEpochBufferHook(func(n int) {
+		fulls, overs, peak, peakBytes := 0, 0, 0, 0
+		kafkaio.SetEpochBufferHook(func(n, bytes int) {
 			mu.Lock()
 			defer mu.Unlock()
-			peak = max(peak, n)
-			if n == 7 {
-				full++
+			peak, peakBytes = max(peak, n), max(peakBytes, bytes)
+			if full(n, bytes) {
+				fulls++
+			}
+			if over(n, bytes) {
+				overs++
 			}
 		})
 		t.Cleanup(func() { kafkaio.SetEpochBufferHook(nil) })
@@ -391,15 +408,16 @@ func TestEpochBufferBackpressure(t *testing.T) {
 		})
 		j, _, sink := f.build(func(s *jobSpec) {
 			s.opts = []keyed.Opt{keyed.FS(fs), started}
-			s.sinkOpts = []kafkaio.Opt{kafkaio.EpochBuffer(7)}
+			s.sinkOpts = []kafkaio.Opt{bound}
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		f.runUntil(ctx, j, sink)
 		require.NoError(t, <-prodErr)
 		mu.Lock()
-		require.Equal(t, 7, peak, "the epoch buffer's peak")
-		require.NotZero(t, full, "the buffer filled (backpressure)")
+		t.Logf("the epoch buffer's peak: %d records, %d bytes", peak, peakBytes)
+		require.Zero(t, overs, "records buffered past the bound")
+		require.NotZero(t, fulls, "the buffer filled (backpressure)")
 		mu.Unlock()
 		f.verify()
 	})

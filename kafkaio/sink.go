@@ -59,6 +59,7 @@ type sink[T any] struct {
 	committing bool
 	buffer     []producer.Record[[]byte, []byte]
 	bufEpochs  []uint64
+	bufBytes   int   // of buffer's records, recordBytes each
 	err        error // set when the producer may no more be used
 	unknown    bool  // err left the transaction's state unknown (or the producer fenced)
 	// commitDeadline bounds every Commit: below librdkafka's request
@@ -87,9 +88,9 @@ type sink[T any] struct {
 
 // Set by tests only.
 var (
-	// testHookBuffered sees the epoch buffer's length after each record
+	// testHookBuffered sees the epoch buffer's length and bytes after each record
 	// buffered.
-	testHookBuffered func(n int)
+	testHookBuffered func(n, bytes int)
 	// testRetrySameProducer breaks the protocol on purpose, to show that
 	// the network-fault tests catch it: a commit that failed is retried on
 	// the same producer until it succeeds, and the sink goes on with it.
@@ -210,7 +211,7 @@ func (s *sink[T]) Reset(ctx context.Context, info connector.SinkInfo) (err error
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	s.closeClients(false) // the new producer's InitTransactions aborts what it left
-	s.buffer, s.bufEpochs, s.err, s.unknown = nil, nil, nil, false
+	s.buffer, s.bufEpochs, s.bufBytes, s.err, s.unknown = nil, nil, 0, nil, false
 	s.committed = 0 // until Resume says what the run restored
 	s.wake()
 	if err := s.ValidateSink(info); err != nil {
@@ -567,11 +568,12 @@ func (s *sink[T]) write(ctx context.Context, epoch uint64, rec producer.Record[[
 		if !s.exactlyOnce() || (open && !s.committing) {
 			return s.produce(ctx, rec)
 		}
-		if !open && len(s.buffer) < s.epochBuffer() {
+		if n := recordBytes(rec); !open && s.bufferTakes(n) {
 			s.buffer = append(s.buffer, rec)
 			s.bufEpochs = append(s.bufEpochs, epoch)
+			s.bufBytes += n
 			if testHookBuffered != nil {
-				testHookBuffered(len(s.buffer))
+				testHookBuffered(len(s.buffer), s.bufBytes)
 			}
 			return nil
 		}
@@ -685,6 +687,34 @@ func (s *sink[T]) epochBuffer() int {
 		return s.cfg.epochBuffer
 	}
 	return 100_000
+}
+
+// epochBufferBytes is EpochBufferBytes's bound, 4 MiB by default.
+func (s *sink[T]) epochBufferBytes() int {
+	if s.cfg.epochBytes > 0 {
+		return s.cfg.epochBytes
+	}
+	return 4 << 20
+}
+
+// bufferTakes reports whether the epoch buffer has room for a record of n
+// bytes: below both bounds after it, or empty (a record larger than the
+// byte bound is held alone rather than never).
+func (s *sink[T]) bufferTakes(n int) bool {
+	if len(s.buffer) == 0 {
+		return true
+	}
+	return len(s.buffer) < s.epochBuffer() && s.bufBytes+n <= s.epochBufferBytes()
+}
+
+// recordBytes is what EpochBufferBytes counts of rec: its key, value and
+// headers.
+func recordBytes(rec producer.Record[[]byte, []byte]) int {
+	n := len(rec.Key) + len(rec.Value)
+	for _, h := range rec.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 // DeadLetter implements connector.DeadLetterSink: b goes to DeadLetterTopic
@@ -962,7 +992,10 @@ func (s *sink[T]) drain(ctx context.Context, upTo uint64) error {
 		}
 	}
 	clear(s.buffer[len(keep):])
-	s.buffer, s.bufEpochs = keep, keepE
+	s.buffer, s.bufEpochs, s.bufBytes = keep, keepE, 0
+	for _, rec := range keep {
+		s.bufBytes += recordBytes(rec)
+	}
 	return nil
 }
 
