@@ -1,6 +1,10 @@
 package kafkaio
 
-import "time"
+import (
+	"time"
+
+	"github.com/kordproject/kord/keyed/connector"
+)
 
 // SetEpochBufferHook makes every Sink call fn with its epoch buffer's
 // length and bytes (EpochBufferBytes's count) after each record it buffers
@@ -30,4 +34,12 @@ func SetPurgeInterval(d time.Duration) time.Duration {
 	old := purgeInterval
 	purgeInterval = d
 	return old
+}
+
+// ProducerSettings returns the settings the sink's producer gets from the
+// sink for info (checkSettings: its own, the derived ones and the
+// defaults), before they are fitted to the topics' max.message.bytes.
+func (s *sink[T]) ProducerSettings(info connector.SinkInfo) (map[string]string, error) {
+	out, _, err := s.checkSettings(info)
+	return out, err
 }

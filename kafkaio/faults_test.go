@@ -139,6 +139,34 @@ func TestSinkRefusesDerivedSettings(t *testing.T) {
 	}
 }
 
+// TestSinkBoundsProduceQueue: the sink's producer gets kord's bound on
+// librdkafka's produce queue (4 MiB, or one record of message.max.bytes
+// if that is more) in both modes, unless the user set it, on the sink or
+// on its Client (the Client's settings reach the producer as they are, so
+// the sink adds none of its own).
+func TestSinkBoundsProduceQueue(t *testing.T) {
+	const kbytes = "queue.buffering.max.kbytes"
+	for _, mode := range []checkpoint.Mode{checkpoint.ExactlyOnce, checkpoint.AtLeastOnce} {
+		info := connector.SinkInfo{Job: "v", Inputs: []string{"in"}, Mode: mode, TransactionTimeout: defaultTransactionTimeout, CommitTimeout: time.Minute}
+		settings := func(client []kafkaio.Opt, sink ...kafkaio.Opt) map[string]string {
+			t.Helper()
+			s := kafkaio.NewSink(mustClient(append(client, kafkaio.Brokers("127.0.0.1:1"))...), "out", serde.String(), sink...).(*kafkaio.Sink[string])
+			out, err := s.ProducerSettings(info)
+			require.NoError(t, err)
+			require.NoError(t, s.Close())
+			return out
+		}
+		require.Equal(t, "4096", settings(nil)[kbytes], "mode %v", mode)
+		require.Equal(t, "500", settings(nil, kafkaio.Set(kbytes, "500"))[kbytes], "the sink's own setting wins (mode %v)", mode)
+		require.NotContains(t, settings([]kafkaio.Opt{kafkaio.Set(kbytes, "65536")}), kbytes,
+			"the Client's setting reaches the producer as it is (mode %v)", mode)
+		// Room for one record of message.max.bytes (10,000,000 bytes:
+		// 9766 KiB), on the sink or on its Client.
+		require.Equal(t, "9766", settings(nil, kafkaio.Set("message.max.bytes", "10000000"))[kbytes], "mode %v", mode)
+		require.Equal(t, "9766", settings([]kafkaio.Opt{kafkaio.Set("message.max.bytes", "10000000")})[kbytes], "mode %v", mode)
+	}
+}
+
 // TestKafkaFaultUnreachableBroker: source and sink name a broker nothing
 // listens on. No cluster is needed.
 //

@@ -165,7 +165,10 @@ func Properties(path string) Opt {
 // its consumers only; on a sink, its producer only. The settings kord
 // derives or owns are refused where they are used, naming them: see the
 // producer and consumer packages, and the package doc's "The commit
-// protocol" (the sink's transactional settings).
+// protocol" (the sink's transactional settings). A sink bounds its
+// producer's queue at 4 MiB (queue.buffering.max.kbytes; librdkafka's
+// default is 1 GiB), or at one record of message.max.bytes if that is
+// more, unless it is set, like [EpochBufferBytes].
 func Set(key, value string) Opt {
 	return func(o *options) {
 		if o.is("Set", toClient|toSource|toSink) {

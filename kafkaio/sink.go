@@ -318,6 +318,27 @@ func (s *sink[T]) topics() []string {
 	return out
 }
 
+// produceQueueKBytes is the sink's bound on librdkafka's own queue under
+// its producer (queue.buffering.max.kbytes), unless the user sets one: the
+// records handed to librdkafka and not yet acknowledged by the brokers,
+// each copied, with librdkafka's bookkeeping beside it. librdkafka bounds
+// the queue at 100,000 records (queue.buffering.max.messages, kept) and
+// 1 GiB (Java's buffer.memory is 32 MiB): a gigabyte of 10 KiB records.
+// While the queue is full, records wait in the epoch buffer, so the sink
+// bounds it at the epoch buffer's default, 4 MiB of keys and values: about
+// 40,000 of the benchmark's records, where at the batch path's rates the
+// queue filled to 100,000 (bench/RESULTS.md, "librdkafka's produce
+// queue"). It is raised to hold one record of maxRecord bytes (the
+// message.max.bytes setting, "" for librdkafka's 1,000,000): librdkafka
+// refuses a larger record as queue full however empty the queue is.
+func produceQueueKBytes(maxRecord string) int64 {
+	kb := int64(4096)
+	if n, err := strconv.ParseInt(maxRecord, 10, 64); err == nil && (n+1023)/1024 > kb {
+		kb = (n + 1023) / 1024
+	}
+	return kb
+}
+
 // checkSettings checks the producer settings (the Client's, then
 // ProducerSet's) against what the job derives, and returns the sink's own
 // with the derived ones added, and the deadline of every commit (DESIGN.md,
@@ -341,6 +362,9 @@ func (s *sink[T]) checkSettings(info connector.SinkInfo) (map[string]string, tim
 	if _, ok := all["transaction.timeout.ms"]; ok {
 		return nil, 0, sinkConfigErrorf(s.topic, "producer setting transaction.timeout.ms is derived from the checkpoint settings (%v now: interval, timeout, min pause and tolerable failures, capped at keyed.TransactionMaxTimeout); remove it and change those instead",
 			txn)
+	}
+	if _, ok := all["queue.buffering.max.kbytes"]; !ok {
+		out["queue.buffering.max.kbytes"] = strconv.FormatInt(produceQueueKBytes(all["message.max.bytes"]), 10)
 	}
 	if info.Mode == checkpoint.AtLeastOnce {
 		return out, info.CommitTimeout, nil

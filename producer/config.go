@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -275,7 +276,40 @@ func (c *cfg) build() (map[string]string, error) {
 		return nil, fmt.Errorf("%w: producer.CommitReports needs producer.TransactionalID: outside a transaction a failed record would go unreported", ErrConfig)
 	}
 	s["allow.auto.create.topics"] = "false"
+	if err := queueHoldsRecord(s); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// queueHoldsRecord refuses a queue bound in bytes below the largest record
+// the producer may send: librdkafka refuses a record larger than
+// queue.buffering.max.kbytes as "queue full" however empty its queue is
+// (rd_kafka_curr_msgs_add counts the record against the bound before it
+// queues it; measured with librdkafka 2.11.1: a 5 MiB record under a
+// 4096 KiB bound), so Produce would wait for room forever. A value that is
+// not a number is left to librdkafka, which names it.
+func queueHoldsRecord(s map[string]string) error {
+	queue, record := int64(1<<20), int64(1_000_000) // librdkafka's defaults, in KiB and bytes
+	if v, ok := s["queue.buffering.max.kbytes"]; ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil
+		}
+		queue = n
+	}
+	if v, ok := s["message.max.bytes"]; ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil
+		}
+		record = n
+	}
+	if queue*1024 < record {
+		return fmt.Errorf("%w: queue.buffering.max.kbytes=%d (%d bytes) is below message.max.bytes=%d: librdkafka refuses a record larger than its queue's bound as queue full, and Produce would wait for room forever; raise queue.buffering.max.kbytes to at least %d or lower message.max.bytes",
+			ErrConfig, queue, queue*1024, record, (record+1023)/1024)
+	}
+	return nil
 }
 
 // redacted returns settings as "k=v" lines, sorted, with secrets hidden.

@@ -14,7 +14,7 @@ import (
 // go through the same checks as the names kord uses, errors name the key
 // the user wrote, and a name and its alias with different values are
 // refused rather than left to librdkafka, which applies whichever it sees
-// last.
+// last. A queue bound in bytes below message.max.bytes is refused too.
 func TestConfigAliases(t *testing.T) {
 	set := func(kv ...string) []producer.Opt {
 		var opts []producer.Opt
@@ -40,6 +40,11 @@ func TestConfigAliases(t *testing.T) {
 		{"alias with opt-out", append(set("request.required.acks", "1", "enable.idempotence", "false"), brokers, producer.AllowReordering()), nil, ""},
 		{"broker list alias", set("metadata.broker.list", "127.0.0.1:1"), nil, ""},
 		{"broker list conflict", set("bootstrap.servers", "127.0.0.1:1", "metadata.broker.list", "127.0.0.1:2"), producer.ErrConfig, "metadata.broker.list=127.0.0.1:2"},
+		// librdkafka takes a record larger than its queue's byte bound as
+		// queue full however empty the queue is: refused, not waited on.
+		{"queue below a record", append(set("queue.buffering.max.kbytes", "900"), brokers), producer.ErrConfig, "queue.buffering.max.kbytes=900 (921600 bytes) is below message.max.bytes=1000000"},
+		{"queue below a larger record", append(set("queue.buffering.max.kbytes", "4096", "message.max.bytes", "5000000"), brokers), producer.ErrConfig, "at least 4883"},
+		{"queue holds a record", append(set("queue.buffering.max.kbytes", "977"), brokers), nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := producer.New(serde.Bytes(), serde.Bytes(), tc.opts...)
