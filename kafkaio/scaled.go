@@ -68,8 +68,10 @@ func validInstance(id string) bool {
 func (s *sink[T]) scaled() bool { return s.info.Instance != "" }
 
 // join makes the member at the first Reset; it lives until Close, unless
-// it falls out of the group for good (consumer.Member.Err): a later Reset
-// then closes it and joins a new one. The usual cause is a static member
+// it falls out of the group for good (consumer.Member.Err), or the group
+// coordinator refused its offsets as not a member (producer.ErrNotMember,
+// which marks the membership failed): a later Reset then closes it and
+// joins a new one. The usual cause is a static member
 // whose session expired (a process too loaded to heartbeat, or paused):
 // the group gave its instance id to a newer member
 // (consumer.ErrInstanceFenced). The new producer's InitTransactions has
@@ -79,6 +81,9 @@ func (s *sink[T]) scaled() bool { return s.info.Instance != "" }
 func (s *sink[T]) join(ctx context.Context, info connector.SinkInfo) error {
 	if s.member != nil {
 		merr := s.member.Err()
+		if merr == nil {
+			merr = s.memberErr() // the coordinator refused its offsets: not in the group
+		}
 		if merr == nil {
 			return nil
 		}

@@ -935,6 +935,13 @@ func (s *sink[T]) Commit(ctx context.Context, ref checkpoint.Ref, offsets []chec
 		return fail("send offsets", fmt.Errorf("simulated unknown send-offsets outcome (send offsets returned %v)", err))
 	}
 	if err := s.unlocked(func() error { return s.sendOffsets(ctx, group, offs) }); err != nil {
+		if errors.Is(err, producer.ErrNotMember) && s.ms != nil {
+			// The coordinator no longer knows this member, though the
+			// member was not told (its session expired unnoticed, say):
+			// the next Reset joins a new one (join), as Kafka Streams
+			// rejoins on a CommitFailedException from sendOffsets.
+			s.ms.fail(err)
+		}
 		return fail("send offsets", s.abortIfRequired(ctx, err))
 	}
 	if err := s.unlocked(func() error { return fp.point(pointAfterSendOffsets) }); err != nil {

@@ -43,6 +43,13 @@ var (
 	// Every call fails with it from then on; waiting would not help. The
 	// same value as consumer.ErrAuth.
 	ErrAuth = kafkaconf.ErrAuth
+	// ErrNotMember means the group coordinator refused a transactional
+	// offset commit (SendOffsetsToTransactionFor) because the member whose
+	// group metadata it carried is no longer in the group, or is of an
+	// older generation (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+	// FENCED_INSTANCE_ID). The transaction must be aborted, and the
+	// member's offsets cannot commit until it joins the group again.
+	ErrNotMember = errors.New("producer: the consumer group member is not in the group")
 )
 
 // Error is a failure tied to one record: its topic, the partition kord chose

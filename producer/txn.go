@@ -292,7 +292,30 @@ func (p *Producer[K, V]) SendOffsetsToTransactionFor(ctx context.Context, member
 	if err != nil {
 		return fmt.Errorf("producer: group metadata of %q: %w", member.Group(), err)
 	}
-	return p.sendOffsets(ctx, member.Group(), gm, offsets)
+	if err := p.sendOffsets(ctx, member.Group(), gm, offsets); err != nil {
+		if notMemberCode(err) {
+			return fmt.Errorf("%w: %w", ErrNotMember, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// notMemberCode reports whether err is the group coordinator's word that
+// the group metadata's member is not in the group now: Kafka's
+// TxnOffsetCommit refusals that Java's producer raises as
+// CommitFailedException (TransactionManager, TxnOffsetCommitHandler), on
+// which Kafka Streams takes the member's tasks as migrated and rejoins.
+func notMemberCode(err error) bool {
+	var kerr kafka.Error
+	if !errors.As(err, &kerr) {
+		return false
+	}
+	switch kerr.Code() {
+	case kafka.ErrUnknownMemberID, kafka.ErrIllegalGeneration, kafka.ErrFencedInstanceID:
+		return true
+	}
+	return false
 }
 
 func (p *Producer[K, V]) sendOffsets(ctx context.Context, group string, gm *kafka.ConsumerGroupMetadata, offsets []Offset) error {
