@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -307,15 +308,13 @@ func (p *Producer[K, V]) SendOffsetsToTransactionFor(ctx context.Context, member
 // CommitFailedException (TransactionManager, TxnOffsetCommitHandler), on
 // which Kafka Streams takes the member's tasks as migrated and rejoins.
 func notMemberCode(err error) bool {
+	return hasCode(err, kafka.ErrUnknownMemberID, kafka.ErrIllegalGeneration, kafka.ErrFencedInstanceID)
+}
+
+// hasCode reports whether err holds a kafka.Error with one of codes.
+func hasCode(err error, codes ...kafka.ErrorCode) bool {
 	var kerr kafka.Error
-	if !errors.As(err, &kerr) {
-		return false
-	}
-	switch kerr.Code() {
-	case kafka.ErrUnknownMemberID, kafka.ErrIllegalGeneration, kafka.ErrFencedInstanceID:
-		return true
-	}
-	return false
+	return errors.As(err, &kerr) && slices.Contains(codes, kerr.Code())
 }
 
 func (p *Producer[K, V]) sendOffsets(ctx context.Context, group string, gm *kafka.ConsumerGroupMetadata, offsets []Offset) error {
@@ -343,15 +342,7 @@ func (p *Producer[K, V]) AbortTransaction(ctx context.Context) error {
 // fencedCode reports whether err is librdkafka's or the broker's word that
 // a newer producer with the same transactional.id exists.
 func fencedCode(err error) bool {
-	var kerr kafka.Error
-	if !errors.As(err, &kerr) {
-		return false
-	}
-	switch kerr.Code() {
-	case kafka.ErrFenced, kafka.ErrProducerFenced, kafka.ErrInvalidProducerEpoch:
-		return true
-	}
-	return false
+	return hasCode(err, kafka.ErrFenced, kafka.ErrProducerFenced, kafka.ErrInvalidProducerEpoch)
 }
 
 // RequiresAbort reports whether err leaves the current transaction in a
