@@ -290,20 +290,23 @@ func (c *cfg) build() (map[string]string, error) {
 // 4096 KiB bound), so Produce would wait for room forever. A value that is
 // not a number is left to librdkafka, which names it.
 func queueHoldsRecord(s map[string]string) error {
-	queue, record := int64(1<<20), int64(1_000_000) // librdkafka's defaults, in KiB and bytes
-	if v, ok := s["queue.buffering.max.kbytes"]; ok {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return nil
+	// setting is s[name] as a number, def when unset; ok is false for a
+	// value that is not a number.
+	setting := func(name string, def int64) (int64, bool) {
+		v, set := s[name]
+		if !set {
+			return def, true
 		}
-		queue = n
+		n, err := strconv.ParseInt(v, 10, 64)
+		return n, err == nil
 	}
-	if v, ok := s["message.max.bytes"]; ok {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return nil
-		}
-		record = n
+	queue, ok := setting("queue.buffering.max.kbytes", 1<<20) // librdkafka's defaults, in KiB and bytes
+	if !ok {
+		return nil
+	}
+	record, ok := setting("message.max.bytes", 1_000_000)
+	if !ok {
+		return nil
 	}
 	if queue*1024 < record {
 		return fmt.Errorf("%w: queue.buffering.max.kbytes=%d (%d bytes) is below message.max.bytes=%d: librdkafka refuses a record larger than its queue's bound as queue full, and Produce would wait for room forever; raise queue.buffering.max.kbytes to at least %d or lower message.max.bytes",
