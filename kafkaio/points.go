@@ -14,6 +14,8 @@ const (
 	simProduceUnknown     = "sim-produce-unknown"
 	forceAbort            = "force-abort"
 	simCommitStall        = "sim-commit-stall"
+
+	simSendOffsetsNotMember = "sim-send-offsets-not-member"
 )
 
 // points is the failure hook of one commit: nil outside tagged builds.

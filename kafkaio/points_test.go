@@ -15,6 +15,6 @@ import (
 func TestPointNames(t *testing.T) {
 	require.Equal(t, []string{failpoint.BeforeSendOffsets, failpoint.AfterSendOffsets}, []string{pointBeforeSendOffsets, pointAfterSendOffsets})
 	require.Equal(t,
-		[]string{failpoint.SimSendOffsetsUnknown, failpoint.SimCommitUnknown, failpoint.SimAbortUnknown, failpoint.SimProduceUnknown, failpoint.ForceAbort, failpoint.SimCommitStall},
-		[]string{simSendOffsetsUnknown, simCommitUnknown, simAbortUnknown, simProduceUnknown, forceAbort, simCommitStall})
+		[]string{failpoint.SimSendOffsetsUnknown, failpoint.SimCommitUnknown, failpoint.SimAbortUnknown, failpoint.SimProduceUnknown, failpoint.ForceAbort, failpoint.SimCommitStall, failpoint.SimSendOffsetsNotMember},
+		[]string{simSendOffsetsUnknown, simCommitUnknown, simAbortUnknown, simProduceUnknown, forceAbort, simCommitStall, simSendOffsetsNotMember})
 }

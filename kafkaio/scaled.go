@@ -320,6 +320,12 @@ func (s *sink[T]) recordedParts(ctx context.Context, group string, offs []admin.
 // metadata on several processes, else to the memberless commit group.
 func (s *sink[T]) sendOffsets(ctx context.Context, group string, offs []producer.Offset) error {
 	if s.member != nil {
+		if simulated(simSendOffsetsNotMember) {
+			// What SendOffsetsToTransactionFor returns when the
+			// coordinator no longer knows the member: abortable.
+			return fmt.Errorf("%w: %w", producer.ErrNotMember, &producer.TxnError{Op: "send offsets", ID: InstanceTransactionalID(s.info.Job, s.info.Instance), Abortable: true,
+				Err: errors.New("simulated refusal: Broker: Unknown member")})
+		}
 		return s.p.SendOffsetsToTransactionFor(ctx, s.member, offs)
 	}
 	return s.p.SendOffsetsToTransaction(ctx, group, offs)

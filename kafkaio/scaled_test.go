@@ -601,6 +601,38 @@ func TestScaledInstanceFenced(t *testing.T) {
 	})
 }
 
+// TestScaledNotMember: the group coordinator refuses a running instance's
+// offsets as those of a member it does not know, while librdkafka's member
+// was not told it is out (a fresh-clone CI run of TestScaledBroadcast met
+// it for real: the instance retried the stale member until it was
+// stopped). The refusal is simulated (SimSendOffsetsNotMember: the error
+// SendOffsetsToTransactionFor returns, nothing sent). The instance must
+// abort that checkpoint, close the member, join a new one and go on
+// committing; the output is every result exactly once, in order.
+func TestScaledNotMember(t *testing.T) {
+	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
+		f := newFixture(t, c, 4, 100)
+		f.fill(1000)
+		prodErr := f.produceInBackground(3000, 300, 3*time.Minute)
+		var log syncbuf.Buffer
+		a := f.startInstance("a", &log, 10*time.Second)
+		require.Eventually(t, func() bool { return a.commits.Load() >= 3 }, time.Minute, 10*time.Millisecond, "%s", &log)
+		require.NoError(t, failpoint.Set(failpoint.SimSendOffsetsNotMember))
+		t.Cleanup(func() { _ = failpoint.Set("") })
+		require.Eventually(t, func() bool {
+			return strings.Contains(grepLines(log.String(), "joining again"), "not in the group")
+		}, time.Minute, 20*time.Millisecond, "a joins a new member after the refusal\n%s", &log)
+		before := a.commits.Load()
+		require.Eventually(t, func() bool { return a.commits.Load() >= before+3 }, 2*time.Minute, 20*time.Millisecond,
+			"a goes on committing with its new member\n%s", &log)
+		require.NoError(t, <-prodErr)
+		recs := f.c.ReadAll(t, f.out, f.expected(), true, 2*time.Minute)
+		a.end(t, &log)
+		require.Equal(t, f.expected(), len(recs), "%s", &log)
+		f.verify()
+	})
+}
+
 // TestScaledDuplicateInstance: another running member keeps taking the
 // instance id back (two processes started with one id). The job must not
 // fence its way round forever: it fails, naming the instance id.

@@ -97,6 +97,12 @@ const (
 	// commit's deadline. Nothing is sent, so Kafka keeps the previous
 	// record.
 	SimCommitStall = "sim-commit-stall"
+	// SimSendOffsetsNotMember: the SendOffsetsToTransaction of a
+	// checkpoint on several processes is refused as the group
+	// coordinator refuses a member it no longer knows (UNKNOWN_MEMBER_ID,
+	// producer.ErrNotMember) while librdkafka's member was not told.
+	// Nothing is sent; the transaction is left to the sink's abort.
+	SimSendOffsetsNotMember = "sim-send-offsets-not-member"
 )
 
 // SimUnknown lists the simulated faults whose answer is lost at once.
