@@ -57,6 +57,8 @@ type system struct {
 	name string
 	argv func(self string, root string) []string // the command before the contract's flags
 	eos  bool                                    // exactly-once: a duplicate fails the run
+	// optIn: run only when -systems names it (a measurement, not a peer).
+	optIn bool
 }
 
 func systems() []system {
@@ -74,6 +76,8 @@ func systems() []system {
 		{name: "franz", eos: true, argv: peer("franz")},
 		{name: "librdkafka", eos: true, argv: peer("librdkafka")},
 		{name: "goka", eos: false, argv: peer("goka")},
+		{name: "kord-clients", eos: true, optIn: true, argv: func(self, _ string) []string { return []string{self, "clients-peer"} }},
+		{name: "kord-clients-copy", eos: false, optIn: true, argv: func(self, _ string) []string { return []string{self, "clients-peer", "--copy"} }},
 	}
 }
 
@@ -114,6 +118,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "kord-peer" {
 		os.Exit(kordPeer(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "clients-peer" {
+		os.Exit(clientsPeer(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == "verify" {
 		os.Exit(verifyMain(os.Args[2:]))
 	}
@@ -132,7 +139,7 @@ func cli(args []string) int {
 	users := fs.Int("users", 10_000, "distinct users")
 	rounds := fs.Int("rounds", 3, "rounds of the throughput runs; each runs every system once, in an order that rotates (see rotation)")
 	pacedRounds := fs.Int("paced-rounds", 1, "rounds of the latency and recovery runs, after the throughput rounds (one round of all 8 systems takes about 20 minutes); 0: none")
-	only := fs.String("systems", "", "comma-separated systems to run (default: all): "+names())
+	only := fs.String("systems", "", "comma-separated systems to run (default: all but kord-clients and kord-clients-copy, which run only when named): "+names())
 	par := fs.Int("parallelism", 2, "tasks or threads per system")
 	out := fs.String("out", "", "write every figure as JSON to this file")
 	plots := fs.String("plots", "", "write the plots as PNG files into this directory: progress-round<N>.png, throughput-round<N>.png, latency.png")
@@ -156,7 +163,7 @@ func cli(args []string) int {
 	}
 	var run []system
 	for _, s := range systems() {
-		if *only == "" || slices.Contains(strings.Split(*only, ","), s.name) {
+		if (*only == "" && !s.optIn) || slices.Contains(strings.Split(*only, ","), s.name) {
 			run = append(run, s)
 		}
 	}

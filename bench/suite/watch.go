@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -81,7 +82,87 @@ func watchMain(args []string) int {
 		}
 	}
 	fmt.Printf("steady %.0f events/s (from 10 %% to 90 %% of %d)\n", float64(hi.offsets-lo.offsets)/hi.at.Sub(lo.at).Seconds(), *events)
+	// The system's CPU by thread once every result is visible, per
+	// result: librdkafka names its threads (rdk:main, rdk:broker1, ...);
+	// Go's threads carry the program's name, and librdkafka's work inside
+	// a cgo call counts there.
+	for {
+		n, err := w.sum(ctx)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "suite watch: waiting for every result:", err)
+			return 1
+		}
+		if n-base >= *events {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(os.Stderr, "suite watch: timed out waiting for every result")
+			return 1
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	groups := threadTicks(*pid)
+	names := make([]string, 0, len(groups))
+	for n := range groups {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return groups[names[i]].ticks > groups[names[j]].ticks })
+	for _, n := range names {
+		g := groups[n]
+		fmt.Printf("threads %-20s %3d  CPU %6.2f s  %5.2f µs per event\n", n, g.threads, g.ticks/100, g.ticks/100/float64(*events)*1e6)
+	}
 	return 0
+}
+
+// threadGroup is what threadTicks sums a thread under: its name with
+// every run of digits replaced by N (rdk:broker1 and rdk:broker2 are
+// rdk:brokerN).
+func threadGroup(name string) string {
+	var b strings.Builder
+	digits := false
+	for _, r := range name {
+		if r >= '0' && r <= '9' {
+			if !digits {
+				b.WriteByte('N')
+			}
+			digits = true
+			continue
+		}
+		digits = false
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+type threadSum struct {
+	threads int
+	ticks   float64
+}
+
+// threadTicks is a process's CPU time by thread group (threadGroup of
+// the name in /proc/PID/task/TID/stat), in clock ticks, over its live
+// threads.
+func threadTicks(pid int) map[string]threadSum {
+	out := map[string]threadSum{}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		line := string(b)
+		open, end := strings.IndexByte(line, '('), strings.LastIndexByte(line, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		name := threadGroup(line[open+1 : end])
+		g := out[name]
+		g.threads++
+		g.ticks += statTicks(line)
+		out[name] = g
+	}
+	return out
 }
 
 // ticks is a process's CPU time, user and system, in clock ticks (1/100 s:
