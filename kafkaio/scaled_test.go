@@ -576,28 +576,15 @@ func (f *fixture) intruder(t *testing.T, id string) *consumer.Member {
 // newer member with its instance id (what a session that expired under
 // load and came back too late meets). The instance must not stall: its run
 // over the lost partitions ends uncommitted, it joins again, and goes on
-// committing. The output is every result exactly once, in order.
+// committing. The output is every result exactly once, in order. (While
+// the sink also rejoined on its commit's FENCED_INSTANCE_ID refusal, 6 of
+// 27 runs hung: see producer's notMemberCode.)
 func TestScaledInstanceFenced(t *testing.T) {
-	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
-		f := newFixture(t, c, 4, 100)
-		f.fill(1000)
-		prodErr := f.produceInBackground(3000, 300, 3*time.Minute)
-		var log syncbuf.Buffer
-		a := f.startInstance("a", &log, 10*time.Second)
-		require.Eventually(t, func() bool { return a.commits.Load() >= 3 }, time.Minute, 10*time.Millisecond, "%s", &log)
+	rejoins(t, "it was fenced", func(t *testing.T, f *fixture, log *syncbuf.Buffer) {
 		in := f.intruder(t, "a")
 		require.Eventually(t, func() bool { return strings.Contains(log.String(), "kord member: out of the group") }, time.Minute, 20*time.Millisecond,
-			"a's member is fenced by the intruder\n%s", &log)
+			"a's member is fenced by the intruder\n%s", log)
 		require.NoError(t, in.Close())
-		before := a.commits.Load()
-		require.Eventually(t, func() bool { return a.commits.Load() >= before+3 }, 2*time.Minute, 20*time.Millisecond,
-			"a goes on committing after it was fenced\n%s", &log)
-		require.Contains(t, log.String(), "joining again")
-		require.NoError(t, <-prodErr)
-		recs := f.c.ReadAll(t, f.out, f.expected(), true, 2*time.Minute)
-		a.end(t, &log)
-		require.Equal(t, f.expected(), len(recs), "%s", &log)
-		f.verify()
 	})
 }
 
@@ -610,6 +597,21 @@ func TestScaledInstanceFenced(t *testing.T) {
 // abort that checkpoint, close the member, join a new one and go on
 // committing; the output is every result exactly once, in order.
 func TestScaledNotMember(t *testing.T) {
+	rejoins(t, "its offsets were refused", func(t *testing.T, _ *fixture, log *syncbuf.Buffer) {
+		require.NoError(t, failpoint.Set(failpoint.SimSendOffsetsNotMember))
+		t.Cleanup(func() { _ = failpoint.Set("") })
+		require.Eventually(t, func() bool {
+			return strings.Contains(grepLines(log.String(), "joining again"), "not in the group")
+		}, time.Minute, 20*time.Millisecond, "a joins a new member after the refusal\n%s", log)
+	})
+}
+
+// rejoins runs instance a of a job with input arriving, disturbs its
+// membership once a has committed three times (disturb, given the
+// cluster's subtest, returns once the disturbance is seen), and checks that a joins again, goes on committing
+// (after what), and that the output is every result exactly once, in
+// order.
+func rejoins(t *testing.T, after string, disturb func(t *testing.T, f *fixture, log *syncbuf.Buffer)) {
 	kafkatest.Each(t, func(t *testing.T, c *kafkatest.Cluster) {
 		f := newFixture(t, c, 4, 100)
 		f.fill(1000)
@@ -617,14 +619,11 @@ func TestScaledNotMember(t *testing.T) {
 		var log syncbuf.Buffer
 		a := f.startInstance("a", &log, 10*time.Second)
 		require.Eventually(t, func() bool { return a.commits.Load() >= 3 }, time.Minute, 10*time.Millisecond, "%s", &log)
-		require.NoError(t, failpoint.Set(failpoint.SimSendOffsetsNotMember))
-		t.Cleanup(func() { _ = failpoint.Set("") })
-		require.Eventually(t, func() bool {
-			return strings.Contains(grepLines(log.String(), "joining again"), "not in the group")
-		}, time.Minute, 20*time.Millisecond, "a joins a new member after the refusal\n%s", &log)
+		disturb(t, f, &log)
 		before := a.commits.Load()
 		require.Eventually(t, func() bool { return a.commits.Load() >= before+3 }, 2*time.Minute, 20*time.Millisecond,
-			"a goes on committing with its new member\n%s", &log)
+			"a goes on committing after %s\n%s", after, &log)
+		require.Contains(t, log.String(), "joining again")
 		require.NoError(t, <-prodErr)
 		recs := f.c.ReadAll(t, f.out, f.expected(), true, 2*time.Minute)
 		a.end(t, &log)

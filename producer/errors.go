@@ -46,9 +46,10 @@ var (
 	// ErrNotMember means the group coordinator refused a transactional
 	// offset commit (SendOffsetsToTransactionFor) because the member whose
 	// group metadata it carried is no longer in the group, or is of an
-	// older generation (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
-	// FENCED_INSTANCE_ID). The transaction must be aborted, and the
-	// member's offsets cannot commit until it joins the group again.
+	// older generation (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION; not
+	// FENCED_INSTANCE_ID, which the member's own client reports). The
+	// transaction must be aborted, and the member's offsets cannot commit
+	// until it joins the group again.
 	ErrNotMember = errors.New("producer: the consumer group member is not in the group")
 )
 
